@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs every Debian bookworm package Maestro builds, tests or benchmarks
+# with. Idempotent: installs only what is missing, and runs `apt-get update`
+# once, only when something is missing. CUDA 13 (nvcc, cuBLAS, NCCL) is not a
+# Debian package: it is used when present in the standard prefix.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  libcaf-dev                       # actors, multi-process messaging
+  antlr4 libantlr4-runtime-dev     # grammar tool (build time) and runtime
+  libtomlplusplus-dev              # runtime config
+  libboost-test-dev                # unit tests
+  nlohmann-json3-dev               # JSON
+  libcli11-dev                     # command lines
+  libfmt-dev                       # formatting
+  libopenblas-dev                  # CPU sgemm
+  libibverbs-dev                   # RDMA transport (compiled; no NIC needed)
+  python3 python3-torch python3-numpy  # the test oracle (Debian's /usr/bin/python3)
+  graphviz                         # tests that `dot` accepts --print dot
+  clang libclang-rt-14-dev         # libFuzzer target, sanitizers
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

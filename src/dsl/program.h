@@ -1,0 +1,193 @@
+// Program: the checked, fully resolved meaning of a .sect file (and its
+// imports). The front end (dsl/) produces it; every other module reads it.
+// Nothing here refers to the syntax tree: lets are evaluated, model names
+// resolved to their built-in specs, defaults applied, paths made absolute.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace maestro {
+
+// A place in a source file (1-based line and column).
+struct SourceLoc {
+  std::string file;
+  int line = 0;
+  int col = 0;
+};
+
+// ---------------------------------------------------------------- modalities
+enum class Modality : uint8_t { Text = 0, Image = 1, Audio = 2, Video = 3 };
+inline constexpr int kNumModalities = 4;
+
+// A set of modalities as a bitmask (bit i = Modality i).
+struct ModalitySet {
+  uint8_t bits = 0;
+  constexpr bool has(Modality m) const { return bits & (1u << static_cast<int>(m)); }
+  constexpr void add(Modality m) { bits |= static_cast<uint8_t>(1u << static_cast<int>(m)); }
+  constexpr bool operator==(const ModalitySet&) const = default;
+};
+
+const char* modality_name(Modality m);  // "text", "image", "audio", "video"
+
+// ------------------------------------------------------------ built-in models
+enum class Activation { Gelu, Relu, Silu };
+
+// transformer(layers, hidden, heads, kv_heads = heads, ffn, vocab, max_seq = 4096,
+//             causal = true, rope_theta = 10000, norm_eps = 1e-5): Llama.
+struct TransformerSpec {
+  int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;
+  int64_t max_seq = 4096;
+  bool causal = true;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+};
+
+// vit(layers, hidden, heads, ffn, patch, image, channels = 3, norm_eps = 1e-5): CLIP vision.
+struct VitSpec {
+  int64_t layers = 0, hidden = 0, heads = 0, ffn = 0, patch = 0, image = 0;
+  int64_t channels = 3;
+  double norm_eps = 1e-5;
+  int64_t patches_per_image() const { return (image / patch) * (image / patch); }
+};
+
+// audio_encoder(layers, hidden, heads, ffn, mel_bins = 80, frames_per_token = 2,
+//               max_frames = 3000, norm_eps = 1e-5): Whisper-style encoder.
+struct AudioEncoderSpec {
+  int64_t layers = 0, hidden = 0, heads = 0, ffn = 0;
+  int64_t mel_bins = 80, frames_per_token = 2, max_frames = 3000;
+  double norm_eps = 1e-5;
+};
+
+// mlp(in, out, hidden = out, layers = 2, act = gelu): projector.
+struct MlpSpec {
+  int64_t in = 0, out = 0, hidden = 0, layers = 2;
+  Activation act = Activation::Gelu;
+};
+
+struct ModelSpec {
+  std::string name;  // the `model` declaration's name, or the built-in's name when inline
+  std::variant<TransformerSpec, VitSpec, AudioEncoderSpec, MlpSpec> spec;
+
+  const char* builtin() const;  // "transformer" | "vit" | "audio_encoder" | "mlp"
+  // Width of the embeddings this model takes from an upstream activations flow
+  // (transformer/vit/audio: hidden; mlp: in).
+  int64_t input_width() const;
+  // Width of what it emits on an activations flow (mlp: out; encoders and
+  // transformer: hidden).
+  int64_t output_width() const;
+};
+
+// ------------------------------------------------------------------ sections
+enum class Mode { Train, Frozen };
+
+// Activation condition over a sample's modalities: has(m), and, or, not, true.
+struct Condition {
+  enum class Kind { True, Has, And, Or, Not } kind = Kind::True;
+  Modality modality = Modality::Text;  // for Has
+  std::vector<Condition> args;         // And/Or: two; Not: one
+  bool eval(ModalitySet s) const;
+  std::string str() const;  // "has(image) and not has(audio)"; "always" for True
+};
+
+// Parallel degrees; std::nullopt means `auto` (the planner decides).
+struct ParallelSpec {
+  std::optional<int64_t> tp = 1, pp = 1, dp = std::nullopt;
+};
+
+enum class LossKind { CrossEntropy, KL };
+struct LossTerm {
+  LossKind kind = LossKind::CrossEntropy;
+  double weight = 1.0;
+  double temperature = 1.0;  // KL only
+};
+
+struct Section {
+  std::string name;
+  SourceLoc loc;
+  ModelSpec model;
+  Mode mode = Mode::Train;
+  std::vector<Modality> consumes;  // in declaration order
+  Condition when;                   // resolved default applied
+  ParallelSpec parallel;
+  std::optional<int64_t> micro_batch;  // nullopt = auto
+  std::vector<LossTerm> loss;          // empty = none
+  std::string weights;                 // absolute path, "" = random init
+  bool recompute = false;
+};
+
+enum class FlowKind { Activations, Logits };
+struct Flow {
+  std::string from, to;  // section names
+  FlowKind kind = FlowKind::Activations;
+  SourceLoc loc;
+};
+
+// ---------------------------------------------------------------------- data
+struct Distribution {
+  enum class Kind { Constant, Uniform, LogNormal, Choice } kind = Kind::Constant;
+  double value = 0;                  // Constant
+  double min = 0, max = 0;           // Uniform (inclusive integers); LogNormal uses max as cap
+  double median = 0, sigma = 0;      // LogNormal
+  std::vector<double> values, weights;  // Choice
+};
+
+struct MixEntry {
+  std::string name;  // "image_text"
+  ModalitySet modalities;
+  double weight = 0;
+};
+
+struct DataSpec {
+  enum class Source { Synthetic, Files } source = Source::Synthetic;
+  uint64_t seed = 0;      // synthetic
+  std::string manifest;   // files: absolute path
+  std::vector<MixEntry> mix;
+  std::optional<Distribution> text_tokens, images, audio_frames;
+  SourceLoc loc;
+};
+
+// ---------------------------------------------------------------------- train
+struct OptimizerSpec {  // adamw(lr, betas, eps, weight_decay); PyTorch's defaults
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+struct LrSchedule {
+  enum class Kind { Constant, Cosine } kind = Kind::Constant;
+  int64_t warmup = 0;
+};
+
+enum class Precision { BF16, FP32 };
+
+struct TrainSpec {
+  int64_t global_batch = 0;
+  int64_t steps = 0;
+  uint64_t seed = 1;
+  OptimizerSpec optimizer;
+  LrSchedule schedule;
+  double grad_clip = 1.0;  // global-norm clip; 0 = no clipping
+  Precision precision = Precision::BF16;
+  int64_t checkpoint_every = 0;  // 0 = never
+  std::string checkpoint_dir;    // absolute path, "" = none
+  SourceLoc loc;
+};
+
+// ------------------------------------------------------------------- program
+struct Program {
+  std::string file;                 // the main .sect file, absolute
+  std::vector<std::string> sources;  // every file read (main first, then imports)
+  std::vector<Section> sections;    // declaration order
+  std::vector<Flow> flows;          // declaration order, chains split into edges
+  DataSpec data;
+  TrainSpec train;
+
+  const Section* find_section(const std::string& name) const;
+};
+
+}  // namespace maestro
