@@ -1,0 +1,46 @@
+// The commands of maestro-run. main.cpp parses the command line into
+// CliOptions, loads the Program and RuntimeConfig, and runs the command the
+// flags select. Each command lives in its own file in src/cli/ and registers
+// itself by name (static registration: these files are compiled into the
+// executable, never into a library, so the registration is never dropped).
+//
+// Command names: "check", "print-graph", "print-json", "print-dot",
+// "print-plan", "print-schedule", "simulate", "calibrate", "train".
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "config/runtime_config.h"
+#include "dsl/program.h"
+
+namespace maestro {
+
+struct CliOptions {
+  std::string model_path;          // MODEL.sect
+  std::string config_path;         // --config
+  bool check = false;              // --check
+  std::string print;               // --print graph|plan|schedule|json|dot
+  bool simulate = false;           // --simulate
+  std::string baseline;            // --baseline megatron|sequential
+  std::string schedule = "wavefront";  // --schedule wavefront|monolithic
+  std::optional<int64_t> steps;    // --steps
+  std::string resume;              // --resume DIR
+  std::string trace;               // --trace FILE (overrides [trace] path)
+  bool repl = false;               // --repl
+  bool json = false;               // --json
+  bool quiet = false;              // --quiet
+  std::string calibrate;           // --calibrate OUT.toml
+};
+
+// Returns the process exit status: 0 ok, 1 runtime failure, 2 invalid input.
+using CommandFn = int (*)(const Program&, const RuntimeConfig&, const CliOptions&);
+
+struct CommandRegistration {
+  CommandRegistration(const char* name, CommandFn fn);
+};
+
+// nullptr when no command of that name is compiled in.
+CommandFn find_command(const std::string& name);
+
+}  // namespace maestro

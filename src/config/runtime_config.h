@@ -1,0 +1,61 @@
+// RuntimeConfig: where and how a program runs — the TOML file given with
+// --config (runtime-config.md). Every key has a default, so an absent file
+// means "this machine". Parsed with toml++; unknown keys and wrong types are
+// errors naming file:line:col.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace maestro {
+
+struct RuntimeConfig {
+  struct Runtime {
+    std::string backend = "auto";   // auto | cpu | cuda
+    int64_t threads = 0;            // CPU worker threads; 0 = all cores
+    std::optional<uint64_t> seed;   // overrides train.seed when set
+  } runtime;
+
+  struct Cluster {
+    int64_t devices = 0;            // 0 = the devices of this machine (GPUs, else CPU slots)
+    std::string device = "auto";    // auto | cpu | h100 | h200 | a100 | path to a profile .toml
+    int64_t devices_per_node = 8;
+    int64_t nodes = 1;
+    double intra_node_gbps = 900;   // per device
+    double inter_node_gbps = 400;   // per device
+  } cluster;
+
+  struct Transport {
+    std::string kind = "auto";      // auto | local | shm | tcp | rdma
+    std::string rdma_device;        // "" = first found
+  } transport;
+
+  struct Trace {
+    std::string path;               // "" = none
+  } trace;
+
+  struct Repl {
+    std::string listen;             // "" = off
+    std::string token_file;
+  } repl;
+
+  struct Checkpoint {
+    std::string dir;                // overrides train.checkpoint.dir
+  } checkpoint;
+
+  std::string file;                 // the TOML file read ("" = defaults only)
+};
+
+// Thrown by load_runtime_config on bad input; what() is
+// "file:line:col: error: message" (exit status 2 at the CLI).
+struct ConfigError : std::exception {
+  std::string text;
+  explicit ConfigError(std::string t) : text(std::move(t)) {}
+  const char* what() const noexcept override { return text.c_str(); }
+};
+
+// Reads and checks a TOML file; throws ConfigError.
+RuntimeConfig load_runtime_config(const std::string& path);
+
+}  // namespace maestro
