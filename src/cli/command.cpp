@@ -1,0 +1,25 @@
+// The registry behind CommandRegistration and find_command (command.h): a
+// name → function table that command files fill in during static
+// initialisation. A function-local static, so registration order between
+// files does not matter.
+#include <map>
+
+#include "cli/command.h"
+
+namespace maestro {
+
+namespace {
+std::map<std::string, CommandFn>& registry() {
+  static std::map<std::string, CommandFn> commands;
+  return commands;
+}
+}  // namespace
+
+CommandRegistration::CommandRegistration(const char* name, CommandFn fn) { registry()[name] = fn; }
+
+CommandFn find_command(const std::string& name) {
+  const auto it = registry().find(name);
+  return it == registry().end() ? nullptr : it->second;
+}
+
+}  // namespace maestro

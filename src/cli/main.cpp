@@ -1,0 +1,126 @@
+// maestro-run: parse the command line (runtime-config.md's synopsis), load the
+// runtime config and the program, pick the command the flags select and run
+// it. Exit status: 0 ok, 1 runtime failure, 2 invalid input (the .sect, the
+// TOML or the command line). Commands write their output in one piece, so a
+// failure never leaves partial output behind.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
+
+#include "cli/command.h"
+#include "config/runtime_config.h"
+#include "dsl/frontend.h"
+
+namespace maestro {
+
+namespace {
+
+constexpr const char* kUsage = "usage: maestro-run MODEL.sect [--config FILE.toml] [options]  (see --help)";
+
+// Parses argv into `cli`. Returns an exit status when the process should stop
+// here (--help, --version, a bad command line), or -1 to go on.
+int parse_command_line(int argc, char** argv, CliOptions& cli) {
+  CLI::App app{"Train a compound model described in a .sect file.", "maestro-run"};
+  app.footer("Exit status: 0 success, 1 runtime failure, 2 invalid input (the .sect, the TOML or the command line).");
+  app.set_version_flag("--version", "maestro-run 0.1.0", "print the version and exit");
+  app.add_option("model", cli.model_path, "MODEL.sect: the program to check, print, simulate or train");
+  app.add_option("--config", cli.config_path, "runtime configuration TOML (runtime-config.md)");
+  auto* check = app.add_flag("--check", cli.check, "parse and validate only; print a one-line summary");
+  auto* print = app.add_option("--print", cli.print,
+                               "print the section graph, the resource plan, the first iteration's schedule, "
+                               "the whole program as JSON, or the graph as Graphviz DOT")
+                    ->check(CLI::IsMember({"graph", "plan", "schedule", "json", "dot"}));
+  auto* simulate = app.add_flag("--simulate", cli.simulate, "run the plan on the modelled cluster, no training");
+  app.add_option("--baseline", cli.baseline, "with --simulate: also simulate a baseline and report the ratio")
+      ->check(CLI::IsMember({"megatron", "sequential"}))
+      ->needs(simulate);
+  app.add_option("--schedule", cli.schedule, "how a real run executes a step")
+      ->check(CLI::IsMember({"wavefront", "monolithic"}));
+  int64_t steps = 0;
+  auto* steps_opt = app.add_option("--steps", steps, "override train.steps")->check(CLI::PositiveNumber);
+  app.add_option("--resume", cli.resume, "continue from a checkpoint folder");
+  app.add_option("--trace", cli.trace, "write a Chrome trace of the run to FILE");
+  app.add_flag("--repl", cli.repl, "open the debug REPL on this terminal while it runs");
+  app.add_flag("--json", cli.json, "print a machine-readable summary as the last line of stdout");
+  app.add_flag("--quiet", cli.quiet, "no progress bar");
+  auto* calibrate =
+      app.add_option("--calibrate", cli.calibrate, "measure this machine and write a device profile to OUT.toml");
+  check->excludes(print, simulate, calibrate);
+  print->excludes(simulate, calibrate);
+  simulate->excludes(calibrate);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "maestro-run: error: {}\n{}\n", e.what(), kUsage);
+    return 2;
+  }
+  if (cli.model_path.empty() && cli.calibrate.empty()) {
+    fmt::print(stderr, "maestro-run: error: a model file is required\n{}\n", kUsage);
+    return 2;
+  }
+  if (*steps_opt) cli.steps = steps;
+  return -1;
+}
+
+std::string command_name(const CliOptions& cli) {
+  if (cli.check) return "check";
+  if (!cli.print.empty()) return "print-" + cli.print;
+  if (cli.simulate) return "simulate";
+  if (!cli.calibrate.empty()) return "calibrate";
+  return "train";
+}
+
+int run(int argc, char** argv) {
+  CliOptions cli;
+  if (const int status = parse_command_line(argc, argv, cli); status >= 0) return status;
+
+  RuntimeConfig config;
+  try {
+    config = load_runtime_config(cli.config_path);
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 2;
+  }
+
+  Program program;
+  if (!cli.model_path.empty()) {
+    Diagnostics diags;
+    std::optional<Program> loaded = load_program(cli.model_path, diags);
+    if (!loaded) {
+      diags.render(std::cerr);
+      if (diags.ok()) fmt::print(stderr, "{}: error: the program could not be loaded\n", cli.model_path);
+      return 2;
+    }
+    program = std::move(*loaded);
+  }
+
+  const std::string name = command_name(cli);
+  const CommandFn command = find_command(name);
+  if (!command) {
+    fmt::print(stderr, "maestro-run: '{}' is not available in this build\n", name);
+    return 1;
+  }
+  return command(program, config, cli);
+}
+
+}  // namespace
+
+}  // namespace maestro
+
+int main(int argc, char** argv) {
+  try {
+    return maestro::run(argc, argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "maestro-run: error: {}\n", e.what());
+    return 1;
+  } catch (...) {
+    fmt::print(stderr, "maestro-run: error: unknown failure\n");
+    return 1;
+  }
+}

@@ -1,0 +1,170 @@
+// load_runtime_config: the TOML file of runtime-config.md → RuntimeConfig.
+// Every table and key is checked against the contract; any surprise (unknown
+// table or key, wrong type, value out of range, unknown enum word) is a
+// ConfigError pointing at the offending key or value.
+#include "config/runtime_config.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+
+namespace maestro {
+
+namespace {
+
+class Reader {
+ public:
+  explicit Reader(std::string file) : file_(std::move(file)) {}
+
+  [[noreturn]] void fail(const toml::source_region& at, const std::string& message) const {
+    throw ConfigError(fmt::format("{}:{}:{}: error: {}", file_, at.begin.line, at.begin.column, message));
+  }
+
+  // Calls `on_key(name, node)` for each key of `table`; an unknown one is an error.
+  template <typename OnKey>
+  void keys(const toml::table& table, const std::string& where, std::initializer_list<const char*> known,
+            OnKey on_key) const {
+    for (auto&& [key, node] : table) {
+      const std::string name(key.str());
+      bool found = false;
+      for (const char* k : known) found = found || name == k;
+      if (!found) fail(key.source(), fmt::format("unknown key '{}' in [{}]; expected one of {}", name, where, list(known)));
+      on_key(name, node);
+    }
+  }
+
+  int64_t integer(const toml::node& node, const std::string& key, int64_t min) const {
+    const auto* v = node.as_integer();
+    if (!v) fail(node.source(), fmt::format("'{}' must be an integer, not {}", key, type_name(node)));
+    if (v->get() < min) fail(node.source(), fmt::format("'{}' must be at least {}, got {}", key, min, v->get()));
+    return v->get();
+  }
+
+  double positive_number(const toml::node& node, const std::string& key) const {
+    double value = 0;
+    if (const auto* i = node.as_integer()) value = double(i->get());
+    else if (const auto* f = node.as_floating_point()) value = f->get();
+    else fail(node.source(), fmt::format("'{}' must be a number, not {}", key, type_name(node)));
+    if (!(value > 0)) fail(node.source(), fmt::format("'{}' must be positive, got {}", key, value));
+    return value;
+  }
+
+  std::string string(const toml::node& node, const std::string& key) const {
+    const auto* v = node.as_string();
+    if (!v) fail(node.source(), fmt::format("'{}' must be a string, not {}", key, type_name(node)));
+    return v->get();
+  }
+
+  std::string one_of(const toml::node& node, const std::string& key, std::initializer_list<const char*> words) const {
+    std::string value = string(node, key);
+    for (const char* w : words)
+      if (value == w) return value;
+    fail(node.source(), fmt::format("'{}' must be one of {}, got \"{}\"", key, list(words), value));
+  }
+
+  const toml::table& table(const toml::node& node, const std::string& name) const {
+    const auto* t = node.as_table();
+    if (!t) fail(node.source(), fmt::format("'{}' must be a table [{}], not {}", name, name, type_name(node)));
+    return *t;
+  }
+
+  const std::string& file() const { return file_; }
+
+ private:
+  static std::string list(std::initializer_list<const char*> words) {
+    std::string out;
+    for (const char* w : words) out += (out.empty() ? "" : ", ") + std::string(w);
+    return out;
+  }
+
+  static std::string type_name(const toml::node& node) {
+    switch (node.type()) {
+      case toml::node_type::table: return "a table";
+      case toml::node_type::array: return "an array";
+      case toml::node_type::string: return "a string";
+      case toml::node_type::integer: return "an integer";
+      case toml::node_type::floating_point: return "a number with a fraction";
+      case toml::node_type::boolean: return "a boolean";
+      default: return "a date or time";
+    }
+  }
+
+  std::string file_;
+};
+
+void read_runtime(const Reader& r, const toml::table& t, RuntimeConfig::Runtime& out) {
+  r.keys(t, "runtime", {"backend", "threads", "seed"}, [&](const std::string& k, const toml::node& v) {
+    if (k == "backend") out.backend = r.one_of(v, k, {"auto", "cpu", "cuda"});
+    else if (k == "threads") out.threads = r.integer(v, k, 0);
+    else out.seed = uint64_t(r.integer(v, k, 0));
+  });
+}
+
+void read_cluster(const Reader& r, const toml::table& t, RuntimeConfig::Cluster& out) {
+  r.keys(t, "cluster", {"devices", "device", "devices_per_node", "nodes", "intra_node_gbps", "inter_node_gbps"},
+         [&](const std::string& k, const toml::node& v) {
+           if (k == "devices") out.devices = r.integer(v, k, 0);
+           else if (k == "device") {
+             out.device = r.string(v, k);
+             // a device profile .toml (written by --calibrate), relative to this file
+             if (out.device.ends_with(".toml")) {
+               const std::filesystem::path p(out.device);
+               out.device = (p.is_absolute() ? p : std::filesystem::path(r.file()).parent_path() / p).string();
+             } else {
+               out.device = r.one_of(v, k, {"auto", "cpu", "h100", "h200", "a100"});
+             }
+           } else if (k == "devices_per_node") out.devices_per_node = r.integer(v, k, 1);
+           else if (k == "nodes") out.nodes = r.integer(v, k, 1);
+           else if (k == "intra_node_gbps") out.intra_node_gbps = r.positive_number(v, k);
+           else out.inter_node_gbps = r.positive_number(v, k);
+         });
+}
+
+}  // namespace
+
+RuntimeConfig load_runtime_config(const std::string& path) {
+  RuntimeConfig config;
+  if (path.empty()) return config;
+  config.file = path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("{}: error: cannot open the config file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string source = text.str();
+
+  toml::table root;
+  try {
+    root = toml::parse(std::string_view(source), path);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(fmt::format("{}:{}:{}: error: {}", path, e.source().begin.line, e.source().begin.column,
+                                  e.description()));
+  }
+
+  const Reader r(path);
+  r.keys(root, "the top level", {"runtime", "cluster", "transport", "trace", "repl", "checkpoint"},
+         [&](const std::string& k, const toml::node& v) {
+           const toml::table& t = r.table(v, k);
+           if (k == "runtime") read_runtime(r, t, config.runtime);
+           else if (k == "cluster") read_cluster(r, t, config.cluster);
+           else if (k == "transport")
+             r.keys(t, k, {"kind", "rdma_device"}, [&](const std::string& key, const toml::node& n) {
+               if (key == "kind") config.transport.kind = r.one_of(n, key, {"auto", "local", "shm", "tcp", "rdma"});
+               else config.transport.rdma_device = r.string(n, key);
+             });
+           else if (k == "trace")
+             r.keys(t, k, {"path"}, [&](const std::string& key, const toml::node& n) { config.trace.path = r.string(n, key); });
+           else if (k == "repl")
+             r.keys(t, k, {"listen", "token_file"}, [&](const std::string& key, const toml::node& n) {
+               if (key == "listen") config.repl.listen = r.string(n, key);
+               else config.repl.token_file = r.string(n, key);
+             });
+           else
+             r.keys(t, k, {"dir"}, [&](const std::string& key, const toml::node& n) { config.checkpoint.dir = r.string(n, key); });
+         });
+  return config;
+}
+
+}  // namespace maestro

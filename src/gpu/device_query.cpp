@@ -1,0 +1,24 @@
+// cuda_device_count through the CUDA runtime API (device_query.h).
+#include "gpu/device_query.h"
+
+#if MAESTRO_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace maestro {
+
+int cuda_device_count() {
+#if MAESTRO_HAVE_CUDA
+  int count = 0;
+  // No driver or no device is an error code here, not a crash.
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error for later callers
+    return 0;
+  }
+  return count;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace maestro

@@ -1,0 +1,121 @@
+// Tensor names and shapes of the built-in models (see model_tensors.h and
+// docs/graph.md for the naming of each model).
+#include "graph/model_tensors.h"
+
+#include <fmt/format.h>
+
+namespace maestro {
+
+int64_t TensorShape::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
+
+// transformer: Hugging Face LlamaForCausalLM.
+void transformer_tensors(const TransformerSpec& t, std::vector<TensorShape>& out) {
+  const int64_t head_dim = t.hidden / t.heads;
+  const int64_t kv_width = t.kv_heads * head_dim;
+  out.push_back({"model.embed_tokens.weight", {t.vocab, t.hidden}});
+  for (int64_t i = 0; i < t.layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    out.push_back({p + "input_layernorm.weight", {t.hidden}});
+    out.push_back({p + "self_attn.q_proj.weight", {t.hidden, t.hidden}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv_width, t.hidden}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv_width, t.hidden}});
+    out.push_back({p + "self_attn.o_proj.weight", {t.hidden, t.hidden}});
+    out.push_back({p + "post_attention_layernorm.weight", {t.hidden}});
+    out.push_back({p + "mlp.gate_proj.weight", {t.ffn, t.hidden}});
+    out.push_back({p + "mlp.up_proj.weight", {t.ffn, t.hidden}});
+    out.push_back({p + "mlp.down_proj.weight", {t.hidden, t.ffn}});
+  }
+  out.push_back({"model.norm.weight", {t.hidden}});
+  out.push_back({"lm_head.weight", {t.vocab, t.hidden}});
+}
+
+// vit: Hugging Face CLIPVisionModel ("pre_layrnorm" is HF's spelling).
+void vit_tensors(const VitSpec& v, std::vector<TensorShape>& out) {
+  const int64_t h = v.hidden;
+  out.push_back({"vision_model.embeddings.class_embedding", {h}});
+  out.push_back({"vision_model.embeddings.patch_embedding.weight", {h, v.channels, v.patch, v.patch}});
+  out.push_back({"vision_model.embeddings.position_embedding.weight", {v.patches_per_image() + 1, h}});
+  out.push_back({"vision_model.pre_layrnorm.weight", {h}});
+  out.push_back({"vision_model.pre_layrnorm.bias", {h}});
+  for (int64_t i = 0; i < v.layers; ++i) {
+    const std::string p = fmt::format("vision_model.encoder.layers.{}.", i);
+    for (const char* proj : {"k_proj", "v_proj", "q_proj", "out_proj"}) {
+      out.push_back({p + "self_attn." + proj + ".weight", {h, h}});
+      out.push_back({p + "self_attn." + proj + ".bias", {h}});
+    }
+    out.push_back({p + "layer_norm1.weight", {h}});
+    out.push_back({p + "layer_norm1.bias", {h}});
+    out.push_back({p + "mlp.fc1.weight", {v.ffn, h}});
+    out.push_back({p + "mlp.fc1.bias", {v.ffn}});
+    out.push_back({p + "mlp.fc2.weight", {h, v.ffn}});
+    out.push_back({p + "mlp.fc2.bias", {h}});
+    out.push_back({p + "layer_norm2.weight", {h}});
+    out.push_back({p + "layer_norm2.bias", {h}});
+  }
+  out.push_back({"vision_model.post_layernorm.weight", {h}});
+  out.push_back({"vision_model.post_layernorm.bias", {h}});
+}
+
+// audio_encoder: Whisper's encoder layer names; the two convolutions of
+// Whisper are replaced by one linear frame embedding over frames_per_token
+// mel frames (input [mel_bins * frames_per_token], frame-major).
+void audio_tensors(const AudioEncoderSpec& a, std::vector<TensorShape>& out) {
+  const int64_t h = a.hidden;
+  out.push_back({"encoder.embed_frames.weight", {h, a.mel_bins * a.frames_per_token}});
+  out.push_back({"encoder.embed_frames.bias", {h}});
+  for (int64_t i = 0; i < a.layers; ++i) {
+    const std::string p = fmt::format("encoder.layers.{}.", i);
+    out.push_back({p + "self_attn.k_proj.weight", {h, h}});  // no bias, as in Whisper
+    out.push_back({p + "self_attn.v_proj.weight", {h, h}});
+    out.push_back({p + "self_attn.v_proj.bias", {h}});
+    out.push_back({p + "self_attn.q_proj.weight", {h, h}});
+    out.push_back({p + "self_attn.q_proj.bias", {h}});
+    out.push_back({p + "self_attn.out_proj.weight", {h, h}});
+    out.push_back({p + "self_attn.out_proj.bias", {h}});
+    out.push_back({p + "self_attn_layer_norm.weight", {h}});
+    out.push_back({p + "self_attn_layer_norm.bias", {h}});
+    out.push_back({p + "fc1.weight", {a.ffn, h}});
+    out.push_back({p + "fc1.bias", {a.ffn}});
+    out.push_back({p + "fc2.weight", {h, a.ffn}});
+    out.push_back({p + "fc2.bias", {h}});
+    out.push_back({p + "final_layer_norm.weight", {h}});
+    out.push_back({p + "final_layer_norm.bias", {h}});
+  }
+  out.push_back({"encoder.layer_norm.weight", {h}});
+  out.push_back({"encoder.layer_norm.bias", {h}});
+}
+
+// mlp: layers.{i} maps in -> hidden -> ... -> hidden -> out.
+void mlp_tensors(const MlpSpec& m, std::vector<TensorShape>& out) {
+  for (int64_t i = 0; i < m.layers; ++i) {
+    const int64_t in = i == 0 ? m.in : m.hidden;
+    const int64_t o = i == m.layers - 1 ? m.out : m.hidden;
+    out.push_back({fmt::format("layers.{}.weight", i), {o, in}});
+    out.push_back({fmt::format("layers.{}.bias", i), {o}});
+  }
+}
+
+}  // namespace
+
+std::vector<TensorShape> model_tensors(const ModelSpec& model) {
+  std::vector<TensorShape> out;
+  if (auto* t = std::get_if<TransformerSpec>(&model.spec)) transformer_tensors(*t, out);
+  else if (auto* v = std::get_if<VitSpec>(&model.spec)) vit_tensors(*v, out);
+  else if (auto* a = std::get_if<AudioEncoderSpec>(&model.spec)) audio_tensors(*a, out);
+  else mlp_tensors(std::get<MlpSpec>(model.spec), out);
+  return out;
+}
+
+int64_t parameter_count(const ModelSpec& model) {
+  int64_t n = 0;
+  for (const auto& t : model_tensors(model)) n += t.numel();
+  return n;
+}
+
+}  // namespace maestro

@@ -1,0 +1,140 @@
+// load_runtime_config: defaults, every key read, and every kind of bad input
+// reported as file:line:col.
+#define BOOST_TEST_MODULE config
+#include <boost/test/unit_test.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "config/runtime_config.h"
+
+using namespace maestro;
+
+namespace {
+
+// Writes `text` to a fresh file under the temp folder and returns its path.
+std::string write_toml(const std::string& name, const std::string& text) {
+  const auto dir = std::filesystem::temp_directory_path() / "maestro_config_test";
+  std::filesystem::create_directories(dir);
+  const auto path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The ConfigError message of loading `text`.
+std::string error_of(const std::string& name, const std::string& text) {
+  const std::string path = write_toml(name, text);
+  try {
+    load_runtime_config(path);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(no_file_means_defaults) {
+  const RuntimeConfig c = load_runtime_config("");
+  BOOST_TEST(c.runtime.backend == "auto");
+  BOOST_TEST(c.runtime.threads == 0);
+  BOOST_TEST(!c.runtime.seed.has_value());
+  BOOST_TEST(c.cluster.devices == 0);
+  BOOST_TEST(c.cluster.device == "auto");
+  BOOST_TEST(c.cluster.devices_per_node == 8);
+  BOOST_TEST(c.cluster.nodes == 1);
+  BOOST_TEST(c.cluster.intra_node_gbps == 900.0);
+  BOOST_TEST(c.cluster.inter_node_gbps == 400.0);
+  BOOST_TEST(c.transport.kind == "auto");
+  BOOST_TEST(c.transport.rdma_device == "");
+  BOOST_TEST(c.trace.path == "");
+  BOOST_TEST(c.repl.listen == "");
+  BOOST_TEST(c.checkpoint.dir == "");
+  BOOST_TEST(c.file == "");
+}
+
+BOOST_AUTO_TEST_CASE(the_example_config_is_the_defaults) {
+  const RuntimeConfig c = load_runtime_config(MAESTRO_DEFAULT_CONFIG);
+  const RuntimeConfig d;
+  BOOST_TEST(c.runtime.backend == d.runtime.backend);
+  BOOST_TEST(c.cluster.devices_per_node == d.cluster.devices_per_node);
+  BOOST_TEST(c.cluster.intra_node_gbps == d.cluster.intra_node_gbps);
+  BOOST_TEST(c.transport.kind == d.transport.kind);
+}
+
+BOOST_AUTO_TEST_CASE(every_key_is_read) {
+  const RuntimeConfig c = load_runtime_config(write_toml("all.toml", R"(
+[runtime]
+backend = "cpu"
+threads = 3
+seed = 42
+[cluster]
+devices = 16
+device = "h100"
+devices_per_node = 4
+nodes = 4
+intra_node_gbps = 450.5
+inter_node_gbps = 200
+[transport]
+kind = "tcp"
+rdma_device = "mlx5_0"
+[trace]
+path = "run.json"
+[repl]
+listen = "127.0.0.1:4242"
+token_file = "tok"
+[checkpoint]
+dir = "ck"
+)"));
+  BOOST_TEST(c.runtime.backend == "cpu");
+  BOOST_TEST(c.runtime.threads == 3);
+  BOOST_TEST(c.runtime.seed.value() == 42u);
+  BOOST_TEST(c.cluster.devices == 16);
+  BOOST_TEST(c.cluster.device == "h100");
+  BOOST_TEST(c.cluster.devices_per_node == 4);
+  BOOST_TEST(c.cluster.nodes == 4);
+  BOOST_TEST(c.cluster.intra_node_gbps == 450.5);
+  BOOST_TEST(c.cluster.inter_node_gbps == 200.0);
+  BOOST_TEST(c.transport.kind == "tcp");
+  BOOST_TEST(c.transport.rdma_device == "mlx5_0");
+  BOOST_TEST(c.trace.path == "run.json");
+  BOOST_TEST(c.repl.listen == "127.0.0.1:4242");
+  BOOST_TEST(c.repl.token_file == "tok");
+  BOOST_TEST(c.checkpoint.dir == "ck");
+}
+
+BOOST_AUTO_TEST_CASE(device_profile_path_is_relative_to_the_file) {
+  const std::string path = write_toml("profile.toml", "[cluster]\ndevice = \"prof/my_gpu.toml\"\n");
+  const RuntimeConfig c = load_runtime_config(path);
+  BOOST_TEST(c.cluster.device == (std::filesystem::path(path).parent_path() / "prof/my_gpu.toml").string());
+}
+
+BOOST_AUTO_TEST_CASE(bad_enum_value) {
+  const std::string e = error_of("enum.toml", "[runtime]\nbackend = \"gpu\"\n");
+  BOOST_TEST(e.find("enum.toml:2:11: error: 'backend' must be one of auto, cpu, cuda, got \"gpu\"") != std::string::npos, e);
+}
+
+BOOST_AUTO_TEST_CASE(unknown_key_and_table) {
+  std::string e = error_of("key.toml", "[cluster]\nnodes = 2\ndevics = 4\n");
+  BOOST_TEST(e.find("key.toml:3:1: error: unknown key 'devics' in [cluster]") != std::string::npos, e);
+  e = error_of("table.toml", "\n[gpu]\nx = 1\n");
+  BOOST_TEST(e.find("table.toml:2:2: error: unknown key 'gpu' in [the top level]") != std::string::npos, e);
+}
+
+BOOST_AUTO_TEST_CASE(wrong_types_and_ranges) {
+  std::string e = error_of("type.toml", "[cluster]\ndevices = \"8\"\n");
+  BOOST_TEST(e.find("type.toml:2:11: error: 'devices' must be an integer, not a string") != std::string::npos, e);
+  e = error_of("range.toml", "[cluster]\nnodes = 0\n");
+  BOOST_TEST(e.find("range.toml:2:9: error: 'nodes' must be at least 1, got 0") != std::string::npos, e);
+  e = error_of("gbps.toml", "[cluster]\ninter_node_gbps = true\n");
+  BOOST_TEST(e.find("gbps.toml:2:19: error: 'inter_node_gbps' must be a number") != std::string::npos, e);
+  e = error_of("notable.toml", "runtime = 3\n");
+  BOOST_TEST(e.find("notable.toml:1:11: error: 'runtime' must be a table") != std::string::npos, e);
+}
+
+BOOST_AUTO_TEST_CASE(syntax_error_and_missing_file) {
+  const std::string e = error_of("syntax.toml", "[runtime]\nthreads = = 3\n");
+  BOOST_TEST(e.find("syntax.toml:2:") != std::string::npos, e);
+  BOOST_TEST(e.find(": error: ") != std::string::npos, e);
+  BOOST_CHECK_THROW(load_runtime_config("/nonexistent/maestro.toml"), ConfigError);
+}

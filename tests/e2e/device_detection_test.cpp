@@ -1,0 +1,45 @@
+// The device probes behind `backend = "auto"` and `transport = "auto"`
+// agree with what the kernel exposes on this machine (here: no GPU, no HCA),
+// and never crash when there is nothing to find.
+#include <boost/test/unit_test.hpp>
+
+#include <filesystem>
+#include <regex>
+
+#include "gpu/device_query.h"
+#include "rdma/devices.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+// /dev/nvidia0, /dev/nvidia1, ...: one per GPU the driver exposes.
+int nvidia_device_nodes() {
+  int n = 0;
+  if (!fs::exists("/dev")) return 0;
+  for (const auto& e : fs::directory_iterator("/dev"))
+    if (std::regex_match(e.path().filename().string(), std::regex("nvidia[0-9]+"))) ++n;
+  return n;
+}
+
+size_t infiniband_devices() {
+  if (!fs::exists("/sys/class/infiniband")) return 0;
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/sys/class/infiniband")) ++n;
+  return n;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(device_detection)
+
+BOOST_AUTO_TEST_CASE(cuda_device_count_matches_dev_nodes) {
+  BOOST_TEST(maestro::cuda_device_count() == nvidia_device_nodes());
+  BOOST_TEST(maestro::cuda_device_count() == maestro::cuda_device_count());  // a second call after a failed one
+}
+
+BOOST_AUTO_TEST_CASE(rdma_device_names_match_sysfs) {
+  const auto names = maestro::rdma_device_names();
+  BOOST_TEST(names.size() == infiniband_devices());
+  for (const auto& name : names) BOOST_TEST(fs::exists("/sys/class/infiniband/" + name));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,171 @@
+// Parameter, FLOP and memory counts (graph/model_tensors.h, graph/counts.h)
+// against published parameter totals and hand computations on tiny models.
+#define BOOST_TEST_MODULE graph
+#include <boost/test/unit_test.hpp>
+
+#include "graph/counts.h"
+#include "graph/model_tensors.h"
+
+using namespace maestro;
+
+namespace {
+
+ModelSpec transformer(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn, int64_t vocab) {
+  TransformerSpec t;
+  t.layers = layers, t.hidden = hidden, t.heads = heads, t.kv_heads = kv_heads, t.ffn = ffn, t.vocab = vocab;
+  return {"transformer", t};
+}
+
+ModelSpec vit(int64_t layers, int64_t hidden, int64_t heads, int64_t ffn, int64_t patch, int64_t image) {
+  VitSpec v;
+  v.layers = layers, v.hidden = hidden, v.heads = heads, v.ffn = ffn, v.patch = patch, v.image = image;
+  return {"vit", v};
+}
+
+// transformer(layers:1, hidden:8, heads:2, kv_heads:1, ffn:16, vocab:10): head_dim 4, k/v width 4.
+ModelSpec tiny_transformer() { return transformer(1, 8, 2, 1, 16, 10); }
+
+const TensorShape& tensor(const std::vector<TensorShape>& ts, const std::string& name) {
+  for (const auto& t : ts)
+    if (t.name == name) return t;
+  BOOST_FAIL("no tensor " + name);
+  return ts.front();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(parameters)
+
+BOOST_AUTO_TEST_CASE(llama2_7b_has_6738415616) {
+  BOOST_TEST(parameter_count(transformer(32, 4096, 32, 32, 11008, 32000)) == 6'738'415'616);
+}
+
+BOOST_AUTO_TEST_CASE(clip_vit_l14_336_has_303507456) {
+  BOOST_TEST(parameter_count(vit(24, 1024, 16, 4096, 14, 336)) == 303'507'456);
+}
+
+BOOST_AUTO_TEST_CASE(tiny_transformer_tensors) {
+  const auto ts = model_tensors(tiny_transformer());
+  BOOST_TEST(ts.size() == 1u + 9u + 2u);
+  BOOST_TEST(ts.front().name == "model.embed_tokens.weight");
+  BOOST_TEST(ts.back().name == "lm_head.weight");
+  BOOST_TEST(tensor(ts, "model.embed_tokens.weight").shape == (std::vector<int64_t>{10, 8}));
+  BOOST_TEST(tensor(ts, "model.layers.0.self_attn.q_proj.weight").shape == (std::vector<int64_t>{8, 8}));
+  BOOST_TEST(tensor(ts, "model.layers.0.self_attn.k_proj.weight").shape == (std::vector<int64_t>{4, 8}));
+  BOOST_TEST(tensor(ts, "model.layers.0.self_attn.v_proj.weight").shape == (std::vector<int64_t>{4, 8}));
+  BOOST_TEST(tensor(ts, "model.layers.0.mlp.down_proj.weight").shape == (std::vector<int64_t>{8, 16}));
+  BOOST_TEST(tensor(ts, "model.layers.0.mlp.gate_proj.weight").shape == (std::vector<int64_t>{16, 8}));
+  BOOST_TEST(tensor(ts, "model.norm.weight").shape == (std::vector<int64_t>{8}));
+  // 80 embed + (8 + 64 + 32 + 32 + 64 + 8 + 3·128) layer + 8 norm + 80 head
+  BOOST_TEST(parameter_count(tiny_transformer()) == 760);
+}
+
+BOOST_AUTO_TEST_CASE(tiny_vit_tensors) {
+  const ModelSpec m = vit(1, 4, 2, 8, 2, 4);  // 4 patches per image
+  const auto ts = model_tensors(m);
+  BOOST_TEST(tensor(ts, "vision_model.embeddings.patch_embedding.weight").shape == (std::vector<int64_t>{4, 3, 2, 2}));
+  BOOST_TEST(tensor(ts, "vision_model.embeddings.position_embedding.weight").shape == (std::vector<int64_t>{5, 4}));
+  BOOST_TEST(tensor(ts, "vision_model.embeddings.class_embedding").shape == (std::vector<int64_t>{4}));
+  BOOST_TEST(tensor(ts, "vision_model.pre_layrnorm.bias").shape == (std::vector<int64_t>{4}));
+  BOOST_TEST(tensor(ts, "vision_model.encoder.layers.0.mlp.fc1.weight").shape == (std::vector<int64_t>{8, 4}));
+  BOOST_TEST(tensor(ts, "vision_model.encoder.layers.0.self_attn.out_proj.bias").shape == (std::vector<int64_t>{4}));
+  BOOST_TEST(tensor(ts, "vision_model.post_layernorm.weight").shape == (std::vector<int64_t>{4}));
+  // 4 + 48 + 20 + 8 + (4·20 + 8 + 40 + 36 + 8) + 8
+  BOOST_TEST(parameter_count(m) == 260);
+}
+
+BOOST_AUTO_TEST_CASE(tiny_audio_and_mlp_tensors) {
+  AudioEncoderSpec a;
+  a.layers = 1, a.hidden = 4, a.heads = 2, a.ffn = 8, a.mel_bins = 3, a.frames_per_token = 2;
+  const auto ts = model_tensors({"audio_encoder", a});
+  BOOST_TEST(tensor(ts, "encoder.embed_frames.weight").shape == (std::vector<int64_t>{4, 6}));
+  for (const auto& t : ts) BOOST_TEST(t.name != "encoder.layers.0.self_attn.k_proj.bias");
+  // frame embedding 24 + 4; layer: 4·16 matrices, 3·4 biases (no k bias), 2·8 norms, fc1 40, fc2 36; final norm 8
+  BOOST_TEST(parameter_count({"audio_encoder", a}) == 204);
+
+  MlpSpec m;
+  m.in = 3, m.out = 5, m.hidden = 7, m.layers = 3;
+  const auto ms = model_tensors({"mlp", m});
+  BOOST_TEST(ms.size() == 6u);
+  BOOST_TEST(tensor(ms, "layers.0.weight").shape == (std::vector<int64_t>{7, 3}));
+  BOOST_TEST(tensor(ms, "layers.1.weight").shape == (std::vector<int64_t>{7, 7}));
+  BOOST_TEST(tensor(ms, "layers.2.weight").shape == (std::vector<int64_t>{5, 7}));
+  BOOST_TEST(tensor(ms, "layers.2.bias").shape == (std::vector<int64_t>{5}));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(flops)
+
+BOOST_AUTO_TEST_CASE(tiny_transformer_by_hand) {
+  // per token: 2·(q 64 + o 64 + k 32 + v 32 + gate/up/down 3·128) = 1152; 3 tokens = 3456;
+  // causal attention 2·s²·h = 144; LM head 2·8·10·3 = 480.
+  BOOST_TEST(forward_flops(tiny_transformer(), 3) == 4080.0);
+  BOOST_TEST(forward_flops(tiny_transformer(), std::vector<int64_t>{3, 3}) == 8160.0);
+  TransformerSpec bidirectional = std::get<TransformerSpec>(tiny_transformer().spec);
+  bidirectional.causal = false;
+  BOOST_TEST(forward_flops({"t", bidirectional}, 3) == 4080.0 + 144.0);
+}
+
+BOOST_AUTO_TEST_CASE(tiny_vit_by_hand) {
+  // one image = 4 emitted tokens, 5 positions with the class token:
+  // patch embedding 2·12·4·4 = 384; layer 2·(4·16 + 2·32)·5 = 1280; attention 4·25·4 = 400.
+  const ModelSpec m = vit(1, 4, 2, 8, 2, 4);
+  BOOST_TEST(forward_flops(m, 4) == 2064.0);
+  BOOST_TEST(forward_flops(m, 8) == 2 * 2064.0);  // two images
+}
+
+BOOST_AUTO_TEST_CASE(linear_flops_are_twice_the_matmul_parameters) {
+  // Llama-2-7B, one token: 2 × (params − embedding − norms), plus 2·h per layer of attention.
+  const ModelSpec m = transformer(32, 4096, 32, 32, 11008, 32000);
+  const double matmul_params = 6'738'415'616.0 - 32000.0 * 4096 - (2 * 32 + 1) * 4096.0;
+  BOOST_TEST(forward_flops(m, 1) == 2 * matmul_params + 32 * 2 * 4096.0);
+}
+
+BOOST_AUTO_TEST_CASE(section_backward_and_recompute) {
+  Section s;
+  s.model = tiny_transformer();
+  const SectionFlops train = section_flops(s, {3});
+  BOOST_TEST(train.backward == 2 * train.forward);
+  BOOST_TEST(train.recompute == 0.0);
+  s.recompute = true;
+  BOOST_TEST(section_flops(s, {3}).total() == 4 * 4080.0);
+  s.mode = Mode::Frozen;
+  BOOST_TEST(section_flops(s, {3}).total() == 4080.0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(memory)
+
+BOOST_AUTO_TEST_CASE(one_plan_by_hand) {
+  Section s;
+  s.model = tiny_transformer();  // 760 parameters
+  // bf16 train: 2 B weights, 4 B grads, 4 + 8 B master + Adam.
+  // activations: per layer 6·8 + 2·4 + 3·16 = 104, outside 2·8 + 10 = 26 → 130 elements · 2 B · 3 tokens = 780,
+  // attention probabilities 1 layer · 2 heads · 3² · 2 B = 36.
+  SectionMemory m = memory_per_device(s, 1, 1, {3}, Precision::BF16);
+  BOOST_TEST(m.weights == 1520);
+  BOOST_TEST(m.gradients == 3040);
+  BOOST_TEST(m.optimizer == 9120);
+  BOOST_TEST(m.activations == 816);
+  BOOST_TEST(m.weights + m.gradients + m.optimizer == 18 * 760);
+  m = memory_per_device(s, 2, 1, {3}, Precision::BF16);
+  BOOST_TEST(m.total() == (1520 + 3040 + 9120 + 816) / 2);
+  // fp32 train: 16 B per parameter
+  m = memory_per_device(s, 1, 1, {3}, Precision::FP32);
+  BOOST_TEST(m.weights + m.gradients + m.optimizer == 16 * 760);
+  // frozen: weights only; activations of one layer plus the output, probabilities of one layer
+  s.mode = Mode::Frozen;
+  m = memory_per_device(s, 1, 1, {3}, Precision::BF16);
+  BOOST_TEST(m.gradients == 0);
+  BOOST_TEST(m.optimizer == 0);
+  BOOST_TEST(m.weights == 1520);
+  BOOST_TEST(m.activations == 780 + 36);
+  // recompute keeps only layer inputs: (8 + 26) elements · 2 B · 3 tokens
+  s.mode = Mode::Train;
+  s.recompute = true;
+  BOOST_TEST(memory_per_device(s, 1, 1, {3}, Precision::BF16).activations == 34 * 2 * 3);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
