@@ -16,8 +16,6 @@ int SectionGraph::find(const std::string& name) const {
   return -1;
 }
 
-bool SectionGraph::active(int node, ModalitySet sample) const { return section(node).when.eval(sample); }
-
 bool SectionGraph::carries(int edge, ModalitySet sample) const {
   return active(edges[edge].from, sample) && active(edges[edge].to, sample);
 }
@@ -78,7 +76,17 @@ SectionGraph build_graph(const Program& program) {
     g.topo_order.push_back(next);
     for (int e : g.nodes[next].consumers) --pending[g.edges[e].to];
   }
-  for (int n : g.topo_order) {
+  for (int n : g.topo_order) {  // producers first: their masks are final
+    const Section& s = g.section(n);
+    for (uint32_t bits = 0; bits < (1u << kNumModalities); ++bits) {
+      const ModalitySet m{uint8_t(bits)};
+      bool on = s.when.eval(m);
+      if (on && s.consumes.empty() && !g.nodes[n].producers.empty()) {
+        on = false;
+        for (int e : g.nodes[n].producers) on = on || g.active(g.edges[e].from, m);
+      }
+      if (on) g.nodes[n].active_mask |= 1u << bits;
+    }
     for (int e : g.nodes[n].producers)
       if (g.edges[e].kind == FlowKind::Activations) g.nodes[n].touches.bits |= g.nodes[g.edges[e].from].touches.bits;
     if (g.nodes[n].has_loss) g.loss_sections.push_back(n);

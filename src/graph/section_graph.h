@@ -25,6 +25,7 @@ struct SectionNode {
   ModalitySet touches;         // its `consumes` plus what reaches it through activations flows
   bool has_loss = false;
   int64_t params = 0;
+  uint32_t active_mask = 0;    // bit b: active on a sample whose modality set has bits b
 };
 
 // The sizes of one sample a section's token count depends on (a Sample's
@@ -43,8 +44,13 @@ struct SectionGraph {
 
   const Section& section(int node) const { return program->sections[node]; }
   int find(const std::string& name) const;  // -1 when absent
-  // The section's `when` holds on a sample with these modalities.
-  bool active(int node, ModalitySet sample) const;
+  // The section runs on a sample with these modalities: its `when` holds,
+  // and — for a section that consumes no modality of its own but has
+  // producers (a projector) — at least one producer is active: a projector
+  // whose `when` defaults to "always" has nothing to project on a sample no
+  // encoder ran on. The one rule the planner, the scheduler and the runtime
+  // share.
+  bool active(int node, ModalitySet sample) const { return (nodes[node].active_mask >> sample.bits) & 1u; }
   // The edge's producer output reaches its consumer: both are active.
   bool carries(int edge, ModalitySet sample) const;
   // Tokens of the sample in the section (architecture.md "Definitions"):

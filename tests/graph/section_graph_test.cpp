@@ -98,8 +98,11 @@ BOOST_AUTO_TEST_CASE(activity_and_flows) {
   BOOST_TEST(g.active(g.find("llm"), text));
   BOOST_TEST(!g.active(g.find("vision"), text));
   BOOST_TEST(g.active(g.find("vision"), image_text));
-  BOOST_TEST(g.active(g.find("vision_proj"), text));  // no `when`: always active ...
-  BOOST_TEST(!g.carries(0, text));                    // ... but vision feeds it nothing on text samples
+  // A projector's `when` is "always", but it runs only where a producer does.
+  BOOST_TEST(!g.active(g.find("vision_proj"), text));
+  BOOST_TEST(g.active(g.find("vision_proj"), image_text));
+  BOOST_TEST(!g.active(g.find("audio_proj"), image_text));
+  BOOST_TEST(!g.carries(0, text));
   BOOST_TEST(g.carries(0, image_text));
 }
 

@@ -1,0 +1,503 @@
+// The CPU backend (cpu_backend.h). Shapes are in nn/backend.h's comments;
+// here: how each op is computed, and why it is deterministic.
+#include "cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include "cpu/thread_pool.h"
+
+namespace maestro {
+
+namespace {
+
+constexpr int64_t kElementGrain = 1 << 14;  // elements per chunk of an elementwise kernel
+constexpr int64_t kReduceBlock = 1 << 12;   // elements per partial of a reduction (fixed: thread-count free)
+
+// Rows per chunk so that a chunk holds about kElementGrain elements.
+int64_t row_grain(int64_t C) { return std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, C)); }
+
+// Scratch that grows and is reused; one per thread, so replicas calling the
+// backend from different threads never share it.
+float* scratch(int slot, size_t n) {
+  thread_local std::vector<float> buffers[3];
+  auto& b = buffers[slot];
+  if (b.size() < n) b.resize(n);
+  return b.data();
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads)
+      : pool_(threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()))) {
+    openblas_set_num_threads(pool_.threads());
+  }
+
+  const char* name() const override { return "cpu"; }
+
+  // ---- memory ---------------------------------------------------------------
+  float* allocate(size_t floats) override {
+    const size_t bytes = std::max<size_t>(64, (floats * sizeof(float) + 63) / 64 * 64);
+    auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  void release(float* p) override { std::free(p); }
+  void zero(float* p, size_t n) override {
+    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) { std::memset(p + b, 0, (e - b) * sizeof(float)); });
+  }
+  void copy(float* dst, const float* src, size_t n) override {
+    if (dst == src) return;
+    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) { std::memmove(dst + b, src + b, (e - b) * sizeof(float)); });
+  }
+  void add(float* out, const float* a, const float* b_, size_t n) override {
+    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = a[i] + b_[i];
+    });
+  }
+  void accumulate(float* dst, const float* src, size_t n) override {
+    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dst[i] += src[i];
+    });
+  }
+  void scale(float* p, float s, size_t n) override {
+    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] *= s;
+    });
+  }
+  // Partials over fixed blocks, summed in block order.
+  double sq_norm(const float* p, size_t n) override {
+    const int64_t blocks = (int64_t(n) + kReduceBlock - 1) / kReduceBlock;
+    std::vector<double> partial(size_t(blocks), 0.0);
+    pool_.parallel_for(blocks, 4, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        const int64_t end = std::min<int64_t>(int64_t(n), (k + 1) * kReduceBlock);
+        double s = 0;
+        for (int64_t i = k * kReduceBlock; i < end; ++i) s += double(p[i]) * p[i];
+        partial[size_t(k)] = s;
+      }
+    });
+    double s = 0;
+    for (double x : partial) s += x;
+    return s;
+  }
+
+  // ---- embedding --------------------------------------------------------------
+  void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t N, int64_t C) override {
+    pool_.parallel_for(N, row_grain(C), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) std::memcpy(out + i * C, table + int64_t(tokens[i]) * C, C * sizeof(float));
+    });
+  }
+  // A token may repeat: split the columns, and each column sums its rows in order.
+  void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C) override {
+    pool_.parallel_for(C, 64, [&](int64_t c0, int64_t c1) {
+      for (int64_t i = 0; i < N; ++i) {
+        float* d = dtable + int64_t(tokens[i]) * C;
+        const float* g = dout + i * C;
+        for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
+      }
+    });
+  }
+
+  // ---- linear ---------------------------------------------------------------------
+  void linear_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t C,
+                      int64_t OC) override {
+    // out[N,OC] = inp[N,C] · w[OC,C]ᵀ
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(N), int(OC), int(C), 1.0f, inp, int(C), w, int(C), 0.0f,
+                out, int(OC));
+    if (bias)
+      pool_.parallel_for(N, row_grain(OC), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i)
+          for (int64_t o = 0; o < OC; ++o) out[i * OC + o] += bias[o];
+      });
+  }
+  void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+                       int64_t N, int64_t C, int64_t OC) override {
+    if (N == 0) return;
+    // dinp[N,C] += dout[N,OC] · w[OC,C]
+    if (dinp)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), int(C), int(OC), 1.0f, dout, int(OC), w, int(C),
+                  1.0f, dinp, int(C));
+    // dw[OC,C] += dout[N,OC]ᵀ · inp[N,C]
+    if (dw)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(OC), int(C), int(N), 1.0f, dout, int(OC), inp, int(C),
+                  1.0f, dw, int(C));
+    // dbias[OC] += Σ_rows dout, each column summing its rows in order
+    if (dbias)
+      pool_.parallel_for(OC, 64, [&](int64_t o0, int64_t o1) {
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t o = o0; o < o1; ++o) dbias[o] += dout[i * OC + o];
+      });
+  }
+
+  // ---- norms ------------------------------------------------------------------------
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+                       float eps) override {
+    pool_.parallel_for(N, row_grain(C), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float* x = inp + i * C;
+        float ss = 0;
+        for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
+        const float r = 1.0f / std::sqrt(ss / float(C) + eps);
+        rstd[i] = r;
+        float* o = out + i * C;
+        for (int64_t c = 0; c < C; ++c) o[c] = x[c] * r * w[c];
+      }
+    });
+  }
+  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                        const float* rstd, int64_t N, int64_t C) override {
+    // dx = r·(dy∘w) − x·r³·mean(dy∘w∘x);  dw = Σ_rows dy∘x·r
+    if (dinp)
+      pool_.parallel_for(N, row_grain(C), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const float *x = inp + i * C, *dy = dout + i * C;
+          const float r = rstd[i];
+          float dot = 0;
+          for (int64_t c = 0; c < C; ++c) dot += dy[c] * w[c] * x[c];
+          const float k = r * r * r * dot / float(C);
+          float* dx = dinp + i * C;
+          for (int64_t c = 0; c < C; ++c) dx[c] += r * dy[c] * w[c] - k * x[c];
+        }
+      });
+    if (dw)
+      pool_.parallel_for(C, 64, [&](int64_t c0, int64_t c1) {
+        for (int64_t i = 0; i < N; ++i) {
+          const float *x = inp + i * C, *dy = dout + i * C;
+          const float r = rstd[i];
+          for (int64_t c = c0; c < c1; ++c) dw[c] += dy[c] * x[c] * r;
+        }
+      });
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b_,
+                         int64_t N, int64_t C, float eps) override {
+    pool_.parallel_for(N, row_grain(C), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float* x = inp + i * C;
+        float m = 0;
+        for (int64_t c = 0; c < C; ++c) m += x[c];
+        m /= float(C);
+        float v = 0;
+        for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+        v /= float(C);
+        const float r = 1.0f / std::sqrt(v + eps);
+        mean[i] = m;
+        rstd[i] = r;
+        float* o = out + i * C;
+        for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * r * w[c] + b_[c];
+      }
+    });
+  }
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                          const float* mean, const float* rstd, int64_t N, int64_t C) override {
+    // x̂ = (x−m)·r, g = dy∘w:  dx = r·(g − mean(g) − x̂·mean(g∘x̂))
+    if (dinp)
+      pool_.parallel_for(N, row_grain(C), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const float *x = inp + i * C, *dy = dout + i * C;
+          const float m = mean[i], r = rstd[i];
+          float s1 = 0, s2 = 0;
+          for (int64_t c = 0; c < C; ++c) {
+            const float g = dy[c] * w[c];
+            s1 += g;
+            s2 += g * (x[c] - m) * r;
+          }
+          s1 /= float(C);
+          s2 /= float(C);
+          float* dx = dinp + i * C;
+          for (int64_t c = 0; c < C; ++c) dx[c] += r * (dy[c] * w[c] - s1 - (x[c] - m) * r * s2);
+        }
+      });
+    if (dw || db)
+      pool_.parallel_for(C, 64, [&](int64_t c0, int64_t c1) {
+        for (int64_t i = 0; i < N; ++i) {
+          const float *x = inp + i * C, *dy = dout + i * C;
+          const float m = mean[i], r = rstd[i];
+          for (int64_t c = c0; c < c1; ++c) {
+            if (dw) dw[c] += dy[c] * (x[c] - m) * r;
+            if (db) db[c] += dy[c];
+          }
+        }
+      });
+  }
+
+  // ---- rotary -------------------------------------------------------------------------
+  void rope_forward(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta) override {
+    rotate(x, pos, N, H, D, theta, 1.0f);
+  }
+  void rope_backward(float* dx, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta) override {
+    rotate(dx, pos, N, H, D, theta, -1.0f);
+  }
+
+  // ---- attention ------------------------------------------------------------------------
+  // Per (sequence, head): S = q·kᵀ/√D with sgemm on strided views, masked
+  // softmax row by row (rows in parallel), out = P·v with sgemm. Causal rows
+  // compute the full S and zero P above the diagonal.
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                         const int32_t* cu, int64_t n_seq, int64_t N, int64_t H, int64_t KV, int64_t D,
+                         bool causal) override {
+    (void)N;
+    const float sc = 1.0f / std::sqrt(float(D));
+    const int64_t group = H / KV;
+    for (int64_t s = 0; s < n_seq; ++s) {
+      const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
+      if (L == 0) continue;
+      float* P = scratch(0, size_t(L * L));
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t kh = h / group;
+        const float* qh = q + t0 * H * D + h * D;
+        const float* kk = k + t0 * KV * D + kh * D;
+        const float* vv = v + t0 * KV * D + kh * D;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(L), int(L), int(D), sc, qh, int(H * D), kk,
+                    int(KV * D), 0.0f, P, int(L));
+        pool_.parallel_for(L, std::max<int64_t>(1, 4096 / L), [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) {
+            float* row = P + i * L;
+            const int64_t end = causal ? i + 1 : L;
+            float mx = row[0];
+            for (int64_t j = 1; j < end; ++j) mx = std::max(mx, row[j]);
+            float sum = 0;
+            for (int64_t j = 0; j < end; ++j) {
+              row[j] = std::exp(row[j] - mx);
+              sum += row[j];
+            }
+            const float inv = 1.0f / sum;
+            for (int64_t j = 0; j < end; ++j) row[j] *= inv;
+            for (int64_t j = end; j < L; ++j) row[j] = 0.0f;
+            lse[(t0 + i) * H + h] = mx + std::log(sum);
+          }
+        });
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(L), int(D), int(L), 1.0f, P, int(L), vv,
+                    int(KV * D), 0.0f, out + t0 * H * D + h * D, int(H * D));
+      }
+    }
+  }
+  // P = exp(S − lse) recomputed; dv += Pᵀ·dO; dP = dO·vᵀ; dS = P∘(dP − rowsum(dO∘O));
+  // dq += dS·k/√D; dk += dSᵀ·q/√D. Heads sharing a kv head accumulate in turn.
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                          const float* q, const float* k, const float* v, const int32_t* cu, int64_t n_seq,
+                          int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
+    (void)N;
+    const float sc = 1.0f / std::sqrt(float(D));
+    const int64_t group = H / KV;
+    for (int64_t s = 0; s < n_seq; ++s) {
+      const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
+      if (L == 0) continue;
+      float* P = scratch(0, size_t(L * L));
+      float* dP = scratch(1, size_t(L * L));
+      float* Dr = scratch(2, size_t(L));
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t kh = h / group;
+        const float* qh = q + t0 * H * D + h * D;
+        const float* kk = k + t0 * KV * D + kh * D;
+        const float* vv = v + t0 * KV * D + kh * D;
+        const float* doh = dout + t0 * H * D + h * D;
+        const float* oh = out + t0 * H * D + h * D;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(L), int(L), int(D), sc, qh, int(H * D), kk,
+                    int(KV * D), 0.0f, P, int(L));
+        if (dv || dq || dk)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(L), int(L), int(D), 1.0f, doh, int(H * D), vv,
+                      int(KV * D), 0.0f, dP, int(L));
+        pool_.parallel_for(L, std::max<int64_t>(1, 4096 / L), [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) {
+            float* row = P + i * L;
+            float* drow = dP + i * L;
+            const int64_t end = causal ? i + 1 : L;
+            const float l = lse[(t0 + i) * H + h];
+            float di = 0;
+            for (int64_t d = 0; d < D; ++d) di += doh[i * H * D + d] * oh[i * H * D + d];
+            Dr[i] = di;
+            for (int64_t j = 0; j < end; ++j) {
+              row[j] = std::exp(row[j] - l);
+              drow[j] = row[j] * (drow[j] - di);
+            }
+            for (int64_t j = end; j < L; ++j) row[j] = drow[j] = 0.0f;
+          }
+        });
+        if (dv)
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(L), int(D), int(L), 1.0f, P, int(L), doh,
+                      int(H * D), 1.0f, dv + t0 * KV * D + kh * D, int(KV * D));
+        if (dq)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(L), int(D), int(L), sc, dP, int(L), kk,
+                      int(KV * D), 1.0f, dq + t0 * H * D + h * D, int(H * D));
+        if (dk)
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(L), int(D), int(L), sc, dP, int(L), qh,
+                      int(H * D), 1.0f, dk + t0 * KV * D + kh * D, int(KV * D));
+      }
+    }
+  }
+
+  // ---- activations ------------------------------------------------------------------------
+  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
+    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    });
+  }
+  // silu'(g) = σ(g)·(1 + g·(1 − σ(g)))
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                       size_t n) override {
+    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float g = gate[i], sg = 1.0f / (1.0f + std::exp(-g));
+        if (dgate) dgate[i] += dout[i] * up[i] * sg * (1.0f + g * (1.0f - sg));
+        if (dup) dup[i] += dout[i] * g * sg;
+      }
+    });
+  }
+  void gelu_forward(float* out, const float* inp, size_t n) override {
+    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+      }
+    });
+  }
+  void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) override {
+    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float x = inp[i], u = kGeluScale * (x + 0.044715f * x * x * x), t = std::tanh(u);
+        const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+      }
+    });
+  }
+
+  // ---- patches ------------------------------------------------------------------------------
+  void im2col_patches(float* patches, const float* pixels, int64_t I, int64_t Ch, int64_t S, int64_t p) override {
+    const int64_t g = S / p, row = Ch * p * p;
+    pool_.parallel_for(I * g * g, row_grain(row), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t img = r / (g * g), py = (r / g) % g, px = r % g;
+        float* dst = patches + r * row;
+        for (int64_t c = 0; c < Ch; ++c)
+          for (int64_t dy = 0; dy < p; ++dy)
+            std::memcpy(dst + (c * p + dy) * p, pixels + ((img * Ch + c) * S + py * p + dy) * S + px * p,
+                        p * sizeof(float));
+      }
+    });
+  }
+
+  // ---- losses ---------------------------------------------------------------------------------
+  double cross_entropy(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                       float scale) override {
+    std::vector<double> row_loss(size_t(N), 0.0);
+    pool_.parallel_for(N, std::max<int64_t>(1, kElementGrain / V), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if (targets[i] < 0) continue;
+        const float* x = logits + i * V;
+        float mx = x[0];
+        for (int64_t j = 1; j < V; ++j) mx = std::max(mx, x[j]);
+        double sum = 0;
+        for (int64_t j = 0; j < V; ++j) sum += std::exp(double(x[j] - mx));
+        const double log_z = double(mx) + std::log(sum);
+        row_loss[size_t(i)] = log_z - double(x[targets[i]]);
+        if (dlogits) {
+          float* d = dlogits + i * V;
+          const float lz = float(log_z);
+          for (int64_t j = 0; j < V; ++j) d[j] += scale * std::exp(x[j] - lz);
+          d[targets[i]] -= scale;
+        }
+      }
+    });
+    double total = 0;
+    for (double l : row_loss) total += l;
+    return total;
+  }
+  double kl_divergence(float* dstudent, const float* student, const float* teacher, const int32_t* targets,
+                       int64_t N, int64_t V, float T, float scale) override {
+    std::vector<double> row_loss(size_t(N), 0.0);
+    pool_.parallel_for(N, std::max<int64_t>(1, kElementGrain / V), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if (targets[i] < 0) continue;
+        const float *xs = student + i * V, *xt = teacher + i * V;
+        float ms = xs[0], mt = xt[0];
+        for (int64_t j = 1; j < V; ++j) {
+          ms = std::max(ms, xs[j]);
+          mt = std::max(mt, xt[j]);
+        }
+        double zs = 0, zt = 0;
+        for (int64_t j = 0; j < V; ++j) {
+          zs += std::exp(double(xs[j] - ms) / T);
+          zt += std::exp(double(xt[j] - mt) / T);
+        }
+        const double lzs = std::log(zs), lzt = std::log(zt);
+        double kl = 0;
+        for (int64_t j = 0; j < V; ++j) {
+          const double log_ps = double(xs[j] - ms) / T - lzs, log_pt = double(xt[j] - mt) / T - lzt;
+          const double pt = std::exp(log_pt);
+          kl += pt * (log_pt - log_ps);
+          if (dstudent) dstudent[i * V + j] += float(double(scale) * T * (std::exp(log_ps) - pt));
+        }
+        row_loss[size_t(i)] = double(T) * T * kl;
+      }
+    });
+    double total = 0;
+    for (double l : row_loss) total += l;
+    return total;
+  }
+
+  // ---- optimizer ------------------------------------------------------------------------------
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
+             float weight_decay, int64_t t) override {
+    const float c1 = float(1.0 - std::pow(double(beta1), double(t)));
+    const float c2 = float(1.0 - std::pow(double(beta2), double(t)));
+    const float decay = 1.0f - lr * weight_decay;
+    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        p[i] *= decay;
+        m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
+        v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+        p[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+      }
+    });
+  }
+
+  void set_threads(int threads) override {
+    (void)threads;  // the pool is sized at construction; make a new backend to change it
+  }
+  int threads() const override { return pool_.threads(); }
+
+ private:
+  static constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/π)
+
+  // angle = pos·θ^(−2i/D); sign −1 rotates back (the gradient of a rotation).
+  void rotate(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign) {
+    const int64_t half = D / 2;
+    std::vector<double> inv_freq(static_cast<size_t>(half));
+    for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(double(theta), -2.0 * double(i) / double(D));
+    pool_.parallel_for(N, row_grain(H * D), [&](int64_t b, int64_t e) {
+      std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+      for (int64_t n = b; n < e; ++n) {
+        for (int64_t i = 0; i < half; ++i) {
+          const double a = double(pos[n]) * inv_freq[size_t(i)];
+          cs[size_t(i)] = float(std::cos(a));
+          sn[size_t(i)] = sign * float(std::sin(a));
+        }
+        for (int64_t h = 0; h < H; ++h) {
+          float* r = x + (n * H + h) * D;
+          for (int64_t i = 0; i < half; ++i) {
+            const float x0 = r[i], x1 = r[i + half];
+            r[i] = x0 * cs[size_t(i)] - x1 * sn[size_t(i)];
+            r[i + half] = x1 * cs[size_t(i)] + x0 * sn[size_t(i)];
+          }
+        }
+      }
+    });
+  }
+
+  ThreadPool pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+
+}  // namespace maestro

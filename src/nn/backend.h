@@ -1,0 +1,126 @@
+// Backend: the ops the models are written against, once, so that a CUDA
+// backend can plug in beside the CPU one (cpu/cpu_backend.h). Every op works
+// on raw fp32 row-major buffers the backend allocated; every buffer's shape
+// is in the comment. Forward ops write (=) their outputs; backward ops
+// ACCUMULATE (+=) into every gradient they produce, llm.c style, so a
+// caller zeroes a gradient buffer once and several uses sum into it. A
+// gradient pointer may be null when that gradient is not wanted (frozen
+// weights, raw inputs).
+//
+// Packed variable-length sequences: N tokens of n_seq sequences laid end to
+// end, sequence s occupying rows [cu_seqlens[s], cu_seqlens[s+1]) — no
+// padding. Attention never crosses a sequence boundary.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace maestro {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // ---- memory -----------------------------------------------------------
+  // Zero-filled, 64-byte aligned; freed by release().
+  virtual float* allocate(size_t floats) = 0;
+  virtual void release(float* p) = 0;
+  virtual void zero(float* p, size_t n) = 0;
+  virtual void copy(float* dst, const float* src, size_t n) = 0;  // dst = src
+  virtual void add(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b
+  virtual void accumulate(float* dst, const float* src, size_t n) = 0;     // dst += src
+  virtual void scale(float* p, float s, size_t n) = 0;                    // p *= s
+  virtual double sq_norm(const float* p, size_t n) = 0;                   // sum p^2 (in double)
+
+  // ---- embedding --------------------------------------------------------
+  // out[N,C] = table[tokens[i]]            tokens[N] in [0,V), table[V,C]
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t N, int64_t C) = 0;
+  // dtable[V,C] += dout rows scattered by tokens
+  virtual void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C) = 0;
+
+  // ---- linear: out = inp · wᵀ + bias ------------------------------------
+  // out[N,OC], inp[N,C], w[OC,C] (PyTorch nn.Linear layout), bias[OC] or null
+  virtual void linear_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t C,
+                              int64_t OC) = 0;
+  // dinp[N,C] += dout·w, dw[OC,C] += doutᵀ·inp, dbias[OC] += Σ_rows dout; each may be null
+  virtual void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                               const float* w, int64_t N, int64_t C, int64_t OC) = 0;
+
+  // ---- norms ------------------------------------------------------------
+  // RMSNorm: out = inp / sqrt(mean(inp²) + eps) * w.  out,inp[N,C], w[C], rstd[N] (saved)
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+                               float eps) = 0;
+  virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                                const float* rstd, int64_t N, int64_t C) = 0;
+  // LayerNorm: out = (inp - mean) * rstd * w + b.  out,inp[N,C], w,b[C], mean,rstd[N] (saved)
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                                 const float* b, int64_t N, int64_t C, float eps) = 0;
+  virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                                  const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
+
+  // ---- rotary position embedding ("rotate half", Llama) -----------------
+  // x[N,H,D] rotated in place: for i < D/2, angle = pos[n] * theta^(-2i/D),
+  // (x_i, x_{i+D/2}) -> (x_i cos - x_{i+D/2} sin, x_{i+D/2} cos + x_i sin).
+  // pos[N] is each token's position inside its own sequence.
+  virtual void rope_forward(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta) = 0;
+  // dx[N,H,D] in place: the inverse rotation (the gradient of a rotation).
+  virtual void rope_backward(float* dx, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta) = 0;
+
+  // ---- grouped-query attention over packed sequences ---------------------
+  // q[N,H*D], k,v[N,KV*D] (H % KV == 0; query head h reads kv head h/(H/KV)),
+  // out[N,H*D] = softmax(q·kᵀ/sqrt(D) [+ causal mask]) · v per sequence,
+  // lse[N,H] = the rows' log-sum-exp, saved for backward.
+  virtual void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                 const int32_t* cu_seqlens, int64_t n_seq, int64_t N, int64_t H, int64_t KV,
+                                 int64_t D, bool causal) = 0;
+  // dq[N,H*D], dk,dv[N,KV*D] +=; recomputes the probabilities from lse.
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                  const float* lse, const float* q, const float* k, const float* v,
+                                  const int32_t* cu_seqlens, int64_t n_seq, int64_t N, int64_t H, int64_t KV,
+                                  int64_t D, bool causal) = 0;
+
+  // ---- activations --------------------------------------------------------
+  // out[n] = silu(gate[n]) * up[n]
+  virtual void swiglu_forward(float* out, const float* gate, const float* up, size_t n) = 0;
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                               size_t n) = 0;
+  // out[n] = gelu_tanh(inp[n]) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))
+  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
+  virtual void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) = 0;
+
+  // ---- patches ------------------------------------------------------------
+  // pixels[I,Ch,S,S] -> patches[I*(S/p)², Ch*p*p], patch-major (row, column),
+  // each row ordered (channel, dy, dx) like a Conv2d weight [hidden,Ch,p,p]
+  // flattened, so patch embedding = linear_forward(patches, conv weight).
+  virtual void im2col_patches(float* patches, const float* pixels, int64_t I, int64_t Ch, int64_t S,
+                              int64_t p) = 0;
+
+  // ---- losses (fused forward + gradient, one pass over the logits) --------
+  // Cross-entropy over rows of logits[N,V] with targets[N] (a row with
+  // target < 0 is skipped). Returns Σ_rows -log softmax(row)[target] (in
+  // double) and, when dlogits[N,V] is not null, adds
+  // scale · (softmax(row) - onehot(target)) to it.
+  virtual double cross_entropy(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                               float scale) = 0;
+  // Distillation KL with temperature T over rows of student[N,V] against
+  // teacher[N,V] (rows with targets[i] < 0 skipped; targets only mask).
+  // Returns Σ_rows T² · KL(softmax(teacher/T) ‖ softmax(student/T)) and, when
+  // dstudent[N,V] is not null, adds scale · T · (softmax(student/T) - softmax(teacher/T)).
+  virtual double kl_divergence(float* dstudent, const float* student, const float* teacher,
+                               const int32_t* targets, int64_t N, int64_t V, float T, float scale) = 0;
+
+  // ---- optimizer ----------------------------------------------------------
+  // torch.optim.AdamW on n parameters: p -= lr·wd·p; m = b1 m + (1-b1) g;
+  // v = b2 v + (1-b2) g²; p -= lr · (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps).
+  // t >= 1 is the step number.
+  virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                     float eps, float weight_decay, int64_t t) = 0;
+
+  // Threads for the non-GEMM kernels and the BLAS (0 = all cores).
+  virtual void set_threads(int threads) = 0;
+  virtual int threads() const = 0;
+};
+
+}  // namespace maestro

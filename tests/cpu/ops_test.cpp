@@ -1,0 +1,369 @@
+// The CPU backend's ops: each fast fp32 kernel against the naive double
+// reference (cpu/reference_ops.h) on random inputs, forward and every
+// gradient, with gradients accumulated into non-zero buffers (the +=
+// contract); the reference's backward against central finite differences in
+// double; and bitwise-identical results with 1 and 2 threads.
+#define BOOST_TEST_MODULE cpu
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "cpu/cpu_backend.h"
+#include "cpu/reference_ops.h"
+
+using namespace maestro;
+using F = std::vector<float>;
+using Dv = std::vector<double>;
+
+namespace {
+
+F random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  F v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+Dv wide(const F& v) { return Dv(v.begin(), v.end()); }
+
+// ‖a − b‖ / ‖b‖ (‖b‖ floored at 1e-12).
+double rel(const F& a, const Dv& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num) / std::max(1e-12, std::sqrt(den));
+}
+double rel(const Dv& a, const Dv& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num) / std::max(1e-12, std::sqrt(den));
+}
+
+// Central differences of loss() with respect to every element of x,
+// compared with the analytic gradient.
+double fd_error(Dv& x, const std::function<double()>& loss, const Dv& analytic, double h = 1e-6) {
+  Dv numeric(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double keep = x[i];
+    x[i] = keep + h;
+    const double up = loss();
+    x[i] = keep - h;
+    const double down = loss();
+    x[i] = keep;
+    numeric[i] = (up - down) / (2 * h);
+  }
+  return rel(analytic, numeric);
+}
+double dot(const Dv& a, const Dv& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+constexpr double kTol = 1e-5;   // fast fp32 vs double reference
+constexpr double kFdTol = 1e-6; // reference backward vs finite differences
+
+struct Backends {
+  std::unique_ptr<Backend> one = make_cpu_backend(1), two = make_cpu_backend(2);
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(linear_forward_backward) {
+  const int64_t N = 7, C = 13, OC = 5;
+  auto be = make_cpu_backend(2);
+  F x = random(N * C, 1), w = random(OC * C, 2), b = random(OC, 3), dy = random(N * OC, 4);
+  F y(N * OC), dx = random(N * C, 5), dw = random(OC * C, 6), db = random(OC, 7);
+  Dv Y(N * OC), DX = wide(dx), DW = wide(dw), DB = wide(db);
+  be->linear_forward(y.data(), x.data(), w.data(), b.data(), N, C, OC);
+  be->linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, C, OC);
+  Dv X = wide(x), W = wide(w), B = wide(b), DY = wide(dy);
+  ref::linear_forward(Y.data(), X.data(), W.data(), B.data(), N, C, OC);
+  ref::linear_backward(DX.data(), DW.data(), DB.data(), DY.data(), X.data(), W.data(), N, C, OC);
+  BOOST_TEST(rel(y, Y) < kTol);
+  BOOST_TEST(rel(dx, DX) < kTol);
+  BOOST_TEST(rel(dw, DW) < kTol);
+  BOOST_TEST(rel(db, DB) < kTol);
+  // Null gradients are skipped.
+  be->linear_backward(nullptr, nullptr, nullptr, dy.data(), x.data(), w.data(), N, C, OC);
+  // Finite differences of Σ y·dy.
+  auto loss = [&] {
+    Dv out(N * OC);
+    ref::linear_forward(out.data(), X.data(), W.data(), B.data(), N, C, OC);
+    return dot(out, DY);
+  };
+  Dv gx(N * C), gw(OC * C), gb(OC);
+  ref::linear_backward(gx.data(), gw.data(), gb.data(), DY.data(), X.data(), W.data(), N, C, OC);
+  BOOST_TEST(fd_error(X, loss, gx) < kFdTol);
+  BOOST_TEST(fd_error(W, loss, gw) < kFdTol);
+  BOOST_TEST(fd_error(B, loss, gb) < kFdTol);
+}
+
+BOOST_AUTO_TEST_CASE(embedding_forward_backward) {
+  const int64_t N = 9, C = 6, V = 5;
+  auto be = make_cpu_backend(2);
+  std::vector<int32_t> tok{0, 3, 3, 1, 4, 0, 2, 3, 1};
+  F table = random(V * C, 1), dy = random(N * C, 2), out(N * C), dt = random(V * C, 3);
+  Dv OUT(N * C), DT = wide(dt);
+  be->embedding_forward(out.data(), tok.data(), table.data(), N, C);
+  be->embedding_backward(dt.data(), dy.data(), tok.data(), N, C);
+  Dv T = wide(table), DY = wide(dy);
+  ref::embedding_forward(OUT.data(), tok.data(), T.data(), N, C);
+  ref::embedding_backward(DT.data(), DY.data(), tok.data(), N, C);
+  BOOST_TEST(rel(out, OUT) < kTol);
+  BOOST_TEST(rel(dt, DT) < kTol);
+  Dv g(V * C);
+  ref::embedding_backward(g.data(), DY.data(), tok.data(), N, C);
+  BOOST_TEST(fd_error(T, [&] { Dv o(N * C); ref::embedding_forward(o.data(), tok.data(), T.data(), N, C); return dot(o, DY); }, g) < kFdTol);
+}
+
+BOOST_AUTO_TEST_CASE(rmsnorm_forward_backward) {
+  const int64_t N = 5, C = 11;
+  auto be = make_cpu_backend(2);
+  F x = random(N * C, 1), w = random(C, 2), dy = random(N * C, 3), y(N * C), r(N), dx = random(N * C, 4), dw = random(C, 5);
+  Dv X = wide(x), W = wide(w), DY = wide(dy), Y(N * C), R(N), DX = wide(dx), DW = wide(dw);
+  be->rmsnorm_forward(y.data(), r.data(), x.data(), w.data(), N, C, 1e-5f);
+  be->rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), r.data(), N, C);
+  ref::rmsnorm_forward(Y.data(), R.data(), X.data(), W.data(), N, C, 1e-5);
+  ref::rmsnorm_backward(DX.data(), DW.data(), DY.data(), X.data(), W.data(), R.data(), N, C);
+  BOOST_TEST(rel(y, Y) < kTol);
+  BOOST_TEST(rel(dx, DX) < kTol);
+  BOOST_TEST(rel(dw, DW) < kTol);
+  auto loss = [&] { Dv o(N * C), rr(N); ref::rmsnorm_forward(o.data(), rr.data(), X.data(), W.data(), N, C, 1e-5); return dot(o, DY); };
+  Dv gx(N * C), gw(C);
+  ref::rmsnorm_backward(gx.data(), gw.data(), DY.data(), X.data(), W.data(), R.data(), N, C);
+  BOOST_TEST(fd_error(X, loss, gx) < kFdTol);
+  BOOST_TEST(fd_error(W, loss, gw) < kFdTol);
+}
+
+BOOST_AUTO_TEST_CASE(layernorm_forward_backward) {
+  const int64_t N = 6, C = 9;
+  auto be = make_cpu_backend(2);
+  F x = random(N * C, 1), w = random(C, 2), b = random(C, 3), dy = random(N * C, 4), y(N * C), m(N), r(N);
+  F dx = random(N * C, 5), dw = random(C, 6), db = random(C, 7);
+  Dv X = wide(x), W = wide(w), B = wide(b), DY = wide(dy), Y(N * C), M(N), R(N), DX = wide(dx), DW = wide(dw), DB = wide(db);
+  be->layernorm_forward(y.data(), m.data(), r.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+  be->layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), m.data(), r.data(), N, C);
+  ref::layernorm_forward(Y.data(), M.data(), R.data(), X.data(), W.data(), B.data(), N, C, 1e-5);
+  ref::layernorm_backward(DX.data(), DW.data(), DB.data(), DY.data(), X.data(), W.data(), M.data(), R.data(), N, C);
+  BOOST_TEST(rel(y, Y) < kTol);
+  BOOST_TEST(rel(dx, DX) < kTol);
+  BOOST_TEST(rel(dw, DW) < kTol);
+  BOOST_TEST(rel(db, DB) < kTol);
+  auto loss = [&] {
+    Dv o(N * C), mm(N), rr(N);
+    ref::layernorm_forward(o.data(), mm.data(), rr.data(), X.data(), W.data(), B.data(), N, C, 1e-5);
+    return dot(o, DY);
+  };
+  Dv gx(N * C), gw(C), gb(C);
+  ref::layernorm_backward(gx.data(), gw.data(), gb.data(), DY.data(), X.data(), W.data(), M.data(), R.data(), N, C);
+  BOOST_TEST(fd_error(X, loss, gx) < kFdTol);
+  BOOST_TEST(fd_error(W, loss, gw) < kFdTol);
+  BOOST_TEST(fd_error(B, loss, gb) < kFdTol);
+}
+
+BOOST_AUTO_TEST_CASE(rope_forward_backward) {
+  const int64_t N = 7, H = 3, D = 8;
+  auto be = make_cpu_backend(2);
+  std::vector<int32_t> pos{0, 1, 2, 3, 0, 1, 2};  // two packed sequences
+  F x = random(N * H * D, 1), dy = random(N * H * D, 2);
+  Dv X = wide(x), DY = wide(dy);
+  be->rope_forward(x.data(), pos.data(), N, H, D, 10000.0f);
+  be->rope_backward(dy.data(), pos.data(), N, H, D, 10000.0f);
+  Dv Y = X, G = DY;
+  ref::rope(Y.data(), pos.data(), N, H, D, 10000.0, 1.0);
+  ref::rope(G.data(), pos.data(), N, H, D, 10000.0, -1.0);
+  BOOST_TEST(rel(x, Y) < kTol);
+  BOOST_TEST(rel(dy, G) < kTol);
+  auto loss = [&] { Dv o = X; ref::rope(o.data(), pos.data(), N, H, D, 10000.0, 1.0); return dot(o, DY); };
+  BOOST_TEST(fd_error(X, loss, G) < kFdTol);
+}
+
+namespace {
+
+void check_attention(std::vector<int32_t> cu, int64_t H, int64_t KV, int64_t D, bool causal) {
+  const int64_t n_seq = int64_t(cu.size()) - 1, N = cu.back();
+  auto be = make_cpu_backend(2);
+  F q = random(N * H * D, 1), k = random(N * KV * D, 2), v = random(N * KV * D, 3), dy = random(N * H * D, 4);
+  F out(N * H * D), lse(N * H), dq = random(N * H * D, 5), dk = random(N * KV * D, 6), dv = random(N * KV * D, 7);
+  Dv Q = wide(q), K = wide(k), V = wide(v), DY = wide(dy), OUT(N * H * D), LSE(N * H), DQ = wide(dq), DK = wide(dk), DV = wide(dv);
+  be->attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), cu.data(), n_seq, N, H, KV, D, causal);
+  be->attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), out.data(), lse.data(), q.data(), k.data(),
+                         v.data(), cu.data(), n_seq, N, H, KV, D, causal);
+  ref::attention_forward(OUT.data(), LSE.data(), Q.data(), K.data(), V.data(), cu.data(), n_seq, H, KV, D, causal);
+  ref::attention_backward(DQ.data(), DK.data(), DV.data(), DY.data(), Q.data(), K.data(), V.data(), LSE.data(),
+                          cu.data(), n_seq, H, KV, D, causal);
+  BOOST_TEST(rel(out, OUT) < kTol);
+  BOOST_TEST(rel(lse, LSE) < kTol);
+  BOOST_TEST(rel(dq, DQ) < kTol);
+  BOOST_TEST(rel(dk, DK) < kTol);
+  BOOST_TEST(rel(dv, DV) < kTol);
+  auto loss = [&] {
+    Dv o(N * H * D), l(N * H);
+    ref::attention_forward(o.data(), l.data(), Q.data(), K.data(), V.data(), cu.data(), n_seq, H, KV, D, causal);
+    return dot(o, DY);
+  };
+  Dv gq(N * H * D), gk(N * KV * D), gv(N * KV * D);
+  ref::attention_backward(gq.data(), gk.data(), gv.data(), DY.data(), Q.data(), K.data(), V.data(), LSE.data(),
+                          cu.data(), n_seq, H, KV, D, causal);
+  BOOST_TEST(fd_error(Q, loss, gq) < kFdTol);
+  BOOST_TEST(fd_error(K, loss, gk) < kFdTol);
+  BOOST_TEST(fd_error(V, loss, gv) < kFdTol);
+  // A packed micro-batch equals each sequence run alone.
+  if (n_seq > 1) {
+    for (int64_t s = 0; s < n_seq; ++s) {
+      const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
+      std::vector<int32_t> one{0, int32_t(L)};
+      F o1(L * H * D), l1(L * H);
+      be->attention_forward(o1.data(), l1.data(), q.data() + t0 * H * D, k.data() + t0 * KV * D,
+                            v.data() + t0 * KV * D, one.data(), 1, L, H, KV, D, causal);
+      for (int64_t i = 0; i < L * H * D; ++i) BOOST_TEST_REQUIRE(o1[i] == out[t0 * H * D + i]);
+    }
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(attention_causal_packed_gqa) { check_attention({0, 5, 12, 15}, 4, 2, 6, true); }
+BOOST_AUTO_TEST_CASE(attention_bidirectional_packed) { check_attention({0, 7, 10, 19}, 2, 2, 4, false); }
+BOOST_AUTO_TEST_CASE(attention_single_odd_sequence_mqa) { check_attention({0, 9}, 3, 1, 5, true); }
+
+BOOST_AUTO_TEST_CASE(swiglu_and_gelu) {
+  const size_t n = 37;
+  auto be = make_cpu_backend(2);
+  F g = random(n, 1, 2.0f), u = random(n, 2), dy = random(n, 3), y(n), dg = random(n, 4), du = random(n, 5);
+  Dv G = wide(g), U = wide(u), DY = wide(dy), Y(n), DG = wide(dg), DU = wide(du);
+  be->swiglu_forward(y.data(), g.data(), u.data(), n);
+  be->swiglu_backward(dg.data(), du.data(), dy.data(), g.data(), u.data(), n);
+  ref::swiglu_forward(Y.data(), G.data(), U.data(), n);
+  ref::swiglu_backward(DG.data(), DU.data(), DY.data(), G.data(), U.data(), n);
+  BOOST_TEST(rel(y, Y) < kTol);
+  BOOST_TEST(rel(dg, DG) < kTol);
+  BOOST_TEST(rel(du, DU) < kTol);
+  auto sl = [&] { Dv o(n); ref::swiglu_forward(o.data(), G.data(), U.data(), n); return dot(o, DY); };
+  Dv gg(n), gu(n);
+  ref::swiglu_backward(gg.data(), gu.data(), DY.data(), G.data(), U.data(), n);
+  BOOST_TEST(fd_error(G, sl, gg) < kFdTol);
+  BOOST_TEST(fd_error(U, sl, gu) < kFdTol);
+
+  F gy(n), gdx = random(n, 6);
+  Dv GY(n), GDX = wide(gdx);
+  be->gelu_forward(gy.data(), g.data(), n);
+  be->gelu_backward(gdx.data(), dy.data(), g.data(), n);
+  ref::gelu_forward(GY.data(), G.data(), n);
+  ref::gelu_backward(GDX.data(), DY.data(), G.data(), n);
+  BOOST_TEST(rel(gy, GY) < kTol);
+  BOOST_TEST(rel(gdx, GDX) < kTol);
+  Dv gx(n);
+  ref::gelu_backward(gx.data(), DY.data(), G.data(), n);
+  BOOST_TEST(fd_error(G, [&] { Dv o(n); ref::gelu_forward(o.data(), G.data(), n); return dot(o, DY); }, gx) < kFdTol);
+}
+
+BOOST_AUTO_TEST_CASE(im2col_matches_reference) {
+  const int64_t I = 2, Ch = 3, S = 8, p = 4;
+  auto be = make_cpu_backend(2);
+  F px = random(I * Ch * S * S, 1), out(I * (S / p) * (S / p) * Ch * p * p);
+  Dv PX = wide(px), OUT(out.size());
+  be->im2col_patches(out.data(), px.data(), I, Ch, S, p);
+  ref::im2col_patches(OUT.data(), PX.data(), I, Ch, S, p);
+  BOOST_TEST(rel(out, OUT) == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(cross_entropy_and_kl) {
+  const int64_t N = 6, V = 11;
+  auto be = make_cpu_backend(2);
+  std::vector<int32_t> t{3, -1, 0, 10, 5, 5};
+  F s = random(N * V, 1, 2.0f), te = random(N * V, 2, 2.0f), ds = random(N * V, 3), dk = random(N * V, 4);
+  Dv S = wide(s), TE = wide(te), DS = wide(ds), DK = wide(dk);
+  const double l = be->cross_entropy(ds.data(), s.data(), t.data(), N, V, 0.25f);
+  const double L = ref::cross_entropy(DS.data(), S.data(), t.data(), N, V, 0.25);
+  BOOST_TEST(std::abs(l - L) / L < 1e-6);
+  BOOST_TEST(rel(ds, DS) < kTol);
+  const double kl = be->kl_divergence(dk.data(), s.data(), te.data(), t.data(), N, V, 2.0f, 0.5f);
+  const double KL = ref::kl_divergence(DK.data(), S.data(), TE.data(), t.data(), N, V, 2.0, 0.5);
+  BOOST_TEST(std::abs(kl - KL) / KL < 1e-6);
+  BOOST_TEST(rel(dk, DK) < kTol);
+  // Finite differences (scale 1: the gradient of the returned sum).
+  Dv g(N * V);
+  ref::cross_entropy(g.data(), S.data(), t.data(), N, V, 1.0);
+  BOOST_TEST(fd_error(S, [&] { return ref::cross_entropy<double>(nullptr, S.data(), t.data(), N, V, 1.0); }, g) < kFdTol);
+  Dv gk(N * V);
+  ref::kl_divergence(gk.data(), S.data(), TE.data(), t.data(), N, V, 2.0, 1.0);
+  BOOST_TEST(fd_error(S, [&] { return ref::kl_divergence<double>(nullptr, S.data(), TE.data(), t.data(), N, V, 2.0, 1.0); }, gk) < kFdTol);
+}
+
+BOOST_AUTO_TEST_CASE(adamw_three_steps) {
+  const size_t n = 50;
+  auto be = make_cpu_backend(2);
+  F p = random(n, 1), m(n), v(n);
+  Dv P = wide(p), M(n), V(n);
+  for (int64_t t = 1; t <= 3; ++t) {
+    F g = random(n, uint32_t(10 + t));
+    Dv G = wide(g);
+    be->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    ref::adamw(P.data(), G.data(), M.data(), V.data(), n, 1e-2, 0.9, 0.95, 1e-8, 0.1, t);
+  }
+  BOOST_TEST(rel(p, P) < kTol);
+  BOOST_TEST(rel(m, M) < kTol);
+  BOOST_TEST(rel(v, V) < kTol);
+}
+
+BOOST_AUTO_TEST_CASE(elementwise_and_norm) {
+  auto be = make_cpu_backend(2);
+  const size_t n = 100003;  // several chunks, a ragged last one
+  F a = random(n, 1), b = random(n, 2), out(n);
+  be->add(out.data(), a.data(), b.data(), n);
+  be->accumulate(out.data(), a.data(), n);
+  be->scale(out.data(), 0.5f, n);
+  double sq = 0;
+  for (size_t i = 0; i < n; ++i) {
+    BOOST_TEST_REQUIRE(out[i] == (a[i] + b[i] + a[i]) * 0.5f);
+    sq += double(a[i]) * a[i];
+  }
+  BOOST_TEST(std::abs(be->sq_norm(a.data(), n) - sq) / sq < 1e-12);
+  float* buf = be->allocate(1000);
+  BOOST_TEST(reinterpret_cast<uintptr_t>(buf) % 64 == 0u);
+  for (int i = 0; i < 1000; ++i) BOOST_TEST_REQUIRE(buf[i] == 0.0f);
+  be->release(buf);
+}
+
+// Every op gives the same bits with 1 and 2 threads.
+BOOST_AUTO_TEST_CASE(thread_count_independence) {
+  Backends be;
+  const int64_t N = 300, C = 96, H = 4, D = 24, V = 700;
+  std::vector<int32_t> cu{0, 100, 177, 300}, pos(N), tok(N), tgt(N);
+  for (int64_t i = 0; i < N; ++i) {
+    pos[i] = int32_t(i < 100 ? i : i < 177 ? i - 100 : i - 177);
+    tok[i] = int32_t((i * 7) % V);
+    tgt[i] = i % 5 == 0 ? -1 : int32_t((i * 13) % V);
+  }
+  auto run = [&](Backend& b) {
+    F x = random(N * C, 1), w = random(C, 2), dy = random(N * C, 3), y(N * C), r(N), dx(N * C), dw(C);
+    b.rmsnorm_forward(y.data(), r.data(), x.data(), w.data(), N, C, 1e-5f);
+    b.rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), r.data(), N, C);
+    F table = random(V * C, 4), dt(V * C);
+    b.embedding_backward(dt.data(), dy.data(), tok.data(), N, C);
+    F q = random(N * H * D, 5), k = random(N * H * D, 6), v = random(N * H * D, 7), o(N * H * D), lse(N * H);
+    F dq(N * H * D), dk(N * H * D), dv(N * H * D);
+    b.attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), cu.data(), 3, N, H, H, D, true);
+    b.attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), o.data(), lse.data(), q.data(), k.data(),
+                         v.data(), cu.data(), 3, N, H, H, D, true);
+    F logits = random(N * V, 8), dl(N * V);
+    const double ce = b.cross_entropy(dl.data(), logits.data(), tgt.data(), N, V, 0.01f);
+    F lin(N * C), wl = random(C * C, 9), dwl(C * C), dbl(C);
+    b.linear_forward(lin.data(), x.data(), wl.data(), w.data(), N, C, C);
+    b.linear_backward(dx.data(), dwl.data(), dbl.data(), dy.data(), x.data(), wl.data(), N, C, C);
+    std::vector<F> all{y, dx, dw, dt, o, lse, dq, dk, dv, dl, lin, dwl, dbl, F{float(ce), float(b.sq_norm(logits.data(), N * V))}};
+    return all;
+  };
+  const auto a = run(*be.one), b = run(*be.two);
+  for (size_t i = 0; i < a.size(); ++i) BOOST_TEST(a[i] == b[i]);
+}
