@@ -1,0 +1,133 @@
+// audio_encoder: a Whisper-style encoder (sect-language.md, "Built-in
+// models") over a micro-batch of clips. A clip of F mel frames gives
+// T = F / frames_per_token tokens (the last F mod frames_per_token frames are
+// dropped); token t embeds frames [t·fpt, (t+1)·fpt) laid frame-major
+// ([fpt · mel_bins], which is the mel rows as they are) with a biased linear
+// layer, plus Whisper's fixed sinusoidal position t; then the encoder layers
+// (bidirectional, each clip its own sequence) and a final LayerNorm.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "nn/encoder_weights.h"
+
+namespace maestro {
+
+namespace {
+
+class AudioEncoder final : public ModelImpl {
+ public:
+  AudioEncoder(const Section& s, Backend& b, const ParamLookup& p)
+      : section_(s), spec_(std::get<AudioEncoderSpec>(s.model.spec)), b_(b) {
+    const auto& a = spec_;
+    stack_.dims = {a.hidden, a.heads, a.hidden / a.heads, a.ffn, float(a.norm_eps)};
+    stack_.recompute = s.recompute;
+    embed_w_ = p("encoder.embed_frames.weight");
+    embed_b_ = p("encoder.embed_frames.bias");
+    for (int64_t i = 0; i < a.layers; ++i) stack_.layers.push_back(whisper_layer(p, fmt::format("encoder.layers.{}.", i)));
+    norm_w_ = p("encoder.layer_norm.weight");
+    norm_b_ = p("encoder.layer_norm.bias");
+    // Whisper's sinusoids(length, channels): [sin(t·inc_i), cos(t·inc_i)],
+    // inc_i = exp(-i · ln(10000) / (C/2 - 1)), i < C/2.   [max_tokens, C]
+    max_tokens_ = a.max_frames / a.frames_per_token;
+    const int64_t C = a.hidden, half = C / 2;
+    std::vector<float> table(max_tokens_ * C);
+    const double step = std::log(10000.0) / double(half - 1);
+    for (int64_t t = 0; t < max_tokens_; ++t)
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = double(t) * std::exp(-step * double(i));
+        table[t * C + i] = float(std::sin(angle));
+        table[t * C + half + i] = float(std::cos(angle));
+      }
+    positions_ = b_.allocate(table.size());
+    b_.copy(positions_, table.data(), table.size());
+  }
+  ~AudioEncoder() override { b_.release(positions_); }
+
+  struct Acts final : Activations {
+    Packing pk;
+    std::vector<int64_t> sample_tokens;  // [samples]
+    float* frames = nullptr;             // [N, fpt*mel]
+    EncoderStack::Saved stack;
+    float *mean = nullptr, *rstd = nullptr;  // [N]
+    float* out = nullptr;                // [N, C]
+  };
+
+  ForwardOutput forward(std::shared_ptr<ForwardContext> ctxp, const std::vector<SampleInput>& samples) override {
+    ForwardContext& ctx = *ctxp;
+    const int64_t C = spec_.hidden, M = spec_.mel_bins, K = M * spec_.frames_per_token;
+    auto acts = std::make_unique<Acts>();
+    Acts& a = *acts;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const size_t n = samples[i].values.size();
+      if (n % M != 0)
+        input_error(section_, fmt::format("sample {}: {} mel values are not a whole number of {}-bin frames", i, n, M));
+      const int64_t tokens = int64_t(n) / K;
+      if (tokens == 0)
+        input_error(section_, fmt::format("sample {}: {} frames, fewer than frames_per_token = {}", i, int64_t(n) / M,
+                                          spec_.frames_per_token));
+      if (tokens > max_tokens_)
+        input_error(section_, fmt::format("sample {}: {} frames exceed max_frames = {}", i, int64_t(n) / M,
+                                          spec_.max_frames));
+      a.sample_tokens.push_back(tokens);
+      a.pk.add_sequence(tokens);
+    }
+    const int64_t N = a.pk.tokens();
+    a.frames = ctx.take(N * K);
+    for (size_t i = 0; i < samples.size(); ++i)
+      b_.copy(a.frames + a.pk.cu_seqlens[i] * K, samples[i].values.data(), a.sample_tokens[i] * K);
+    float* x0 = ctx.take(N * C);
+    b_.linear_forward(x0, a.frames, embed_w_.w, embed_b_.w, N, K, C);
+    for (size_t i = 0; i < samples.size(); ++i)
+      b_.accumulate(x0 + a.pk.cu_seqlens[i] * C, positions_, a.sample_tokens[i] * C);
+    const float* xL = stack_.forward(b_, ctx, a.pk, a.stack, x0);
+    a.out = ctx.take(N * C);
+    a.mean = ctx.take(N);
+    a.rstd = ctx.take(N);
+    b_.layernorm_forward(a.out, a.mean, a.rstd, xL, norm_w_.w, norm_b_.w, N, C, stack_.dims.eps);
+
+    ForwardOutput out;
+    for (size_t i = 0; i < samples.size(); ++i)
+      out.outputs.push_back({a.out + a.pk.cu_seqlens[i] * C, a.sample_tokens[i], C});
+    ctx.acts = std::move(acts);
+    out.context = std::move(ctxp);
+    return out;
+  }
+
+  std::vector<std::vector<RowsView>> backward(ForwardContext& ctx,
+                                              const std::vector<std::span<const float>>& output_grads) override {
+    Acts& a = static_cast<Acts&>(*ctx.acts);
+    if (!embed_w_.g) return std::vector<std::vector<RowsView>>(a.sample_tokens.size());  // frozen: nothing to do
+    const int64_t C = spec_.hidden, K = spec_.mel_bins * spec_.frames_per_token, N = a.pk.tokens();
+    float* dout = ctx.take_zeroed(N * C);
+    for (size_t i = 0; i < a.sample_tokens.size(); ++i) {
+      if (i >= output_grads.size() || output_grads[i].empty()) continue;
+      if (int64_t(output_grads[i].size()) != a.sample_tokens[i] * C)
+        input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
+                                          output_grads[i].size(), a.sample_tokens[i], C));
+      b_.copy(dout + a.pk.cu_seqlens[i] * C, output_grads[i].data(), output_grads[i].size());
+    }
+    float* dxL = ctx.take_zeroed(N * C);
+    b_.layernorm_backward(dxL, norm_w_.g, norm_b_.g, dout, a.stack.xs.back(), norm_w_.w, a.mean, a.rstd, N, C);
+    const float* dx0 = stack_.backward(b_, ctx, a.pk, a.stack, dxL);
+    b_.linear_backward(nullptr, embed_w_.g, embed_b_.g, dx0, a.frames, embed_w_.w, N, K, C);
+    return std::vector<std::vector<RowsView>>(a.sample_tokens.size());
+  }
+
+ private:
+  const Section& section_;
+  AudioEncoderSpec spec_;
+  Backend& b_;
+  EncoderStack stack_;
+  Param embed_w_, embed_b_, norm_w_, norm_b_;
+  int64_t max_tokens_ = 0;
+  float* positions_ = nullptr;  // [max_tokens, C]
+};
+
+}  // namespace
+
+std::unique_ptr<ModelImpl> make_audio_encoder(const Section& s, Backend& b, const ParamLookup& params) {
+  return std::make_unique<AudioEncoder>(s, b, params);
+}
+
+}  // namespace maestro

@@ -1,0 +1,95 @@
+// The pre-norm encoder layer's forward and hand-written backward, and the
+// layer stack with optional recomputation (see encoder_block.h).
+#include "nn/encoder_block.h"
+
+namespace maestro {
+
+EncoderActs EncoderActs::take(ForwardContext& ctx, const EncoderDims& d, int64_t N) {
+  const size_t nc = N * d.C, nf = N * d.F;
+  return {ctx.take(N),  ctx.take(N),         ctx.take(nc), ctx.take(nc), ctx.take(nc), ctx.take(nc), ctx.take(nc),
+          ctx.take(N * d.H), ctx.take(nc), ctx.take(N), ctx.take(N),   ctx.take(nc), ctx.take(nf), ctx.take(nf)};
+}
+
+EncoderScratch EncoderScratch::take(ForwardContext& ctx, const EncoderDims& d, int64_t N) {
+  const size_t nc = N * d.C, nf = N * d.F;
+  return {ctx.take(nc), ctx.take(nc), ctx.take(nc), ctx.take(nc), ctx.take(nc),
+          ctx.take(nc), ctx.take(nf), ctx.take(nf), ctx.take(nc)};
+}
+
+void encoder_forward(Backend& b, const EncoderDims& d, const EncoderWeights& w, const Packing& pk,
+                     EncoderActs& a, float* out, const float* x, float* tmp) {
+  const int64_t N = pk.tokens(), C = d.C, F = d.F;
+  b.layernorm_forward(a.ln1, a.mean1, a.rstd1, x, w.ln1_w.w, w.ln1_b.w, N, C, d.eps);
+  b.linear_forward(a.q, a.ln1, w.q_w.w, w.q_b.w, N, C, C);
+  b.linear_forward(a.k, a.ln1, w.k_w.w, w.k_b.w, N, C, C);
+  b.linear_forward(a.v, a.ln1, w.v_w.w, w.v_b.w, N, C, C);
+  b.attention_forward(a.att, a.lse, a.q, a.k, a.v, pk.cu_seqlens.data(), pk.n_seq(), N, d.H, d.H, d.D, false);
+  b.linear_forward(tmp, a.att, w.o_w.w, w.o_b.w, N, C, C);
+  b.add(a.mid, x, tmp, N * C);
+  b.layernorm_forward(a.ln2, a.mean2, a.rstd2, a.mid, w.ln2_w.w, w.ln2_b.w, N, C, d.eps);
+  b.linear_forward(a.h, a.ln2, w.fc1_w.w, w.fc1_b.w, N, C, F);
+  b.gelu_forward(a.g, a.h, N * F);
+  b.linear_forward(tmp, a.g, w.fc2_w.w, w.fc2_b.w, N, F, C);
+  b.add(out, a.mid, tmp, N * C);
+}
+
+void encoder_backward(Backend& b, const EncoderDims& d, const EncoderWeights& w, const Packing& pk,
+                      const EncoderActs& a, EncoderScratch& s, float* dx, const float* dout, const float* x) {
+  const int64_t N = pk.tokens(), C = d.C, F = d.F;
+  // MLP: x_out = x_mid + fc2(gelu(fc1(ln2(x_mid))))
+  b.copy(s.dmid, dout, N * C);
+  b.zero(s.dg, N * F);
+  b.linear_backward(s.dg, w.fc2_w.g, w.fc2_b.g, dout, a.g, w.fc2_w.w, N, F, C);
+  b.zero(s.dh, N * F);
+  b.gelu_backward(s.dh, s.dg, a.h, N * F);
+  b.zero(s.dln, N * C);
+  b.linear_backward(s.dln, w.fc1_w.g, w.fc1_b.g, s.dh, a.ln2, w.fc1_w.w, N, C, F);
+  b.layernorm_backward(s.dmid, w.ln2_w.g, w.ln2_b.g, s.dln, a.mid, w.ln2_w.w, a.mean2, a.rstd2, N, C);
+  // attention: x_mid = x + out(att)
+  b.zero(s.datt, N * C);
+  b.linear_backward(s.datt, w.o_w.g, w.o_b.g, s.dmid, a.att, w.o_w.w, N, C, C);
+  b.zero(s.dq, N * C);
+  b.zero(s.dk, N * C);
+  b.zero(s.dv, N * C);
+  b.attention_backward(s.dq, s.dk, s.dv, s.datt, a.att, a.lse, a.q, a.k, a.v, pk.cu_seqlens.data(), pk.n_seq(), N,
+                       d.H, d.H, d.D, false);
+  b.zero(s.dln, N * C);
+  b.linear_backward(s.dln, w.q_w.g, w.q_b.g, s.dq, a.ln1, w.q_w.w, N, C, C);
+  b.linear_backward(s.dln, w.k_w.g, w.k_b.g, s.dk, a.ln1, w.k_w.w, N, C, C);
+  b.linear_backward(s.dln, w.v_w.g, w.v_b.g, s.dv, a.ln1, w.v_w.w, N, C, C);
+  b.copy(dx, s.dmid, N * C);
+  b.layernorm_backward(dx, w.ln1_w.g, w.ln1_b.g, s.dln, x, w.ln1_w.w, a.mean1, a.rstd1, N, C);
+}
+
+const float* EncoderStack::forward(Backend& b, ForwardContext& ctx, const Packing& pk, Saved& s, float* x0) const {
+  const int64_t N = pk.tokens(), L = int64_t(layers.size());
+  s.xs.assign(1, x0);
+  float* tmp = ctx.take(N * dims.C);
+  EncoderActs scratch_acts{};
+  if (recompute) scratch_acts = EncoderActs::take(ctx, dims, N);
+  for (int64_t l = 0; l < L; ++l) {
+    s.xs.push_back(ctx.take(N * dims.C));
+    if (!recompute) s.acts.push_back(EncoderActs::take(ctx, dims, N));
+    EncoderActs& a = recompute ? scratch_acts : s.acts.back();
+    encoder_forward(b, dims, layers[l], pk, a, s.xs[l + 1], s.xs[l], tmp);
+  }
+  return s.xs[L];
+}
+
+float* EncoderStack::backward(Backend& b, ForwardContext& ctx, const Packing& pk, const Saved& s,
+                              const float* dout) const {
+  const int64_t N = pk.tokens(), L = int64_t(layers.size());
+  EncoderScratch scratch = EncoderScratch::take(ctx, dims, N);
+  EncoderActs recomputed{};
+  if (recompute) recomputed = EncoderActs::take(ctx, dims, N);
+  float* dbuf[2] = {ctx.take(N * dims.C), ctx.take(N * dims.C)};
+  b.copy(dbuf[L % 2], dout, N * dims.C);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    if (recompute) encoder_forward(b, dims, layers[l], pk, recomputed, scratch.tmp, s.xs[l], scratch.tmp);
+    const EncoderActs& a = recompute ? recomputed : s.acts[l];
+    encoder_backward(b, dims, layers[l], pk, a, scratch, dbuf[l % 2], dbuf[(l + 1) % 2], s.xs[l]);
+  }
+  return dbuf[0];
+}
+
+}  // namespace maestro

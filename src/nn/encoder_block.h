@@ -1,0 +1,67 @@
+// One pre-norm encoder layer (CLIP vision / Whisper encoder) over a packed
+// micro-batch, forward and backward, bidirectional attention:
+//   x_mid = x + out(attn(q(ln1(x)), k(ln1(x)), v(ln1(x))))
+//   x_out = x_mid + fc2(gelu(fc1(ln2(x_mid))))
+// LayerNorm ln1, ln2; every projection biased except Whisper's k (k.w only).
+// N tokens, C hidden, H heads, D = C/H, F ffn.
+#pragma once
+
+#include "nn/model_impl.h"
+
+namespace maestro {
+
+struct EncoderDims {
+  int64_t C, H, D, F;
+  float eps;
+};
+
+struct EncoderWeights {
+  Param ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+};
+
+struct EncoderActs {
+  float *mean1, *rstd1;  // [N]
+  float* ln1;            // [N, C]
+  float *q, *k, *v;      // [N, C]
+  float* att;            // [N, C]
+  float* lse;            // [N, H]
+  float* mid;            // [N, C]
+  float *mean2, *rstd2;  // [N]
+  float* ln2;            // [N, C]
+  float* h;              // [N, F]   fc1 output
+  float* g;              // [N, F]   gelu(h)
+  static EncoderActs take(ForwardContext& ctx, const EncoderDims& d, int64_t N);
+};
+
+struct EncoderScratch {
+  float *dmid, *dln, *datt, *dq, *dk, *dv;  // [N, C]
+  float *dg, *dh;                           // [N, F]
+  float* tmp;                               // [N, C]   forward: out / fc2 projection output
+  static EncoderScratch take(ForwardContext& ctx, const EncoderDims& d, int64_t N);
+};
+
+void encoder_forward(Backend& b, const EncoderDims& d, const EncoderWeights& w, const Packing& pk,
+                     EncoderActs& a, float* out, const float* x, float* tmp);
+// dx[N, C] written (not accumulated) from dout[N, C]; parameter gradients +=.
+void encoder_backward(Backend& b, const EncoderDims& d, const EncoderWeights& w, const Packing& pk,
+                      const EncoderActs& a, EncoderScratch& s, float* dx, const float* dout, const float* x);
+
+// The layer stack shared by vit and audio_encoder: L encoder layers from
+// x0[N, C], keeping each layer's input, and per layer either its activations
+// or (recompute) nothing, recomputing the layer in backward.
+struct EncoderStack {
+  EncoderDims dims;
+  std::vector<EncoderWeights> layers;
+  bool recompute = false;
+
+  struct Saved {
+    std::vector<float*> xs;         // [L + 1] × [N, C]: layer inputs, then the stack's output
+    std::vector<EncoderActs> acts;  // [L], empty with recompute
+  };
+  // Runs the stack on xs[0] (filled by the caller); returns the output xs[L].
+  const float* forward(Backend& b, ForwardContext& ctx, const Packing& pk, Saved& s, float* x0) const;
+  // From dout[N, C], the gradient of the stack's output, returns dx0[N, C].
+  float* backward(Backend& b, ForwardContext& ctx, const Packing& pk, const Saved& s, const float* dout) const;
+};
+
+}  // namespace maestro

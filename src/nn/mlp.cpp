@@ -1,0 +1,161 @@
+// mlp: the projector (sect-language.md, "Built-in models"): `layers` biased
+// linear layers in -> hidden -> ... -> out with the activation between them
+// (gelu = the tanh form of backend.h; silu; relu), applied row-wise to every
+// sample's rows, packed end to end.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "nn/model_impl.h"
+
+namespace maestro {
+
+namespace {
+
+class Mlp final : public ModelImpl {
+ public:
+  Mlp(const Section& s, Backend& b, const ParamLookup& p) : section_(s), spec_(std::get<MlpSpec>(s.model.spec)), b_(b) {
+    for (int64_t i = 0; i < spec_.layers; ++i) {
+      const int64_t in = i == 0 ? spec_.in : spec_.hidden, out = i == spec_.layers - 1 ? spec_.out : spec_.hidden;
+      layers_.push_back({p(fmt::format("layers.{}.weight", i)), p(fmt::format("layers.{}.bias", i)), in, out});
+    }
+    if (spec_.act == Activation::Silu) {  // silu(x) = swiglu(gate = x, up = 1)
+      const std::vector<float> ones(spec_.hidden, 1.0f);
+      ones_capacity_ = spec_.hidden;
+      ones_ = b_.allocate(ones_capacity_);
+      b_.copy(ones_, ones.data(), ones.size());
+    }
+  }
+  ~Mlp() override {
+    if (ones_) b_.release(ones_);
+  }
+
+  struct Acts final : Activations {
+    std::vector<int64_t> rows;  // [samples]
+    int64_t N = 0;
+    std::vector<float*> xs;  // [layers] inputs of each layer, [N, in_i]
+    std::vector<float*> zs;  // [layers] outputs of each linear, [N, out_i]
+  };
+
+  ForwardOutput forward(std::shared_ptr<ForwardContext> ctxp, const std::vector<SampleInput>& samples) override {
+    ForwardContext& ctx = *ctxp;
+    auto acts = std::make_unique<Acts>();
+    Acts& a = *acts;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      if (samples[i].values.size() % spec_.in != 0)
+        input_error(section_, fmt::format("sample {}: {} values are not a whole number of rows of width {}", i,
+                                          samples[i].values.size(), spec_.in));
+      a.rows.push_back(int64_t(samples[i].values.size()) / spec_.in);
+      a.N += a.rows.back();
+    }
+    const int64_t N = a.N;
+    float* x = ctx.take(N * spec_.in);
+    int64_t at = 0;
+    for (const auto& s : samples) {
+      b_.copy(x + at, s.values.data(), s.values.size());
+      at += int64_t(s.values.size());
+    }
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Layer& L = layers_[l];
+      a.xs.push_back(x);
+      float* z = ctx.take(N * L.out);
+      b_.linear_forward(z, x, L.w.w, L.b.w, N, L.in, L.out);
+      a.zs.push_back(z);
+      if (l + 1 < layers_.size()) {
+        x = ctx.take(N * L.out);
+        act_forward(x, z, N * L.out);
+      }
+    }
+    ForwardOutput out;
+    int64_t first = 0;
+    for (int64_t r : a.rows) {
+      out.outputs.push_back({a.zs.back() + first * spec_.out, r, spec_.out});
+      first += r;
+    }
+    ctx.acts = std::move(acts);
+    out.context = std::move(ctxp);
+    return out;
+  }
+
+  std::vector<std::vector<RowsView>> backward(ForwardContext& ctx,
+                                              const std::vector<std::span<const float>>& output_grads) override {
+    Acts& a = static_cast<Acts&>(*ctx.acts);
+    const int64_t N = a.N;
+    float* dz = ctx.take_zeroed(N * spec_.out);
+    int64_t first = 0;
+    for (size_t i = 0; i < a.rows.size(); ++i) {
+      if (i < output_grads.size() && !output_grads[i].empty()) {
+        if (int64_t(output_grads[i].size()) != a.rows[i] * spec_.out)
+          input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
+                                            output_grads[i].size(), a.rows[i], spec_.out));
+        b_.copy(dz + first * spec_.out, output_grads[i].data(), output_grads[i].size());
+      }
+      first += a.rows[i];
+    }
+    float* dx = nullptr;
+    for (int64_t l = int64_t(layers_.size()) - 1; l >= 0; --l) {
+      const Layer& L = layers_[l];
+      dx = ctx.take_zeroed(N * L.in);
+      b_.linear_backward(dx, L.w.g, L.b.g, dz, a.xs[l], L.w.w, N, L.in, L.out);
+      if (l > 0) {
+        dz = ctx.take_zeroed(N * L.in);
+        act_backward(dz, dx, a.zs[l - 1], N * L.in);
+      }
+    }
+    std::vector<std::vector<RowsView>> out(a.rows.size());
+    first = 0;
+    for (size_t i = 0; i < a.rows.size(); ++i) {
+      out[i].push_back({dx + first * spec_.in, a.rows[i], spec_.in});
+      first += a.rows[i];
+    }
+    return out;
+  }
+
+ private:
+  struct Layer {
+    Param w, b;  // [out, in], [out]
+    int64_t in, out;
+  };
+
+  // out[n] = act(z[n]).  relu is a loop over the buffer (the CPU backend's
+  // memory is host memory; backend.h has no relu op).
+  void act_forward(float* out, const float* z, size_t n) {
+    switch (spec_.act) {
+      case Activation::Gelu: b_.gelu_forward(out, z, n); break;
+      case Activation::Silu:
+        for (size_t r = 0; r < n; r += ones_capacity_) b_.swiglu_forward(out + r, z + r, ones_, ones_capacity_);
+        break;
+      case Activation::Relu:
+        for (size_t i = 0; i < n; ++i) out[i] = std::max(z[i], 0.0f);
+        break;
+    }
+  }
+  // dz[n] += dout[n] · act'(z[n])
+  void act_backward(float* dz, const float* dout, const float* z, size_t n) {
+    switch (spec_.act) {
+      case Activation::Gelu: b_.gelu_backward(dz, dout, z, n); break;
+      case Activation::Silu:
+        for (size_t r = 0; r < n; r += ones_capacity_)
+          b_.swiglu_backward(dz + r, nullptr, dout + r, z + r, ones_, ones_capacity_);
+        break;
+      case Activation::Relu:
+        for (size_t i = 0; i < n; ++i) dz[i] += z[i] > 0 ? dout[i] : 0.0f;
+        break;
+    }
+  }
+
+  const Section& section_;
+  MlpSpec spec_;
+  Backend& b_;
+  std::vector<Layer> layers_;
+  float* ones_ = nullptr;  // [hidden] for silu
+  size_t ones_capacity_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelImpl> make_mlp(const Section& s, Backend& b, const ParamLookup& params) {
+  return std::make_unique<Mlp>(s, b, params);
+}
+
+}  // namespace maestro

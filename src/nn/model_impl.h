@@ -1,0 +1,100 @@
+// The engine's internals shared by the four built-in models: the per-
+// micro-batch ForwardContext (buffers from the activation pool, freed back
+// to it when the context dies), a model's parameter lookup by Hugging Face
+// name, and the interface each model implements. Not for use outside nn/.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "nn/activation_pool.h"
+#include "nn/backend.h"
+#include "nn/section_model.h"
+
+namespace maestro {
+
+// Model-specific saved activations of one micro-batch.
+struct Activations {
+  virtual ~Activations() = default;
+};
+
+struct ForwardContext {
+  ForwardContext(Backend& backend, ActivationPool& pool) : backend(backend), pool(pool) {}
+  ~ForwardContext() {
+    for (float* p : buffers) pool.give_back(p);
+  }
+  ForwardContext(const ForwardContext&) = delete;
+  ForwardContext& operator=(const ForwardContext&) = delete;
+
+  // A pooled buffer of n floats held until the context dies.
+  float* take(size_t n) {
+    float* p = pool.take(n);
+    buffers.push_back(p);
+    return p;
+  }
+  float* take_zeroed(size_t n) {
+    float* p = take(n);
+    backend.zero(p, n);
+    return p;
+  }
+
+  Backend& backend;
+  ActivationPool& pool;
+  std::vector<float*> buffers;
+  std::unique_ptr<Activations> acts;
+  bool backward_done = false;
+
+  // A transformer's forward sets its logits and next-token targets; loss()
+  // reads them and sets dlogits, which backward() adds to the logits' gradient.
+  const float* logits = nullptr;      // [n_text_total, vocab]
+  std::vector<int32_t> targets;       // [n_text_total]; -1 where the next position is not text
+  std::vector<int64_t> text_offsets;  // [samples + 1] first logits row of each sample
+  int64_t vocab = 0;
+  float* dlogits = nullptr;           // [n_text_total, vocab]
+};
+
+// Packed sequences of a micro-batch (backend.h): sequence s is rows
+// [cu_seqlens[s], cu_seqlens[s+1]); pos[n] is row n's position in its sequence.
+struct Packing {
+  std::vector<int32_t> cu_seqlens;  // [n_seq + 1]
+  std::vector<int32_t> pos;         // [N]
+  int64_t n_seq() const { return int64_t(cu_seqlens.size()) - 1; }
+  int64_t tokens() const { return cu_seqlens.empty() ? 0 : cu_seqlens.back(); }
+  void add_sequence(int64_t len) {
+    if (cu_seqlens.empty()) cu_seqlens.push_back(0);
+    for (int64_t i = 0; i < len; ++i) pos.push_back(int32_t(i));
+    cu_seqlens.push_back(cu_seqlens.back() + int32_t(len));
+  }
+};
+
+// A parameter and its gradient (null in frozen mode).
+struct Param {
+  const float* w = nullptr;
+  float* g = nullptr;
+};
+
+// name -> Param, over the model's flat buffers.
+using ParamLookup = std::function<Param(const std::string& name)>;
+
+class ModelImpl {
+ public:
+  virtual ~ModelImpl() = default;
+  virtual ForwardOutput forward(std::shared_ptr<ForwardContext> ctx, const std::vector<SampleInput>& samples) = 0;
+  // Accumulates parameter gradients; returns per-sample input gradients
+  // (see SectionModel::backward).
+  virtual std::vector<std::vector<RowsView>> backward(ForwardContext& ctx,
+                                                      const std::vector<std::span<const float>>& output_grads) = 0;
+};
+
+std::unique_ptr<ModelImpl> make_transformer(const Section& s, Backend& b, const ParamLookup& params);
+std::unique_ptr<ModelImpl> make_vit(const Section& s, Backend& b, const ParamLookup& params);
+std::unique_ptr<ModelImpl> make_audio_encoder(const Section& s, Backend& b, const ParamLookup& params);
+std::unique_ptr<ModelImpl> make_mlp(const Section& s, Backend& b, const ParamLookup& params);
+
+[[noreturn]] void input_error(const Section& s, const std::string& what);  // std::invalid_argument naming the section
+
+}  // namespace maestro

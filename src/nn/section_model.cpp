@@ -1,0 +1,224 @@
+// SectionModel: the flat parameter/gradient/moment buffers, initialisation,
+// losses, AdamW, checkpoints and weights files around the four models (see
+// section_model.h and docs/engine.md).
+#include "nn/section_model.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <utility>
+
+#include "nn/init.h"
+#include "nn/model_impl.h"
+#include "nn/safetensors.h"
+
+namespace maestro {
+
+void input_error(const Section& s, const std::string& what) {
+  throw std::invalid_argument(fmt::format("section '{}': {}", s.name, what));
+}
+
+struct SectionModel::Impl {
+  explicit Impl(Backend& b) : pool(b) {}
+  ActivationPool pool;  // declared first: contexts give buffers back to it, the model below may hold some
+  std::unique_ptr<ModelImpl> model;
+};
+
+SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t seed)
+    : section_(section), backend_(backend), tensors_(model_tensors(section.model)) {
+  for (const auto& t : tensors_) {
+    offsets_.push_back(n_params_);
+    n_params_ += t.numel();
+  }
+  params_ = backend_.allocate(n_params_);
+  if (section_.mode == Mode::Train) {
+    grads_ = backend_.allocate(n_params_);
+    adam_m_ = backend_.allocate(n_params_);
+    adam_v_ = backend_.allocate(n_params_);
+  }
+  std::vector<float> host;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    host.resize(tensors_[i].numel());
+    init_tensor(host.data(), tensors_[i], section_.name + "." + tensors_[i].name, seed);
+    backend_.copy(params_ + offsets_[i], host.data(), host.size());
+  }
+  if (!section_.weights.empty()) {
+    try {
+      load_weights(section_.weights);
+    } catch (const std::exception& e) {
+      release_buffers();  // the destructor does not run for a throwing constructor
+      throw std::runtime_error(fmt::format("section '{}': weights: {}", section_.name, e.what()));
+    }
+  }
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < tensors_.size(); ++i) index[tensors_[i].name] = i;
+  ParamLookup lookup = [this, index](const std::string& name) {
+    const size_t i = index.at(name);
+    return Param{params_ + offsets_[i], grads_ ? grads_ + offsets_[i] : nullptr};
+  };
+  impl_ = std::make_unique<Impl>(backend_);
+  const std::string kind = section_.model.builtin();
+  if (kind == "transformer") impl_->model = make_transformer(section_, backend_, lookup);
+  else if (kind == "vit") impl_->model = make_vit(section_, backend_, lookup);
+  else if (kind == "audio_encoder") impl_->model = make_audio_encoder(section_, backend_, lookup);
+  else impl_->model = make_mlp(section_, backend_, lookup);
+}
+
+SectionModel::~SectionModel() {
+  impl_.reset();
+  release_buffers();
+}
+
+void SectionModel::release_buffers() {
+  for (float** p : {&params_, &grads_, &adam_m_, &adam_v_})
+    if (*p) backend_.release(std::exchange(*p, nullptr));
+}
+
+size_t SectionModel::activation_pool_floats() const { return impl_->pool.allocated_floats(); }
+
+ForwardOutput SectionModel::forward(const std::vector<SampleInput>& samples) {
+  auto ctx = std::make_shared<ForwardContext>(backend_, impl_->pool);
+  return impl_->model->forward(std::move(ctx), samples);
+}
+
+double SectionModel::loss(ForwardContext& ctx, const std::vector<std::span<const float>>& teacher_logits,
+                          int64_t n_global) {
+  if (section_.loss.empty()) input_error(section_, "loss() on a section without a loss");
+  if (!ctx.logits) input_error(section_, "loss() needs a transformer's logits");
+  if (ctx.dlogits) input_error(section_, "loss() called twice for one micro-batch");
+  const int64_t V = ctx.vocab, Nt = ctx.text_offsets.back();
+  int64_t positions = 0;
+  for (int32_t t : ctx.targets) positions += t >= 0;
+  if (positions > 0 && n_global <= 0)
+    input_error(section_, fmt::format("loss normaliser N_global = {} with {} target positions", n_global, positions));
+  ctx.dlogits = ctx.take_zeroed(Nt * V);
+  if (positions == 0) return 0.0;
+  const float* teacher = nullptr;
+  double total = 0;
+  for (const LossTerm& term : section_.loss) {
+    const float scale = float(term.weight / double(n_global));
+    if (term.kind == LossKind::CrossEntropy) {
+      total += term.weight * backend_.cross_entropy(ctx.dlogits, ctx.logits, ctx.targets.data(), Nt, V, scale) /
+               double(n_global);
+      continue;
+    }
+    if (!teacher) {  // the teacher's logits of the kept text rows, packed like ours   [Nt, V]
+      const size_t samples = ctx.text_offsets.size() - 1;
+      if (teacher_logits.size() != samples)
+        input_error(section_, fmt::format("kl needs teacher logits for each of the {} samples, got {}", samples,
+                                          teacher_logits.size()));
+      float* packed = ctx.take(Nt * V);
+      for (size_t i = 0; i < samples; ++i) {
+        const int64_t rows = ctx.text_offsets[i + 1] - ctx.text_offsets[i];
+        if (int64_t(teacher_logits[i].size()) % V != 0 || int64_t(teacher_logits[i].size()) < rows * V)
+          input_error(section_, fmt::format("sample {}: teacher logits of {} floats, expected at least [{}, {}]", i,
+                                            teacher_logits[i].size(), rows, V));
+        backend_.copy(packed + ctx.text_offsets[i] * V, teacher_logits[i].data(), rows * V);
+      }
+      teacher = packed;
+    }
+    const float T = float(term.temperature);
+    total += term.weight *
+             backend_.kl_divergence(ctx.dlogits, ctx.logits, teacher, ctx.targets.data(), Nt, V, T, scale) /
+             double(n_global);
+  }
+  return total;
+}
+
+std::vector<std::vector<RowsView>> SectionModel::backward(ForwardContext& ctx,
+                                                          const std::vector<std::span<const float>>& output_grads) {
+  if (ctx.backward_done) input_error(section_, "backward() called twice for one micro-batch");
+  ctx.backward_done = true;
+  return impl_->model->backward(ctx, output_grads);
+}
+
+void SectionModel::zero_grads() {
+  if (grads_) backend_.zero(grads_, n_params_);
+}
+
+double SectionModel::grad_sq_norm() { return grads_ ? backend_.sq_norm(grads_, n_params_) : 0.0; }
+
+void SectionModel::scale_grads(float f) {
+  if (grads_) backend_.scale(grads_, f, n_params_);
+}
+
+void SectionModel::adamw_step(const OptimizerSpec& opt, double lr) {
+  if (!grads_) input_error(section_, "an optimizer step on a frozen section");
+  ++adam_t_;
+  backend_.adamw(params_, grads_, adam_m_, adam_v_, n_params_, float(lr), float(opt.beta1), float(opt.beta2),
+                 float(opt.eps), float(opt.weight_decay), adam_t_);
+}
+
+namespace {
+
+std::string full_name(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+// A host copy of n floats of backend memory, as an F32 tensor of `shape`.
+Tensor host_copy(Backend& b, const float* src, const std::vector<int64_t>& shape) {
+  Tensor t = Tensor::host(DType::F32, shape);
+  b.copy(t.f32(), src, t.numel());
+  return t;
+}
+
+}  // namespace
+
+void SectionModel::save(const std::string& path, const std::string& prefix) const {
+  std::vector<NamedTensor> out;
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    out.push_back({full_name(prefix, tensors_[i].name), host_copy(backend_, params_ + offsets_[i], tensors_[i].shape)});
+  std::map<std::string, std::string> meta;
+  if (grads_) {
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const std::string n = full_name(prefix, tensors_[i].name);
+      out.push_back({n + ":exp_avg", host_copy(backend_, adam_m_ + offsets_[i], tensors_[i].shape)});
+      out.push_back({n + ":exp_avg_sq", host_copy(backend_, adam_v_ + offsets_[i], tensors_[i].shape)});
+    }
+    meta["adamw_step"] = std::to_string(adam_t_);
+  }
+  write_safetensors(path, out, meta);
+}
+
+void SectionModel::read_parameters(const std::string& path, const std::string& prefix, bool with_optimizer) {
+  SafetensorsReader file(path);
+  std::vector<float> host;
+  auto read = [&](const std::string& name, size_t i, float* dst) {
+    host.resize(tensors_[i].numel());
+    file.read_f32(name, tensors_[i].shape, host.data());
+    backend_.copy(dst + offsets_[i], host.data(), host.size());
+  };
+  for (size_t i = 0; i < tensors_.size(); ++i) read(full_name(prefix, tensors_[i].name), i, params_);
+  if (!with_optimizer) return;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const std::string n = full_name(prefix, tensors_[i].name);
+    read(n + ":exp_avg", i, adam_m_);
+    read(n + ":exp_avg_sq", i, adam_v_);
+  }
+  auto it = file.metadata().find("adamw_step");
+  if (it == file.metadata().end()) throw std::runtime_error(path + ": no 'adamw_step' in the metadata");
+  try {
+    adam_t_ = std::stoll(it->second);
+  } catch (const std::exception&) {
+    throw std::runtime_error(fmt::format("{}: adamw_step '{}' is not an integer", path, it->second));
+  }
+}
+
+void SectionModel::load(const std::string& path, const std::string& prefix) {
+  read_parameters(path, prefix, grads_ != nullptr);
+}
+
+void SectionModel::load_weights(const std::string& path) { read_parameters(path, "", false); }
+
+double lr_at(const TrainSpec& spec, int64_t step) {
+  const double lr = spec.optimizer.lr;
+  if (spec.schedule.kind == LrSchedule::Kind::Constant) return lr;
+  const int64_t warmup = spec.schedule.warmup;
+  if (step < warmup) return lr * double(step) / double(warmup);
+  const double progress = double(step - warmup) / double(std::max<int64_t>(1, spec.steps - warmup));
+  return lr * std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
+}
+
+}  // namespace maestro

@@ -1,0 +1,165 @@
+// SectionModel: one section replica's model on a Backend — the runtime's
+// only door into the engine. It owns the parameters, their gradients and the
+// AdamW moments (one flat allocation each, laid out in the order of
+// graph/model_tensors.h), runs the forward of a packed micro-batch of
+// samples, the section's loss, and the hand-written backward. Several
+// micro-batches may be in flight at once: each forward returns its own
+// ForwardContext, which holds that micro-batch's activations (taken from a
+// grow-only pool owned by the model, given back when the context dies).
+//
+// Threading: one caller at a time per SectionModel (the replica's compute
+// worker). A context must not outlive the model that made it.
+//
+// Memory: everything here is fp32 in the Backend's memory, which the CPU
+// backend keeps in host memory; inputs are copied in at forward, outputs and
+// input gradients are views into the context, valid until the context dies.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dsl/program.h"
+#include "graph/model_tensors.h"
+#include "nn/backend.h"
+
+namespace maestro {
+
+// What the model reads of one sample (spans owned by the caller, read only
+// during forward()).
+struct SampleInput {
+  // transformer: the sample's text token ids, all of them; text is cut from
+  // the end to fit max_seq after the spliced blocks.            [text_tokens]
+  std::span<const int32_t> tokens;
+  // transformer: upstream embedding blocks spliced before the text, in flow
+  // declaration order (each modality's items in sample order).  each [n_k, hidden]
+  std::vector<std::span<const float>> spliced;
+  // vit: pixels [images, channels, image, image];
+  // audio_encoder: log-mel frames [frames, mel_bins] (frames past the last
+  //   multiple of frames_per_token are dropped);
+  // mlp: embeddings [n, in].
+  std::span<const float> values;
+};
+
+// A block of rows in a context's buffer.                         [rows, cols]
+struct RowsView {
+  const float* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  std::span<const float> values() const { return {data, size_t(rows * cols)}; }
+};
+
+// One micro-batch's saved activations (defined in section_model.cpp).
+struct ForwardContext;
+
+struct ForwardOutput {
+  std::shared_ptr<ForwardContext> context;  // hold until backward()
+  // Per sample, what the section emits: vit [images*(image/patch)^2, hidden]
+  // (class tokens dropped), audio_encoder [frames/frames_per_token, hidden],
+  // mlp [n, out], transformer [n_text, vocab] logits of its text positions.
+  std::vector<RowsView> outputs;
+};
+
+class SectionModel {
+ public:
+  // Random initialisation from `seed` (nn/init.h: every element is a pure
+  // function of seed, "<section>.<tensor name>" and its index, so two
+  // sections differ and every machine agrees), then the section's `weights`
+  // file when it names one. Throws std::runtime_error naming the section and
+  // the file on a missing or mismatched weights file.
+  SectionModel(const Section& section, Backend& backend, uint64_t seed);
+  ~SectionModel();
+  SectionModel(const SectionModel&) = delete;
+  SectionModel& operator=(const SectionModel&) = delete;
+
+  const Section& section() const { return section_; }
+  const std::vector<TensorShape>& tensors() const { return tensors_; }  // model_tensors(section.model)
+  int64_t parameter_count() const { return n_params_; }
+  // Floats held by the activation pool (in use or free): grows to the
+  // largest set of micro-batches in flight, then stays.
+  size_t activation_pool_floats() const;
+
+  // ---- compute ------------------------------------------------------------
+  // Forward of a packed micro-batch (samples[i] is the micro-batch's i-th
+  // sample). Throws std::invalid_argument naming the section on inputs of
+  // the wrong size (a token outside the vocabulary, spliced blocks longer
+  // than max_seq, pixels not a whole number of images, ...).
+  ForwardOutput forward(const std::vector<SampleInput>& samples);
+
+  // The micro-batch's share of the step's loss for a section with a `loss`:
+  // Σ_terms weight · (Σ over its target positions of the term) / n_global,
+  // where a target position is a text position whose next position is text
+  // (the next token is the target) and n_global is the global batch's count
+  // of them. teacher_logits[i] is sample i's teacher output [n_text, vocab]
+  // (needed only with a kl term; empty vector otherwise; the same vocabulary,
+  // which the front end checks on a logits flow; a teacher that kept more
+  // text rows has its first n_text rows used). Seeds the
+  // context's backward with d(loss)/d(logits).
+  double loss(ForwardContext& ctx, const std::vector<std::span<const float>>& teacher_logits, int64_t n_global);
+
+  // Backward of a forward done earlier. output_grads[i] is the gradient of
+  // sample i's output (same shape as outputs[i]; an empty span, or an empty
+  // vector, means none — a loss section needs none). Accumulates (+=) into
+  // the parameter gradients (train mode) and returns, per sample, the
+  // gradients of its spliced blocks (transformer, one per block) or of its
+  // input (mlp, one); nothing for raw inputs (vit, audio_encoder). Views
+  // into ctx, valid while ctx lives. Call at most once per context.
+  std::vector<std::vector<RowsView>> backward(ForwardContext& ctx,
+                                              const std::vector<std::span<const float>>& output_grads);
+
+  // ---- gradients and optimizer (train mode; frozen: no such memory) --------
+  void zero_grads();
+  double grad_sq_norm();       // Σ g² over every parameter (double)
+  void scale_grads(float f);   // g *= f
+  // The flat gradient buffer, [parameter_count()] in model_tensors order,
+  // for the data-parallel all-reduce; null in frozen mode.
+  float* grads() { return grads_; }
+  size_t grad_count() const { return grads_ ? size_t(n_params_) : 0; }
+  float* params() { return params_; }  // [parameter_count()]
+  // One torch.optim.AdamW step over every parameter at learning rate lr;
+  // the step number t (bias correction) is counted here, starting at 1, and
+  // saved with checkpoints. Global-norm clipping happens before, across all
+  // sections, by the runtime: norm = sqrt(Σ_sections grad_sq_norm()), then
+  // scale_grads(min(1, clip / (norm + 1e-6))).
+  void adamw_step(const OptimizerSpec& opt, double lr);
+  int64_t adamw_steps() const { return adam_t_; }
+
+  // ---- files ----------------------------------------------------------------
+  // Writes every parameter as "<prefix>.<name>" (F32), plus, in train mode,
+  // the AdamW moments as "<prefix>.<name>:exp_avg" / ":exp_avg_sq" and the
+  // step number in the metadata ("adamw_step"). Atomic (temp file + rename).
+  void save(const std::string& path, const std::string& prefix) const;
+  // Reads a file written by save() with the same prefix (moments and step
+  // too in train mode). Throws std::runtime_error naming file and tensor.
+  void load(const std::string& path, const std::string& prefix);
+  // Reads a `weights =` file: parameters under their own names, no prefix,
+  // F32 or BF16; other tensors in the file are ignored.
+  void load_weights(const std::string& path);
+
+  struct Impl;  // the model's layers (section_model.cpp)
+
+ private:
+  void read_parameters(const std::string& path, const std::string& prefix, bool with_optimizer);
+  void release_buffers();
+
+  Section section_;
+  Backend& backend_;
+  std::vector<TensorShape> tensors_;
+  std::vector<int64_t> offsets_;  // offsets_[i]: tensor i's first float in the flat buffers
+  int64_t n_params_ = 0;
+  float* params_ = nullptr;  // [n_params_]
+  float* grads_ = nullptr;   // [n_params_]  train only
+  float* adam_m_ = nullptr;  // [n_params_]  train only
+  float* adam_v_ = nullptr;  // [n_params_]  train only
+  int64_t adam_t_ = 0;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Learning rate at step `step` (0-based) of a run of spec.steps steps:
+// constant, or cosine(warmup): lr·step/warmup for step < warmup, then
+// lr·0.5·(1 + cos(π·(step - warmup)/(steps - warmup))) — Hugging Face's
+// get_cosine_schedule_with_warmup.
+double lr_at(const TrainSpec& spec, int64_t step);
+
+}  // namespace maestro

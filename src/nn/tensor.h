@@ -1,0 +1,42 @@
+// Tensor: a dtype, a shape and row-major strides over some host storage —
+// the engine's currency at its edges (safetensors files, parameter copies).
+// Inside the models, buffers are plain fp32 pointers from the Backend with
+// their shapes in comments.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace maestro {
+
+enum class DType { F32, BF16 };
+
+const char* dtype_name(DType d);   // "F32", "BF16" (safetensors spelling)
+size_t dtype_size(DType d);        // bytes per element
+
+struct Tensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;     // in elements, row-major
+  void* data = nullptr;             // first element
+  std::shared_ptr<void> storage;    // owner of data
+
+  // Host tensor owning its zero-filled bytes.
+  static Tensor host(DType dtype, std::vector<int64_t> shape);
+
+  int64_t numel() const;
+  size_t bytes() const { return size_t(numel()) * dtype_size(dtype); }
+  float* f32() const { return static_cast<float*>(data); }
+  uint16_t* bf16() const { return static_cast<uint16_t*>(data); }
+};
+
+int64_t numel_of(const std::vector<int64_t>& shape);
+std::string shape_str(const std::vector<int64_t>& shape);  // "[4, 8]"
+
+// bfloat16 <-> float: the top 16 bits of an IEEE float, rounded to nearest even.
+uint16_t float_to_bf16(float f);
+float bf16_to_float(uint16_t b);
+
+}  // namespace maestro
