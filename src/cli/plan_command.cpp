@@ -1,0 +1,193 @@
+// The planning commands of maestro-run: `--print plan` (the resolved plan per
+// section), `--print schedule` (the first step's wavefront schedule, wave by
+// wave), `--simulate [--baseline megatron|sequential] [--steps N] [--trace
+// FILE] [--json]` (the plan run on the modelled cluster, averaged over N
+// sampled steps) and `--calibrate OUT.toml` (a device profile of this CPU).
+// Bad cluster settings and plans that do not fit are invalid input: exit 2.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "data/sampler.h"
+#include "graph/section_graph.h"
+#include "plan/baselines.h"
+#include "plan/calibrate.h"
+#include "plan/cluster.h"
+#include "plan/planner.h"
+#include "plan/roofline_cost.h"
+#include "plan/schedule.h"
+#include "plan/simulator.h"
+
+namespace maestro {
+
+namespace {
+
+constexpr int64_t kDefaultSimulatedSteps = 4;
+
+// Everything the planning commands share; built once, never moved (the cost
+// model refers to the graph and the graph to the program).
+struct Planned {
+  SectionGraph graph;
+  Cluster cluster;
+  std::unique_ptr<RooflineCost> cost;
+  std::unique_ptr<Sampler> sampler;
+  Plan plan;
+
+  Planned(const Program& program, const RuntimeConfig& config)
+      : graph(build_graph(program)), cluster(make_cluster(config)) {
+    cost = std::make_unique<RooflineCost>(graph, cluster);
+    sampler = std::make_unique<Sampler>(program.data, program.train.global_batch);
+    plan = plan_program(graph, cluster, *cost, sampler->batch(0));
+  }
+};
+
+// Runs `body` on the planned program; PlanError and unsamplable data are
+// invalid input (exit 2).
+template <class Body>
+int with_plan(const Program& program, const RuntimeConfig& config, Body body) {
+  std::unique_ptr<Planned> p;
+  try {
+    p = std::make_unique<Planned>(program, config);
+    std::string out = body(*p);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+  } catch (const PlanError& e) {
+    fmt::print(stderr, "{}: error: {}\n", program.file, e.what());
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "{}: error: {}\n", program.file, e.what());
+    return 2;
+  }
+}
+
+std::string cluster_line(const Cluster& c) {
+  return fmt::format("{} × {} ({} node{} of {}; {:.0f} GB, {:.0f} TFLOP/s bf16 each)", c.devices, c.device.name,
+                     c.nodes(), c.nodes() == 1 ? "" : "s", c.devices_per_node, double(c.device.memory_bytes) / 1e9,
+                     c.device.bf16_flops / 1e12);
+}
+
+std::string plan_table(const Planned& p) {
+  const Batch batch = p.sampler->batch(0);
+  std::string out = fmt::format("{:<14} {:<7} {:>11} {:>3} {:>3} {:>4} {:>11} {:>13} {:>11}\n", "section", "mode",
+                                "devices", "tp", "pp", "dp", "micro_batch", "memory/dev", "step est.");
+  for (size_t s = 0; s < p.graph.nodes.size(); ++s) {
+    const SectionPlan& sp = p.plan.sections[s];
+    int64_t activations = 0;
+    for (const auto& mb : loader_order_micro_batches(p.graph, int(s), batch, sp.micro_batch))
+      activations = std::max(activations, p.cost->activation_bytes(int(s), mb, sp));
+    const int64_t memory = p.cost->weights_bytes_per_device(int(s), sp) + in_flight_micro_batches(sp.pp) * activations;
+    out += fmt::format("{:<14} {:<7} {:>11} {:>3} {:>3} {:>4} {:>11} {:>10.1f} GB {:>9.4g} s\n", p.graph.nodes[s].name,
+                       p.graph.section(int(s)).mode == Mode::Train ? "train" : "frozen",
+                       fmt::format("{}-{}", sp.first_device, sp.first_device + sp.devices - 1), sp.tp, sp.pp, sp.dp,
+                       sp.micro_batch, double(memory) / 1e9, section_step_s(p.graph, *p.cost, int(s), sp, batch));
+  }
+  return out;
+}
+
+int print_plan_command(const Program& program, const RuntimeConfig& config, const CliOptions&) {
+  return with_plan(program, config, [&](const Planned& p) {
+    return fmt::format("plan: {} on {}\n", program.file, cluster_line(p.cluster)) + plan_table(p) +
+           fmt::format("in-flight cap: {} micro-batches per replica\n", p.plan.in_flight_cap);
+  });
+}
+
+int print_schedule_command(const Program& program, const RuntimeConfig& config, const CliOptions&) {
+  return with_plan(program, config, [&](const Planned& p) {
+    const Schedule sch = wavefront_schedule(p.graph, p.plan, *p.cost, p.sampler->batch(0));
+    std::string out = fmt::format("schedule of step 0: {} samples, {} tasks in {} waves (in-flight cap {})\n",
+                                  sch.batch.samples.size(), sch.tasks.size(), sch.waves.size(), sch.in_flight_cap);
+    for (size_t w = 0; w < sch.waves.size(); ++w) {
+      out += fmt::format("wave {}:", w);
+      for (int64_t id : sch.waves[w]) {
+        const Task& t = sch.tasks[size_t(id)];
+        out += fmt::format(" {}.{}{}[r{} s{} {}]", p.graph.nodes[size_t(t.section)].name,
+                           t.kind == Task::Kind::Forward ? "F" : "B", t.micro_batch, t.replica, t.stage,
+                           sch.micro_batch_of(t).samples.size());
+      }
+      out += "\n";
+    }
+    return out;
+  });
+}
+
+int simulate_command(const Program& program, const RuntimeConfig& config, const CliOptions& cli) {
+  return with_plan(program, config, [&](const Planned& p) {
+    const int64_t steps = cli.steps.value_or(kDefaultSimulatedSteps);
+    const std::string trace_path = cli.trace.empty() ? config.trace.path : cli.trace;
+    std::vector<Batch> batches;
+    double iteration = 0, lower_bound = 0;
+    for (int64_t k = 0; k < steps; ++k) {
+      batches.push_back(p.sampler->batch(k));
+      const Schedule sch = wavefront_schedule(p.graph, p.plan, *p.cost, batches.back());
+      const SimResult r = simulate(p.graph, p.plan, sch, *p.cost, {.trace = k == 0 && !trace_path.empty()});
+      iteration += r.iteration_s / double(steps);
+      lower_bound += r.lower_bound_s / double(steps);
+      if (k == 0 && !trace_path.empty()) {
+        std::ofstream f(trace_path);
+        write_chrome_trace(f, r.spans, p.plan.device_count());
+        if (!f) throw std::runtime_error("cannot write the trace to " + trace_path);
+      }
+    }
+    std::optional<BaselineResult> baseline;
+    if (cli.baseline == "megatron") baseline = tuned_megatron(p.graph, p.cluster, *p.cost, batches);
+    if (cli.baseline == "sequential") baseline = sequential_baseline(p.graph, p.plan, p.cluster, *p.cost, batches);
+
+    std::string out = fmt::format("simulate: {} on {}, mean of {} step{} of {} samples\n", program.file,
+                                  cluster_line(p.cluster), steps, steps == 1 ? "" : "s", program.train.global_batch);
+    out += plan_table(p);
+    out += fmt::format("iteration  {:.4f} s   lower bound {:.4f} s   utilization {:.1f}%\n", iteration, lower_bound,
+                       100 * lower_bound / iteration);
+    if (baseline)
+      out += fmt::format("{:<10} {:.4f} s{}\nspeedup    {:.2f}×\n", baseline->name, baseline->iteration_s,
+                         baseline->config.empty() ? "" : "   " + baseline->config, baseline->iteration_s / iteration);
+    if (!trace_path.empty()) out += fmt::format("trace of step 0: {}\n", trace_path);
+    if (cli.json) {
+      nlohmann::ordered_json j;
+      j["mode"] = "simulate";
+      j["devices"] = p.cluster.devices;
+      j["device"] = p.cluster.device.name;
+      j["steps"] = steps;
+      j["iteration_s"] = iteration;
+      j["lower_bound_s"] = lower_bound;
+      j["utilization"] = lower_bound / iteration;
+      j["plan"] = nlohmann::ordered_json::object();
+      for (size_t s = 0; s < p.graph.nodes.size(); ++s) {
+        const SectionPlan& sp = p.plan.sections[s];
+        j["plan"][p.graph.nodes[s].name] = {{"tp", sp.tp}, {"pp", sp.pp}, {"dp", sp.dp},
+                                            {"micro_batch", sp.micro_batch}, {"devices", sp.devices}};
+      }
+      if (baseline) {
+        j["baseline"] = {{"name", baseline->name}, {"iteration_s", baseline->iteration_s}, {"config", baseline->config}};
+        j["speedup"] = baseline->iteration_s / iteration;
+      }
+      out += j.dump() + "\n";
+    }
+    return out;
+  });
+}
+
+int calibrate_command(const Program&, const RuntimeConfig&, const CliOptions& cli) {
+  const DeviceSpec d = measure_local_cpu();
+  try {
+    write_device_profile(d, cli.calibrate);
+  } catch (const PlanError& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 1;
+  }
+  fmt::print("calibrated: sgemm {:.1f} GFLOP/s, memory {:.1f} GB/s, {:.1f} GB -> {}\n", d.fp32_flops / 1e9,
+             d.memory_bytes_per_s / 1e9, double(d.memory_bytes) / 1e9, cli.calibrate);
+  return 0;
+}
+
+CommandRegistration print_plan("print-plan", &print_plan_command);
+CommandRegistration print_schedule("print-schedule", &print_schedule_command);
+CommandRegistration simulate_reg("simulate", &simulate_command);
+CommandRegistration calibrate_reg("calibrate", &calibrate_command);
+
+}  // namespace
+
+}  // namespace maestro

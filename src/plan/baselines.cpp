@@ -1,0 +1,118 @@
+// The megatron and sequential baselines (see baselines.h).
+#include "plan/baselines.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "plan/planner.h"
+#include "plan/simulator.h"
+
+namespace maestro {
+
+namespace {
+
+int64_t max_layers(const SectionGraph& g) {
+  int64_t n = 1;
+  for (size_t s = 0; s < g.nodes.size(); ++s)
+    n = std::max(n, std::visit([](const auto& m) { return m.layers; }, g.section(int(s)).model.spec));
+  return n;
+}
+
+}  // namespace
+
+std::string MegatronConfig::str() const {
+  return fmt::format("tp={} pp={} dp={} micro_batch={}", tp, pp, dp, micro_batch);
+}
+
+Plan megatron_plan(const SectionGraph& g, const Cluster& cl, const MegatronConfig& c) {
+  Plan plan;
+  plan.cluster_devices = cl.devices;
+  plan.in_flight_cap = c.pp;
+  for (size_t s = 0; s < g.nodes.size(); ++s)
+    plan.sections.push_back({0, c.tp * c.pp * c.dp, c.tp, c.pp, c.dp, c.micro_batch});
+  return plan;
+}
+
+Schedule megatron_schedule(const SectionGraph& g, const Plan& plan, Batch batch, int64_t micro_batch) {
+  Schedule sch = monolithic_schedule(g, plan, std::move(batch), micro_batch);
+  // The chunk of loader order a task's micro-batch comes from; keep only the
+  // dependencies inside a chunk (the data rules), drop the lane chaining.
+  auto chunk = [&](const Task& t) {
+    const auto& samples = sch.micro_batch_of(t).samples;
+    return *std::min_element(samples.begin(), samples.end()) / micro_batch;
+  };
+  for (Task& t : sch.tasks) {
+    const int64_t c = chunk(t);
+    std::erase_if(t.deps, [&](int64_t d) { return chunk(sch.tasks[size_t(d)]) != c; });
+  }
+  sch.waves = compute_waves(sch.tasks);
+  sch.in_flight_cap = plan.in_flight_cap;
+  return sch;
+}
+
+std::string megatron_memory_problem(const SectionGraph& g, const Cluster& cl, const CostModel& cost,
+                                    const MegatronConfig& c, const Batch& batch) {
+  const Plan plan = megatron_plan(g, cl, c);
+  int64_t weights = 0, activations = 0;
+  for (size_t s = 0; s < g.nodes.size(); ++s) {
+    weights += cost.weights_bytes_per_device(int(s), plan.sections[s]);
+    int64_t worst = 0;
+    for (const auto& mb : loader_order_micro_batches(g, int(s), batch, c.micro_batch))
+      worst = std::max(worst, cost.activation_bytes(int(s), mb, plan.sections[s]));
+    activations += in_flight_micro_batches(c.pp) * worst;
+  }
+  if (weights + activations <= cl.device.memory_bytes) return "";
+  return fmt::format("{:.1f} GB of weights + {:.1f} GB of activations per device exceeds {}'s {:.0f} GB",
+                     double(weights) / 1e9, double(activations) / 1e9, cl.device.name,
+                     double(cl.device.memory_bytes) / 1e9);
+}
+
+double megatron_iteration_s(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const MegatronConfig& c,
+                            const std::vector<Batch>& batches) {
+  const Plan plan = megatron_plan(g, cl, c);
+  double sum = 0;
+  for (const Batch& b : batches) sum += simulate(g, plan, megatron_schedule(g, plan, b, c.micro_batch), cost).iteration_s;
+  return sum / double(batches.size());
+}
+
+BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const CostModel& cost,
+                              const std::vector<Batch>& batches) {
+  std::optional<MegatronConfig> best;
+  double best_s = std::numeric_limits<double>::infinity();
+  std::string last_problem;
+  for (int64_t tp : {1, 2, 4, 8}) {
+    if (tp > std::min(cl.devices_per_node, cl.devices)) continue;
+    for (int64_t pp : {1, 2, 4, 8}) {
+      if (tp * pp > cl.devices || pp > max_layers(g)) continue;
+      for (int64_t mb : {1, 2, 4, 8, 16}) {
+        const MegatronConfig c{tp, pp, cl.devices / (tp * pp), mb};
+        if (const std::string p = megatron_memory_problem(g, cl, cost, c, batches.front()); !p.empty()) {
+          last_problem = c.str() + ": " + p;
+          continue;
+        }
+        const double t = megatron_iteration_s(g, cl, cost, c, {batches.front()});
+        if (t < best_s) best_s = t, best = c;
+      }
+    }
+  }
+  if (!best) throw PlanError("megatron baseline: no configuration fits (last tried " + last_problem + ")");
+  return {"megatron", megatron_iteration_s(g, cl, cost, *best, batches), best->str(), best};
+}
+
+BaselineResult sequential_baseline(const SectionGraph& g, const Plan& plan, const Cluster& cl, const CostModel& cost,
+                                   const std::vector<Batch>& batches) {
+  double sum = 0;
+  for (const Batch& b : batches)
+    for (size_t s = 0; s < g.nodes.size(); ++s) {
+      SectionPlan p = plan.sections[s];
+      p.first_device = 0;
+      p.dp = std::max<int64_t>(1, cl.devices / (p.tp * p.pp));
+      p.devices = p.tp * p.pp * p.dp;
+      sum += section_step_s(g, cost, int(s), p, b);
+    }
+  return {"sequential", sum / double(batches.size()), "", std::nullopt};
+}
+
+}  // namespace maestro

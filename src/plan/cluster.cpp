@@ -1,0 +1,90 @@
+// Cluster from [cluster], and device profiles as TOML (toml++).
+#include "plan/cluster.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+// toml++ as Debian ships it: the compiled library (linked through maestro_config).
+#define TOML_HEADER_ONLY 0
+#define TOML_SHARED_LIB 1
+#include <toml++/toml.h>
+
+namespace maestro {
+
+DeviceSpec load_device_profile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw PlanError(fmt::format("{}: error: cannot read the device profile", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string content = text.str();
+  toml::table t;
+  try {
+    t = toml::parse(std::string_view(content), path);
+  } catch (const toml::parse_error& e) {
+    throw PlanError(fmt::format("{}:{}:{}: error: {}", path, e.source().begin.line, e.source().begin.column,
+                                e.description()));
+  }
+  auto number = [&](const char* key) {
+    const std::optional<double> v = t[key].value<double>();
+    if (!v || !(*v > 0)) throw PlanError(fmt::format("{}: error: '{}' must be a positive number", path, key));
+    return *v;
+  };
+  DeviceSpec d;
+  d.name = t["name"].value_or(std::string("profile"));
+  d.bf16_flops = number("bf16_tflops") * 1e12;
+  d.fp32_flops = number("fp32_tflops") * 1e12;
+  d.memory_bytes = int64_t(number("memory_gb") * 1e9);
+  d.memory_bytes_per_s = number("memory_bandwidth_gbps") * 1e9;
+  d.fused_attention = t["fused_attention"].value_or(false);
+  d.gemm.max = t["gemm_max_efficiency"].value_or(d.gemm.max);
+  d.gemm.half_size = t["gemm_half_size"].value_or(d.gemm.half_size);
+  if (!(d.gemm.max > 0 && d.gemm.max <= 1) || !(d.gemm.half_size >= 0))
+    throw PlanError(fmt::format("{}: error: gemm_max_efficiency must be in (0, 1] and gemm_half_size >= 0", path));
+  return d;
+}
+
+void write_device_profile(const DeviceSpec& d, const std::string& path) {
+  const toml::table t{{"name", d.name},
+                      {"bf16_tflops", d.bf16_flops / 1e12},
+                      {"fp32_tflops", d.fp32_flops / 1e12},
+                      {"memory_gb", double(d.memory_bytes) / 1e9},
+                      {"memory_bandwidth_gbps", d.memory_bytes_per_s / 1e9},
+                      {"fused_attention", d.fused_attention},
+                      {"gemm_max_efficiency", d.gemm.max},
+                      {"gemm_half_size", d.gemm.half_size}};
+  std::ofstream out(path);
+  out << "# Device profile measured by maestro-run --calibrate; use as [cluster] device = \"" << path << "\"\n"
+      << t << "\n";
+  if (!out) throw PlanError(fmt::format("{}: error: cannot write the device profile", path));
+}
+
+Cluster make_cluster(const RuntimeConfig& config) {
+  const RuntimeConfig::Cluster& c = config.cluster;
+  const std::string where = config.file.empty() ? "[cluster]" : config.file + ": [cluster]";
+  Cluster cl;
+  const std::string kind = c.device == "auto" ? "h100" : c.device;
+  if (const DeviceSpec* d = find_builtin_device(kind)) {
+    cl.device = *d;
+  } else if (kind.size() > 5 && kind.ends_with(".toml")) {
+    std::filesystem::path p(kind);
+    if (p.is_relative() && !config.file.empty()) p = std::filesystem::path(config.file).parent_path() / p;
+    cl.device = load_device_profile(p.string());
+  } else {
+    throw PlanError(fmt::format("{}: error: unknown device '{}' (h100, h200, a100, cpu or a profile .toml)", where,
+                                c.device));
+  }
+  if (c.devices_per_node < 1 || c.nodes < 1 || c.devices < 0)
+    throw PlanError(fmt::format("{}: error: devices, nodes and devices_per_node must be positive", where));
+  if (!(c.intra_node_gbps > 0) || !(c.inter_node_gbps > 0))
+    throw PlanError(fmt::format("{}: error: link bandwidths must be positive", where));
+  cl.devices_per_node = c.devices_per_node;
+  cl.devices = c.devices > 0 ? c.devices : c.nodes * c.devices_per_node;
+  cl.intra_node_bytes_per_s = c.intra_node_gbps * 1e9;
+  cl.inter_node_bytes_per_s = c.inter_node_gbps * 1e9;
+  return cl;
+}
+
+}  // namespace maestro

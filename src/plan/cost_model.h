@@ -1,0 +1,57 @@
+// CostModel: the times and memory the simulator and the wavefront scheduler
+// need, as an interface. The `cost` model (device table × graph/counts.h)
+// implements it for real devices; tests implement it with fixed numbers.
+// The simulator asks nothing else, so a schedule can be simulated on any
+// cost model.
+//
+// Conventions: `samples` is one micro-batch (pointers into the step's
+// Batch, in micro-batch order); times are seconds of one pipeline stage of
+// one replica, i.e. of tp devices working together (the section's work split
+// evenly over its pp stages; the stage's hand-off to the next stage is
+// included). A cost model must be monotone — adding a sample to a
+// micro-batch never makes it cheaper — and never faster than peak_device_s
+// allows; the lower bound relies on both.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data/batch.h"
+#include "dsl/program.h"
+#include "plan/plan.h"
+
+namespace maestro {
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+
+  // One stage's forward of the micro-batch.
+  virtual double forward_s(int section, const std::vector<const Sample*>& samples, const SectionPlan& plan) const = 0;
+  // One stage's backward of the micro-batch, recompute included when the
+  // section has `recompute = true`. Frozen sections: 0 (never asked).
+  virtual double backward_s(int section, const std::vector<const Sample*>& samples, const SectionPlan& plan) const = 0;
+  // Moving the flow's tensors for these samples from the producer's devices
+  // to the consumer's (spliced embeddings or logits; the same bytes go back
+  // as gradients on an activations flow).
+  virtual double transfer_s(const Flow& flow, const std::vector<const Sample*>& samples, const SectionPlan& from,
+                            const SectionPlan& to) const = 0;
+  // End of step, train sections only: data-parallel gradient all-reduce, then
+  // the optimizer step, on the section's devices.
+  virtual double grad_sync_s(int section, const SectionPlan& plan) const = 0;
+  virtual double optimizer_s(int section, const SectionPlan& plan) const = 0;
+
+  // Per device of the section: parameter state (weights, and for train
+  // sections gradients, master copy and Adam moments) split tp·pp ways.
+  virtual int64_t weights_bytes_per_device(int section, const SectionPlan& plan) const = 0;
+  // Per device of one stage: what one in-flight micro-batch keeps alive.
+  virtual int64_t activation_bytes(int section, const std::vector<const Sample*>& samples,
+                                   const SectionPlan& plan) const = 0;
+
+  // Device-seconds of the sample's whole work in the section (forward,
+  // backward, recompute) at the device's peak FLOP rate: the lower bound's
+  // work term (architecture.md, "Lower bound").
+  virtual double peak_device_s(int section, const Sample& sample) const = 0;
+};
+
+}  // namespace maestro

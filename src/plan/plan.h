@@ -1,0 +1,49 @@
+// Plan: where and how every section runs — its devices and parallel degrees
+// (tp, pp, dp) and its micro-batch size — plus the in-flight cap that bounds
+// activation memory. The planner (planner.h) produces it; the wavefront
+// scheduler, the simulator and the runtime read it. Plain data, no logic
+// beyond the device layout below.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace maestro {
+
+// One section's resources. Its devices are [first_device, first_device +
+// devices), devices = tp·pp·dp. Sections may share devices (co-located):
+// their work then serialises on them. Layout inside the range: replica r,
+// pipeline stage s owns the tp devices starting at
+// first_device + (r·pp + s)·tp (see stage_first_device).
+struct SectionPlan {
+  int64_t first_device = 0;
+  int64_t devices = 1;
+  int64_t tp = 1, pp = 1, dp = 1;
+  int64_t micro_batch = 1;
+};
+
+struct Plan {
+  std::vector<SectionPlan> sections;  // index = Program::sections index
+  // Micro-batches a section replica may have in flight at once, counted on
+  // the sinks' replicas (producers start up to two such windows ahead; see
+  // Frontier in schedule.h); bounds activation memory; 0 = unbounded. It
+  // never stalls a step.
+  int64_t in_flight_cap = 0;
+  // Devices of the cluster (the lower bound divides work by it); 0 = the
+  // devices the sections span (device_count()).
+  int64_t cluster_devices = 0;
+
+  // cluster_devices, or max over sections of first_device + devices.
+  int64_t device_count() const {
+    int64_t n = cluster_devices;
+    for (const SectionPlan& s : sections) n = s.first_device + s.devices > n ? s.first_device + s.devices : n;
+    return n;
+  }
+};
+
+// First of the tp devices that replica `replica`, stage `stage` runs on.
+inline int64_t stage_first_device(const SectionPlan& p, int64_t replica, int64_t stage) {
+  return p.first_device + (replica * p.pp + stage) * p.tp;
+}
+
+}  // namespace maestro

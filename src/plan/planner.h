@@ -1,0 +1,41 @@
+// The planner: resolves every `auto` in the program's sections — tp, pp, dp,
+// micro_batch, and so each section's device count — for a cluster, keeping
+// explicit values. It balances the sections' estimated times per step under
+// the device budget and checks that every device fits in memory (parameter
+// state plus the in-flight micro-batches' activations). docs/planner.md
+// describes the search.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data/batch.h"
+#include "graph/section_graph.h"
+#include "plan/cluster.h"
+#include "plan/cost_model.h"
+#include "plan/plan.h"
+
+namespace maestro {
+
+// Micro-batches whose activations stage 0 of a replica keeps alive at once
+// under 1F1B: pp (Plan::in_flight_cap is the largest pp of the plan).
+inline int64_t in_flight_micro_batches(int64_t pp) { return pp; }
+
+// The active samples of section s in `batch`, packed in loader order into
+// micro-batches of `micro_batch` (pointers into the batch).
+std::vector<std::vector<const Sample*>> loader_order_micro_batches(const SectionGraph& graph, int s,
+                                                                    const Batch& batch, int64_t micro_batch);
+
+// Estimated seconds of one step of section s under plan p on `batch`: its
+// micro-batches' forward + backward balanced over p.dp replicas (never less
+// than the largest micro-batch), a pipeline fill of pp-1 micro-batches, then
+// grad sync and optimizer.
+double section_step_s(const SectionGraph& graph, const CostModel& cost, int s, const SectionPlan& p,
+                      const Batch& batch);
+
+// Throws PlanError naming the section, the device kind and what ran out
+// when an explicit choice — or every choice — does not fit; `batch` is the
+// sample the planner sizes work and activations with (step 0's).
+Plan plan_program(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost, const Batch& batch);
+
+}  // namespace maestro

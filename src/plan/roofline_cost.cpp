@@ -1,0 +1,153 @@
+// RooflineCost (see roofline_cost.h; formulas in docs/planner.md).
+#include "plan/roofline_cost.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "graph/counts.h"
+
+namespace maestro {
+
+namespace {
+
+// Width of the activations between layers, and the layers that each do two
+// tensor-parallel all-reduces per forward (Megatron's column/row split: one
+// after attention, one after the MLP; a projector has one pair in all).
+struct Shape {
+  int64_t width = 0, layers = 0;
+};
+Shape shape_of(const ModelSpec& m) {
+  return std::visit(
+      [](const auto& s) -> Shape {
+        using T = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<T, MlpSpec>) return {s.out, 1};
+        else return {s.hidden, s.layers};
+      },
+      m.spec);
+}
+
+int64_t total(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t(0)); }
+
+}  // namespace
+
+double ring_all_reduce_s(double bytes, int64_t n, double bytes_per_s) {
+  if (n <= 1) return 0.0;
+  return 2.0 * double(n - 1) / double(n) * bytes / bytes_per_s;
+}
+
+RooflineCost::RooflineCost(const SectionGraph& graph, const Cluster& cluster) : graph_(graph), cluster_(cluster) {}
+
+int64_t RooflineCost::element_bytes() const {
+  return graph_.program->train.precision == Precision::BF16 ? 2 : 4;
+}
+
+double RooflineCost::peak_flops() const {
+  return cluster_.device.flops(graph_.program->train.precision == Precision::BF16);
+}
+
+std::vector<int64_t> RooflineCost::seq_lens(int s, const std::vector<const Sample*>& samples) const {
+  std::vector<int64_t> lens;
+  lens.reserve(samples.size());
+  for (const Sample* x : samples) {
+    const int64_t n = graph_.tokens(s, {x->modalities, x->text_tokens, x->images, x->audio_frames});
+    if (n > 0) lens.push_back(n);
+  }
+  return lens;
+}
+
+double RooflineCost::efficiency(int s, int64_t tokens, int64_t tp) const {
+  const Shape sh = shape_of(graph_.section(s).model);
+  return cluster_.device.gemm.at(double(tokens) * double(sh.width) / double(tp));
+}
+
+double RooflineCost::stage_forward_s(int s, const std::vector<int64_t>& lens, const SectionPlan& p) const {
+  if (lens.empty()) return 0.0;
+  const ModelSpec& model = graph_.section(s).model;
+  const Shape sh = shape_of(model);
+  const int64_t tokens = total(lens);
+  const double flops = forward_flops(model, lens) / double(p.tp * p.pp);
+  const double compute = flops / (peak_flops() * efficiency(s, tokens, p.tp));
+  // Two all-reduces of the [tokens, width] activations per layer of the stage.
+  const double layers = std::max(1.0, double(sh.layers) / double(p.pp));
+  const double bytes = double(tokens * sh.width * element_bytes());
+  const double tp_link = cluster_.link_bytes_per_s(0, p.tp);
+  return compute + 2.0 * layers * ring_all_reduce_s(bytes, p.tp, tp_link);
+}
+
+double RooflineCost::stage_send_s(int s, int64_t tokens, const SectionPlan& p) const {
+  if (p.pp <= 1) return 0.0;
+  const Shape sh = shape_of(graph_.section(s).model);
+  // Stage boundaries cross nodes when one replica spans more than a node.
+  const double link = cluster_.link_bytes_per_s(0, p.tp * p.pp);
+  return double(tokens * sh.width * element_bytes()) / double(p.tp) / link;
+}
+
+double RooflineCost::forward_s(int s, const std::vector<const Sample*>& samples, const SectionPlan& p) const {
+  const std::vector<int64_t> lens = seq_lens(s, samples);
+  return stage_forward_s(s, lens, p) + stage_send_s(s, total(lens), p);
+}
+
+double RooflineCost::backward_s(int s, const std::vector<const Sample*>& samples, const SectionPlan& p) const {
+  const Section& section = graph_.section(s);
+  if (section.mode == Mode::Frozen) return 0.0;
+  const std::vector<int64_t> lens = seq_lens(s, samples);
+  // Backward is twice the forward's GEMMs with the same all-reduces; a
+  // recomputed section runs its forward once more first.
+  const double fwd = stage_forward_s(s, lens, p);
+  return (section.recompute ? 3.0 : 2.0) * fwd + stage_send_s(s, total(lens), p);
+}
+
+double RooflineCost::transfer_s(const Flow& flow, const std::vector<const Sample*>& samples, const SectionPlan& from,
+                                const SectionPlan& to) const {
+  const int producer = graph_.find(flow.from);
+  const ModelSpec& model = graph_.section(producer).model;
+  int64_t width = model.output_width();
+  if (flow.kind == FlowKind::Logits) width = std::get<TransformerSpec>(model.spec).vocab;
+  // Same devices, same layout: every replica's output is already where its
+  // consumer runs.
+  if (from.first_device == to.first_device && from.tp == to.tp && from.pp == to.pp && from.dp == to.dp) return 0.0;
+  const int64_t tokens = total(seq_lens(producer, samples));
+  const int64_t first = std::min(from.first_device, to.first_device);
+  const int64_t last = std::max(from.first_device + from.devices, to.first_device + to.devices);
+  // The tensor is split over the producer's tp devices (logits by vocabulary,
+  // activations by sequence), sent over min(tp) links in parallel.
+  const double links = double(std::min(from.tp, to.tp));
+  return double(tokens * width * element_bytes()) / (links * cluster_.link_bytes_per_s(first, last - first));
+}
+
+double RooflineCost::grad_sync_s(int s, const SectionPlan& p) const {
+  if (graph_.section(s).mode == Mode::Frozen || p.dp <= 1) return 0.0;
+  const SectionMemory m = memory_per_device(graph_.section(s), p.tp, p.pp, {}, graph_.program->train.precision);
+  return ring_all_reduce_s(double(m.gradients), p.dp, cluster_.link_bytes_per_s(p.first_device, p.devices));
+}
+
+double RooflineCost::optimizer_s(int s, const SectionPlan& p) const {
+  if (graph_.section(s).mode == Mode::Frozen) return 0.0;
+  // AdamW is memory-bound: it reads and writes the whole parameter state.
+  const SectionMemory m = memory_per_device(graph_.section(s), p.tp, p.pp, {}, graph_.program->train.precision);
+  const double bytes = 2.0 * double(m.weights + m.gradients + m.optimizer);
+  return bytes / cluster_.device.memory_bytes_per_s;
+}
+
+int64_t RooflineCost::weights_bytes_per_device(int s, const SectionPlan& p) const {
+  return memory_per_device(graph_.section(s), p.tp, p.pp, {}, graph_.program->train.precision).total();
+}
+
+int64_t RooflineCost::activation_bytes(int s, const std::vector<const Sample*>& samples, const SectionPlan& p) const {
+  const std::vector<int64_t> lens = seq_lens(s, samples);
+  if (lens.empty()) return 0;
+  const Section& section = graph_.section(s);
+  const Precision precision = graph_.program->train.precision;
+  if (cluster_.device.fused_attention)
+    return activation_bytes_per_token(section.model, precision, activation_kind(section)) * total(lens) /
+           (p.tp * p.pp);
+  return maestro::activation_bytes(section.model, lens, precision, activation_kind(section)) / (p.tp * p.pp);
+}
+
+double RooflineCost::peak_device_s(int s, const Sample& sample) const {
+  const std::vector<int64_t> lens = seq_lens(s, {&sample});
+  if (lens.empty()) return 0.0;
+  return section_flops(graph_.section(s), lens).total() / (peak_flops() * cluster_.device.gemm.max);
+}
+
+}  // namespace maestro

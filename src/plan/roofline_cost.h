@@ -1,0 +1,58 @@
+// RooflineCost: the CostModel of a real cluster. Compute time is a section's
+// FLOPs (graph/counts.h, actual token counts, attention's s² per sequence)
+// over the device's peak × a GEMM efficiency that falls for small GEMMs;
+// communication is ring collectives and point-to-point sends over the
+// cluster's links. The efficiency curve is calibrated so that Llama-2-7B
+// training on 8×H100 lands in Megatron-LM's published MFU range
+// (docs/planner.md, "Calibration"; tests/plan/cost_test.cpp checks it).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "graph/section_graph.h"
+#include "plan/cluster.h"
+#include "plan/cost_model.h"
+
+namespace maestro {
+
+// Ring all-reduce of `bytes` over n participants: 2(n-1)/n · bytes / bandwidth.
+double ring_all_reduce_s(double bytes, int64_t n, double bytes_per_s);
+
+class RooflineCost : public CostModel {
+ public:
+  // The graph must outlive the cost model. GEMM efficiency: the device's.
+  RooflineCost(const SectionGraph& graph, const Cluster& cluster);
+
+  double forward_s(int section, const std::vector<const Sample*>& samples, const SectionPlan& plan) const override;
+  double backward_s(int section, const std::vector<const Sample*>& samples, const SectionPlan& plan) const override;
+  double transfer_s(const Flow& flow, const std::vector<const Sample*>& samples, const SectionPlan& from,
+                    const SectionPlan& to) const override;
+  double grad_sync_s(int section, const SectionPlan& plan) const override;
+  double optimizer_s(int section, const SectionPlan& plan) const override;
+  int64_t weights_bytes_per_device(int section, const SectionPlan& plan) const override;
+  int64_t activation_bytes(int section, const std::vector<const Sample*>& samples,
+                           const SectionPlan& plan) const override;
+  // At the cost model's peak: the device's FLOP rate × the efficiency
+  // curve's maximum (architecture.md, "Lower bound").
+  double peak_device_s(int section, const Sample& sample) const override;
+
+  // The sequence lengths of the samples in the section (graph.tokens), and
+  // the efficiency a micro-batch of `tokens` reaches with this tp.
+  std::vector<int64_t> seq_lens(int section, const std::vector<const Sample*>& samples) const;
+  double efficiency(int section, int64_t tokens, int64_t tp) const;
+  double peak_flops() const;  // of the working precision
+  const Cluster& cluster() const { return cluster_; }
+
+ private:
+  // Compute of one stage's forward plus its tensor-parallel all-reduces.
+  double stage_forward_s(int section, const std::vector<int64_t>& lens, const SectionPlan& plan) const;
+  // One stage's hand-off of its output to the next stage (pp > 1).
+  double stage_send_s(int section, int64_t tokens, const SectionPlan& plan) const;
+  int64_t element_bytes() const;
+
+  const SectionGraph& graph_;
+  Cluster cluster_;
+};
+
+}  // namespace maestro

@@ -1,0 +1,265 @@
+// The discrete-event simulator and the lower bound (see simulator.h and
+// docs/scheduler.md, "The simulator").
+#include "plan/simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <queue>
+#include <stdexcept>
+#include <tuple>
+
+namespace maestro {
+
+namespace {
+
+std::vector<const Sample*> pointers(const Batch& batch, const std::vector<int32_t>& samples) {
+  std::vector<const Sample*> out;
+  out.reserve(samples.size());
+  for (int32_t i : samples) out.push_back(&batch.samples[size_t(i)]);
+  return out;
+}
+
+// edge_between[from][to]: the flow edge from section `from` to `to`, -1 when none.
+std::vector<std::vector<int>> edge_table(const SectionGraph& g) {
+  std::vector<std::vector<int>> t(g.nodes.size(), std::vector<int>(g.nodes.size(), -1));
+  for (size_t e = 0; e < g.edges.size(); ++e)
+    if (t[size_t(g.edges[e].from)][size_t(g.edges[e].to)] < 0) t[size_t(g.edges[e].from)][size_t(g.edges[e].to)] = int(e);
+  return t;
+}
+
+// Samples both micro-batches hold that the edge carries, in `a`'s order.
+std::vector<const Sample*> carried(const SectionActivity& act, int edge, const Batch& batch, const MicroBatch& a,
+                                   const MicroBatch& b) {
+  std::vector<int32_t> in_b(b.samples);
+  std::sort(in_b.begin(), in_b.end());
+  std::vector<const Sample*> out;
+  for (int32_t i : a.samples)
+    if (std::binary_search(in_b.begin(), in_b.end(), i) && act.carries(edge, batch.samples[size_t(i)].modalities))
+      out.push_back(&batch.samples[size_t(i)]);
+  return out;
+}
+
+const char* kind_name(Task::Kind k) { return k == Task::Kind::Forward ? "forward" : "backward"; }
+
+}  // namespace
+
+SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch, const CostModel& cost,
+                   const SimOptions& options) {
+  if (const auto bad = validate(g, plan, sch); !bad.empty())
+    throw std::invalid_argument("simulate: invalid schedule: " + bad.front());
+  const int64_t devices = plan.device_count();
+  const auto edges = edge_table(g);
+  const SectionActivity act(g);
+  const size_t n_tasks = sch.tasks.size();
+
+  SimResult r;
+  r.device_busy_s.assign(size_t(devices), 0.0);
+  std::vector<double> device_free(size_t(devices), 0.0), section_busy(g.nodes.size(), 0.0),
+      section_end(g.nodes.size(), 0.0);
+  std::vector<double> data_ready(n_tasks, 0.0);
+  r.task_start_s.assign(n_tasks, 0.0);
+  r.task_end_s.assign(n_tasks, 0.0);
+  std::vector<int64_t> act_bytes(n_tasks, 0);  // forward tasks: per device of the stage
+  struct MemoryDelta {
+    double time;
+    int64_t bytes;  // negative first at equal times
+    int64_t device;
+    bool operator<(const MemoryDelta& o) const { return std::tie(time, bytes, device) < std::tie(o.time, o.bytes, o.device); }
+  };
+  std::vector<MemoryDelta> memory;
+  std::map<std::tuple<int, int64_t, int, int64_t>, double> link_free;  // (from section, replica, to section, replica)
+  std::vector<int64_t> forward_of_backward(n_tasks, -1);
+  {
+    std::vector<std::vector<int64_t>> fwd(g.nodes.size());
+    for (size_t s = 0; s < g.nodes.size(); ++s)
+      fwd[s].assign(sch.sections[s].micro_batches.size() * size_t(plan.sections[s].pp), -1);
+    for (const Task& t : sch.tasks)
+      if (t.kind == Task::Kind::Forward)
+        fwd[size_t(t.section)][size_t(t.micro_batch * plan.sections[size_t(t.section)].pp + t.stage)] = t.id;
+    for (const Task& t : sch.tasks)
+      if (t.kind == Task::Kind::Backward)
+        forward_of_backward[size_t(t.id)] =
+            fwd[size_t(t.section)][size_t(t.micro_batch * plan.sections[size_t(t.section)].pp + t.stage)];
+  }
+  std::vector<std::vector<int64_t>> dependents(n_tasks);
+  for (const Task& t : sch.tasks)
+    for (int64_t d : t.deps) dependents[size_t(d)].push_back(t.id);
+
+  // Events in time order; at equal times task ends come before task starts
+  // (a completion may free what a start needs), then by task id.
+  enum EventKind { kEnd = 0, kReady = 1 };
+  using Event = std::tuple<double, int, int64_t>;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  Frontier frontier(sch);
+  auto release = [&](double now) {
+    for (int64_t id : frontier.take_ready()) events.push({std::max(now, data_ready[size_t(id)]), kReady, id});
+  };
+  release(0.0);
+  while (!events.empty()) {
+    const auto [now, kind, id] = events.top();
+    events.pop();
+    const Task& t = sch.tasks[size_t(id)];
+    const SectionPlan& sp = plan.sections[size_t(t.section)];
+    const MicroBatch& mb = sch.micro_batch_of(t);
+    const int64_t first = stage_first_device(sp, t.replica, t.stage);
+    if (kind == kReady) {
+      const auto ptrs = pointers(sch.batch, mb.samples);
+      const double duration =
+          t.kind == Task::Kind::Forward ? cost.forward_s(t.section, ptrs, sp) : cost.backward_s(t.section, ptrs, sp);
+      double start = now;
+      for (int64_t d = first; d < first + sp.tp; ++d) start = std::max(start, device_free[size_t(d)]);
+      const double end = start + duration;
+      r.task_start_s[size_t(id)] = start;
+      r.task_end_s[size_t(id)] = end;
+      for (int64_t d = first; d < first + sp.tp; ++d) {
+        device_free[size_t(d)] = end;
+        r.device_busy_s[size_t(d)] += duration;
+        if (options.trace)
+          r.spans.push_back(TraceSpan{
+              fmt::format("{} {} mb{} r{} s{}", g.nodes[size_t(t.section)].name, t.kind == Task::Kind::Forward ? "F" : "B",
+                          t.micro_batch, t.replica, t.stage),
+              kind_name(t.kind), d, start, duration,
+              nlohmann::json{{"section", g.nodes[size_t(t.section)].name}, {"micro_batch", t.micro_batch},
+                             {"replica", t.replica}, {"stage", t.stage}, {"samples", mb.samples.size()}, {"task", id}}});
+      }
+      section_busy[size_t(t.section)] += duration * double(sp.tp);
+      section_end[size_t(t.section)] = std::max(section_end[size_t(t.section)], end);
+      // Activations: held from a forward's start until its backward ends
+      // (train) or its own end (frozen).
+      if (t.kind == Task::Kind::Forward) {
+        act_bytes[size_t(id)] = cost.activation_bytes(t.section, ptrs, sp);
+        for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({start, act_bytes[size_t(id)], d});
+        if (!sch.sections[size_t(t.section)].backward)
+          for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({end, -act_bytes[size_t(id)], d});
+      } else {
+        for (int64_t d = first; d < first + sp.tp; ++d)
+          memory.push_back({end, -act_bytes[size_t(forward_of_backward[size_t(id)])], d});
+      }
+      events.push({end, kEnd, id});
+      continue;
+    }
+    // A task ended: its outputs travel to its dependents, then the frontier moves.
+    for (int64_t c : dependents[size_t(id)]) {
+      const Task& u = sch.tasks[size_t(c)];
+      double arrival = now;
+      if (u.section != t.section && u.kind == t.kind) {
+        // Forward: t's section feeds u's. Backward: u's section fed t's, the gradient goes back.
+        const bool forward = t.kind == Task::Kind::Forward;
+        const int from = forward ? t.section : u.section, to = forward ? u.section : t.section;
+        const int e = edges[size_t(from)][size_t(to)];
+        if (e >= 0) {
+          const auto moved = carried(act, e, sch.batch, sch.micro_batch_of(u), mb);
+          if (!moved.empty()) {
+            const double transfer = cost.transfer_s(g.program->flows[size_t(e)], moved, plan.sections[size_t(from)],
+                                                    plan.sections[size_t(to)]);
+            double& link = link_free[{t.section, t.replica, u.section, u.replica}];
+            arrival = std::max(now, link) + transfer;
+            link = arrival;
+          }
+        }
+      }
+      data_ready[size_t(c)] = std::max(data_ready[size_t(c)], arrival);
+    }
+    frontier.complete(id);
+    release(now);
+  }
+  if (!frontier.finished()) throw std::logic_error("simulate: the frontier stopped before the step's end");
+  for (double end : r.task_end_s) r.compute_end_s = std::max(r.compute_end_s, end);
+
+  // End of step: each train section's grad sync, then optimizer step, on all
+  // its devices after its last task; sections sharing devices take turns in
+  // the order their work ended.
+  std::vector<int> order;
+  for (size_t s = 0; s < g.nodes.size(); ++s)
+    if (sch.sections[s].backward) order.push_back(int(s));
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return section_end[size_t(a)] < section_end[size_t(b)]; });
+  r.iteration_s = r.compute_end_s;
+  for (int s : order) {
+    const SectionPlan& sp = plan.sections[size_t(s)];
+    double start = section_end[size_t(s)];
+    for (int64_t d = sp.first_device; d < sp.first_device + sp.devices; ++d) start = std::max(start, device_free[size_t(d)]);
+    const double sync = cost.grad_sync_s(s, sp), step = cost.optimizer_s(s, sp);
+    for (int64_t d = sp.first_device; d < sp.first_device + sp.devices; ++d) {
+      device_free[size_t(d)] = start + sync + step;
+      r.device_busy_s[size_t(d)] += sync + step;
+      if (options.trace) {
+        const nlohmann::json args{{"section", g.nodes[size_t(s)].name}};
+        r.spans.push_back(TraceSpan{g.nodes[size_t(s)].name + " grad sync", "grad_sync", d, start, sync, args});
+        r.spans.push_back(TraceSpan{g.nodes[size_t(s)].name + " optimizer", "optimizer", d, start + sync, step, args});
+      }
+    }
+    section_busy[size_t(s)] += (sync + step) * double(sp.devices);
+    r.iteration_s = std::max(r.iteration_s, start + sync + step);
+  }
+
+  // Memory: weights of every section on the device, plus the peak of its
+  // in-flight activations over time.
+  std::vector<int64_t> weights(size_t(devices), 0), current(size_t(devices), 0), peak(size_t(devices), 0);
+  for (size_t s = 0; s < g.nodes.size(); ++s) {
+    const SectionPlan& sp = plan.sections[s];
+    const int64_t w = cost.weights_bytes_per_device(int(s), sp);
+    for (int64_t d = sp.first_device; d < sp.first_device + sp.devices; ++d) weights[size_t(d)] += w;
+  }
+  std::sort(memory.begin(), memory.end());
+  for (const MemoryDelta& m : memory) {
+    current[size_t(m.device)] += m.bytes;
+    peak[size_t(m.device)] = std::max(peak[size_t(m.device)], current[size_t(m.device)]);
+  }
+  r.peak_memory_bytes.resize(size_t(devices));
+  for (size_t d = 0; d < size_t(devices); ++d) r.peak_memory_bytes[d] = weights[d] + peak[d];
+
+  r.section_utilization.resize(g.nodes.size());
+  for (size_t s = 0; s < g.nodes.size(); ++s)
+    r.section_utilization[s] =
+        r.iteration_s > 0 ? section_busy[s] / (double(plan.sections[s].devices) * r.iteration_s) : 0.0;
+  r.lower_bound_s = lower_bound_s(g, plan, sch.batch, cost);
+  r.utilization = r.iteration_s > 0 ? r.lower_bound_s / r.iteration_s : 0.0;
+  return r;
+}
+
+double lower_bound_s(const SectionGraph& g, const Plan& plan, const Batch& batch, const CostModel& cost) {
+  const SectionActivity act(g);
+  const size_t n_sections = g.nodes.size();
+  double work = 0, critical = 0;
+  std::vector<double> forward_end(n_sections), backward_end(n_sections);
+  std::vector<const Sample*> one(1);
+  for (const Sample& sample : batch.samples) {
+    one[0] = &sample;
+    std::fill(forward_end.begin(), forward_end.end(), 0.0);
+    std::fill(backward_end.begin(), backward_end.end(), 0.0);
+    for (int s : g.topo_order) {
+      if (!act.active(s, sample.modalities)) continue;
+      const SectionPlan& sp = plan.sections[size_t(s)];
+      work += cost.peak_device_s(s, sample);
+      double start = 0;
+      for (int e : g.nodes[size_t(s)].producers)
+        if (act.carries(e, sample.modalities)) {
+          const int p = g.edges[size_t(e)].from;
+          start = std::max(start, forward_end[size_t(p)] +
+                                      cost.transfer_s(g.program->flows[size_t(e)], one, plan.sections[size_t(p)], sp));
+        }
+      forward_end[size_t(s)] = start + double(sp.pp) * cost.forward_s(s, one, sp);
+      critical = std::max(critical, forward_end[size_t(s)]);
+    }
+    for (auto it = g.topo_order.rbegin(); it != g.topo_order.rend(); ++it) {
+      const int s = *it;
+      if (!act.active(s, sample.modalities) || g.section(s).mode != Mode::Train) continue;
+      const SectionPlan& sp = plan.sections[size_t(s)];
+      double start = forward_end[size_t(s)];
+      for (int e : g.nodes[size_t(s)].consumers) {
+        const int c = g.edges[size_t(e)].to;
+        if (g.edges[size_t(e)].kind == FlowKind::Activations && g.section(c).mode == Mode::Train &&
+            act.carries(e, sample.modalities))
+          start = std::max(start, backward_end[size_t(c)] +
+                                      cost.transfer_s(g.program->flows[size_t(e)], one, sp, plan.sections[size_t(c)]));
+      }
+      backward_end[size_t(s)] = start + double(sp.pp) * cost.backward_s(s, one, sp);
+      critical = std::max(critical, backward_end[size_t(s)]);
+    }
+  }
+  return std::max(work / double(std::max<int64_t>(1, plan.device_count())), critical);
+}
+
+}  // namespace maestro

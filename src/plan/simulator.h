@@ -1,0 +1,47 @@
+// Discrete-event simulator: runs one step's Schedule under a Plan on a
+// CostModel. A task starts when its deps are done (plus the transfer of the
+// flow's tensors, on the link between the two replicas) and all its devices
+// are free: a replica's stage occupies its tp devices, and sections sharing
+// devices serialise on them (first ready, first served). Tasks are released
+// by the same Frontier as the runtime's, in-flight cap included. Gradient
+// sync and the optimizer step of each train section follow its last task on
+// its devices. No engine, no threads: events in time order.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "graph/section_graph.h"
+#include "plan/chrome_trace.h"
+#include "plan/cost_model.h"
+#include "plan/plan.h"
+#include "plan/schedule.h"
+
+namespace maestro {
+
+struct SimResult {
+  double iteration_s = 0;      // step start to the last optimizer step's end
+  double compute_end_s = 0;    // the last forward/backward task's end
+  double lower_bound_s = 0;    // lower_bound_s() of the step
+  double utilization = 0;      // lower_bound_s / iteration_s
+  std::vector<double> device_busy_s;          // per device: seconds computing (tasks, grad sync, optimizer)
+  std::vector<double> section_utilization;    // per section: its busy device-seconds / (devices × iteration_s)
+  std::vector<int64_t> peak_memory_bytes;     // per device: weights of its sections + peak in-flight activations
+  std::vector<double> task_start_s, task_end_s;  // per task of the schedule
+  std::vector<TraceSpan> spans;               // one per task per device, when SimOptions::trace
+};
+
+struct SimOptions {
+  bool trace = false;  // fill SimResult::spans
+};
+
+SimResult simulate(const SectionGraph& graph, const Plan& plan, const Schedule& schedule, const CostModel& cost,
+                   const SimOptions& options = {});
+
+// architecture.md's lower bound: max(total device-seconds of work at peak
+// efficiency / plan.device_count(), the critical path of one sample — its
+// forward through its active sections, every stage, with transfers, then
+// backward in reverse — the longest over the batch's samples).
+double lower_bound_s(const SectionGraph& graph, const Plan& plan, const Batch& batch, const CostModel& cost);
+
+}  // namespace maestro

@@ -1,0 +1,190 @@
+// The device table, the cluster, and RooflineCost: figures, monotonicity,
+// the falling GEMM efficiency, the ring all-reduce and the memory accounting
+// on hand-computed cases, and the calibration against Megatron-LM's MFU.
+#include <boost/test/unit_test.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "data/sampler.h"
+#include "dsl/frontend.h"
+#include "graph/counts.h"
+#include "graph/model_tensors.h"
+#include "plan/baselines.h"
+#include "plan/cluster.h"
+#include "plan/planner.h"
+#include "plan/roofline_cost.h"
+#include "plan/schedule.h"
+#include "plan/simulator.h"
+
+namespace maestro {
+namespace {
+
+Program load(const std::string& path) {
+  Diagnostics diags;
+  std::optional<Program> p = load_program(path, diags);
+  BOOST_REQUIRE_MESSAGE(p, "cannot load " + path);
+  return std::move(*p);
+}
+
+Cluster h100s(int64_t devices) {
+  RuntimeConfig config;
+  config.cluster.device = "h100";
+  config.cluster.devices = devices;
+  return make_cluster(config);
+}
+
+Sample text(int64_t id, int32_t tokens) {
+  Sample s;
+  s.id = id;
+  s.modalities.add(Modality::Text);
+  s.text_tokens = tokens;
+  return s;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cost)
+
+BOOST_AUTO_TEST_CASE(device_table_figures) {
+  const DeviceSpec* h100 = find_builtin_device("h100");
+  const DeviceSpec* h200 = find_builtin_device("h200");
+  const DeviceSpec* a100 = find_builtin_device("a100");
+  BOOST_REQUIRE(h100 && h200 && a100 && find_builtin_device("cpu"));
+  BOOST_TEST(h100->bf16_flops == 989e12);
+  BOOST_TEST(h100->memory_bytes == int64_t(80e9));
+  BOOST_TEST(h100->memory_bytes_per_s == 3.35e12);
+  BOOST_TEST(h200->bf16_flops == 989e12);
+  BOOST_TEST(h200->memory_bytes == int64_t(141e9));
+  BOOST_TEST(h200->memory_bytes_per_s == 4.8e12);
+  BOOST_TEST(a100->bf16_flops == 312e12);
+  BOOST_TEST(a100->memory_bytes == int64_t(80e9));
+  BOOST_TEST(a100->memory_bytes_per_s == 2.0e12);
+  BOOST_TEST(find_builtin_device("v100") == nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(cluster_from_config_files) {
+  for (const char* name : {"h100x8", "h100x64", "h200x64", "a100x64"}) {
+    const RuntimeConfig config = load_runtime_config(std::string("configs/") + name + ".toml");
+    const Cluster c = make_cluster(config);
+    BOOST_TEST(c.devices == (std::string(name) == "h100x8" ? 8 : 64));
+    BOOST_TEST(c.nodes() == c.devices / 8);
+    BOOST_TEST(c.inter_node_bytes_per_s < c.intra_node_bytes_per_s);
+  }
+  const Cluster c = make_cluster(load_runtime_config("configs/h100x64.toml"));
+  BOOST_TEST(c.link_bytes_per_s(0, 8) == c.intra_node_bytes_per_s);
+  BOOST_TEST(c.link_bytes_per_s(4, 8) == c.inter_node_bytes_per_s);
+  RuntimeConfig bad;
+  bad.cluster.device = "tpu";
+  BOOST_CHECK_THROW(make_cluster(bad), PlanError);
+}
+
+BOOST_AUTO_TEST_CASE(device_profile_round_trip) {
+  const std::string path = (std::filesystem::temp_directory_path() / "maestro_cost_test_profile.toml").string();
+  DeviceSpec d{"bench-cpu", 1.5e12, 0.75e12, int64_t(64e9), 30e9, false, {0.8, 4096}};
+  write_device_profile(d, path);
+  const DeviceSpec back = load_device_profile(path);
+  BOOST_TEST(back.name == "bench-cpu");
+  BOOST_TEST(back.bf16_flops == 1.5e12);
+  BOOST_TEST(back.fp32_flops == 0.75e12);
+  BOOST_TEST(back.memory_bytes == int64_t(64e9));
+  BOOST_TEST(back.memory_bytes_per_s == 30e9);
+  BOOST_TEST(back.gemm.max == 0.8);
+  BOOST_TEST(back.gemm.half_size == 4096);
+  RuntimeConfig config;
+  config.cluster.device = path;
+  BOOST_TEST(make_cluster(config).device.name == "bench-cpu");
+  std::ofstream(path) << "name = \"x\"\nbf16_tflops = -1\n";
+  BOOST_CHECK_THROW(load_device_profile(path), PlanError);
+  std::filesystem::remove(path);
+}
+
+BOOST_AUTO_TEST_CASE(ring_all_reduce_hand_case) {
+  // 1 GB over 8 devices at 100 GB/s: 2·7/8 · 1e9 / 1e11 = 17.5 ms.
+  BOOST_TEST(ring_all_reduce_s(1e9, 8, 100e9) == 0.0175, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(ring_all_reduce_s(1e9, 1, 100e9) == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(grad_sync_and_memory_hand_case) {
+  const Program program = load("bench/plan_calibration/llama2_7b.sect");
+  const SectionGraph g = build_graph(program);
+  const Cluster cl = h100s(64);
+  const RooflineCost cost(g, cl);
+  const double params = double(parameter_count(program.sections[0].model));
+  // tp=2, pp=2, dp=2 inside one node of 8: fp32 gradients of a quarter of
+  // the parameters, ring over 2 at 900 GB/s ([cluster] defaults).
+  const SectionPlan in_node{0, 8, 2, 2, 2, 1};
+  BOOST_TEST(cost.grad_sync_s(0, in_node) == 2.0 * 1 / 2 * (4 * params / 4) / 900e9, boost::test_tools::tolerance(1e-3));
+  // The same on devices 4-11, spanning two nodes: the inter-node links (400 GB/s).
+  const SectionPlan across{4, 8, 2, 2, 2, 1};
+  BOOST_TEST(cost.grad_sync_s(0, across) == 2.0 * 1 / 2 * (4 * params / 4) / 400e9, boost::test_tools::tolerance(1e-3));
+  // Train bf16: 18 B per parameter over tp·pp = 4.
+  BOOST_TEST(double(cost.weights_bytes_per_device(0, in_node)) == 18 * params / 4, boost::test_tools::tolerance(1e-3));
+  // Activations of a micro-batch of two 4096-token sequences: counts.h's
+  // per-token bytes (fused attention on an H100) over tp·pp.
+  const Sample a = text(0, 4096), b = text(1, 4096);
+  const int64_t per_token = activation_bytes_per_token(program.sections[0].model, Precision::BF16, ActivationKind::Train);
+  BOOST_TEST(cost.activation_bytes(0, {&a, &b}, in_node) == per_token * 8192 / 4);
+}
+
+BOOST_AUTO_TEST_CASE(monotone_in_tokens_and_samples) {
+  const Program program = load("bench/plan_calibration/llama2_7b.sect");
+  const SectionGraph g = build_graph(program);
+  const RooflineCost cost(g, h100s(8));
+  const SectionPlan p{0, 2, 2, 1, 1, 1};
+  double last = 0;
+  for (int32_t tokens : {16, 64, 256, 1024, 4096}) {
+    const Sample s = text(0, tokens);
+    const double t = cost.forward_s(0, {&s}, p);
+    BOOST_TEST(t > last);
+    BOOST_TEST(cost.backward_s(0, {&s}, p) >= 2 * t * 0.99);
+    // Never faster than the peak the lower bound assumes.
+    BOOST_TEST(double(p.tp * p.pp) * (t + cost.backward_s(0, {&s}, p)) >= cost.peak_device_s(0, s));
+    last = t;
+  }
+  const Sample x = text(0, 700), y = text(1, 300);
+  BOOST_TEST(cost.forward_s(0, {&x, &y}, p) > cost.forward_s(0, {&x}, p));
+}
+
+BOOST_AUTO_TEST_CASE(efficiency_falls_for_small_gemms) {
+  const Program program = load("bench/plan_calibration/llama2_7b.sect");
+  const SectionGraph g = build_graph(program);
+  const RooflineCost cost(g, h100s(8));
+  double last = 0;
+  for (int64_t tokens : {8, 64, 512, 4096, 32768}) {
+    const double e = cost.efficiency(0, tokens, 1);
+    BOOST_TEST(e > last);
+    BOOST_TEST(e < h100s(8).device.gemm.max);
+    last = e;
+  }
+  BOOST_TEST(cost.efficiency(0, 4096, 8) < cost.efficiency(0, 4096, 1));  // tp narrows every GEMM
+  // Time per token is higher for a small micro-batch.
+  const SectionPlan p{0, 1, 1, 1, 1, 1};
+  const Sample small = text(0, 32), big = text(1, 4096);
+  BOOST_TEST(cost.forward_s(0, {&small}, p) / 32 > cost.forward_s(0, {&big}, p) / 4096);
+}
+
+// Llama-2-7B, seq 4096, bf16, 8×H100, planner-tuned: model FLOPs (forward +
+// backward, no recompute) / (iteration × devices × peak) must fall in the
+// MFU range Megatron-LM publishes for H100 (docs/planner.md, "Calibration").
+BOOST_AUTO_TEST_CASE(llama2_7b_calibration_in_megatron_mfu_range) {
+  const Program program = load("bench/plan_calibration/llama2_7b.sect");
+  const SectionGraph g = build_graph(program);
+  const Cluster cl = make_cluster(load_runtime_config("configs/h100x8.toml"));
+  const RooflineCost cost(g, cl);
+  const Sampler sampler(program.data, program.train.global_batch);
+  const Batch batch = sampler.batch(0);
+  const Plan plan = plan_program(g, cl, cost, batch);
+  const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost);
+  const double model_flops =
+      3 * forward_flops(program.sections[0].model, 4096) * double(program.train.global_batch);
+  const double mfu = model_flops / (r.iteration_s * double(cl.devices) * cl.device.bf16_flops);
+  BOOST_TEST_MESSAGE("Llama-2-7B on 8xH100: MFU " << mfu << ", iteration " << r.iteration_s << " s");
+  BOOST_TEST(mfu >= 0.38);
+  BOOST_TEST(mfu <= 0.47);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace maestro

@@ -1,0 +1,125 @@
+// End to end: the real maestro-run --simulate --json on every example model
+// (found as binary() says): the summary's fields, utilization in (0, 1], iteration ≥ lower
+// bound, speedup = baseline / iteration; and an infeasible plan exits 2 with
+// a message naming the section and the device.
+#include <sys/wait.h>
+
+#include <boost/test/unit_test.hpp>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace maestro {
+namespace {
+
+// The MAESTRO_RUN variable, else the compiled-in path, else the build
+// tree's layout: BUILD/tests/plan/test_plan next to BUILD/maestro-run.
+std::string binary() {
+  if (const char* env = std::getenv("MAESTRO_RUN")) return env;
+#ifdef MAESTRO_RUN
+  return MAESTRO_RUN;
+#else
+  const auto beside = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "../../maestro-run";
+  BOOST_REQUIRE_MESSAGE(std::filesystem::exists(beside), "maestro-run not found at " + beside.string() +
+                                                             " (build it, or set MAESTRO_RUN)");
+  return beside.lexically_normal().string();
+#endif
+}
+
+struct Run {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Run run(const std::string& args) {
+  Run r;
+  FILE* pipe = popen((binary() + " " + args + " 2>&1").c_str(), "r");
+  BOOST_REQUIRE(pipe);
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) r.out.append(buf.data(), n);
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+nlohmann::json last_line_json(const std::string& out) {
+  const size_t end = out.find_last_not_of('\n');
+  const size_t start = out.rfind('\n', end);
+  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end - start));
+}
+
+void check_summary(const std::string& model, const std::string& config) {
+  const Run r = run(model + " --simulate --json --baseline megatron --steps 2 --config " + config);
+  BOOST_TEST_CONTEXT(model << " on " << config << ":\n" << r.out) {
+    BOOST_REQUIRE(r.status == 0);
+    const nlohmann::json j = last_line_json(r.out);
+    for (const char* key : {"mode", "devices", "iteration_s", "lower_bound_s", "utilization", "plan", "baseline", "speedup"})
+      BOOST_TEST(j.contains(key), key);
+    BOOST_TEST(j["mode"] == "simulate");
+    const double iteration = j["iteration_s"], lower = j["lower_bound_s"], util = j["utilization"];
+    BOOST_TEST(util > 0.0);
+    BOOST_TEST(util <= 1.0);
+    BOOST_TEST(iteration >= lower);
+    BOOST_TEST(j["baseline"]["name"] == "megatron");
+    BOOST_TEST(double(j["speedup"]) == double(j["baseline"]["iteration_s"]) / iteration,
+               boost::test_tools::tolerance(1e-9));
+    for (const auto& [name, p] : j["plan"].items()) {
+      BOOST_TEST(int64_t(p["devices"]) == int64_t(p["tp"]) * int64_t(p["pp"]) * int64_t(p["dp"]), name);
+      BOOST_TEST(int64_t(p["micro_batch"]) >= 1);
+    }
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(simulate_e2e)
+
+BOOST_AUTO_TEST_CASE(every_example_on_h100x64) {
+  for (const char* m : {"llava15_7b", "omni_7b", "tiny_mllm", "tiny_kd"})
+    check_summary(std::string("models/") + m + ".sect", "configs/h100x64.toml");
+  // The 70B→8B distillation trains an 8B student with tp=2, pp=1 and no
+  // recompute: 72 GB of parameter state per device before activations, so
+  // it needs H200s (see the infeasible case below for H100s).
+  check_summary("models/kd_70b_to_8b.sect", "configs/h200x64.toml");
+}
+
+BOOST_AUTO_TEST_CASE(sequential_baseline_and_trace) {
+  const std::string trace = (std::filesystem::temp_directory_path() / "maestro_simulate_e2e_trace.json").string();
+  const Run r = run("models/tiny_mllm.sect --simulate --json --baseline sequential --steps 1 --trace " + trace);
+  BOOST_TEST_CONTEXT(r.out) {
+    BOOST_REQUIRE(r.status == 0);
+    const nlohmann::json j = last_line_json(r.out);
+    BOOST_TEST(j["baseline"]["name"] == "sequential");
+    std::ifstream in(trace);
+    const nlohmann::json t = nlohmann::json::parse(in);
+    BOOST_TEST(!t["traceEvents"].empty());
+  }
+  std::filesystem::remove(trace);
+}
+
+BOOST_AUTO_TEST_CASE(infeasible_plans_exit_2_with_the_reason) {
+  const Run r = run("models/kd_70b_to_8b.sect --simulate --json --config configs/h100x64.toml");
+  BOOST_TEST(r.status == 2, r.out);
+  BOOST_TEST(r.out.find("section 'student': ") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("exceeds h100's 80 GB") != std::string::npos, r.out);
+  const Run p = run("models/kd_70b_to_8b.sect --print plan --config configs/h100x64.toml");
+  BOOST_TEST(p.status == 2, p.out);
+}
+
+BOOST_AUTO_TEST_CASE(print_plan_and_schedule) {
+  const Run plan = run("models/llava15_7b.sect --print plan --config configs/h100x64.toml");
+  BOOST_TEST(plan.status == 0, plan.out);
+  BOOST_TEST(plan.out.find("llm") != std::string::npos);
+  const Run sch = run("models/tiny_mllm.sect --print schedule");
+  BOOST_TEST(sch.status == 0, sch.out);
+  BOOST_TEST(sch.out.find("wave 0:") != std::string::npos, sch.out);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace maestro

@@ -1,0 +1,178 @@
+// The simulator on hand-computed cases (two sections, fixed costs), and the
+// Chrome trace it writes.
+#include <boost/test/unit_test.hpp>
+
+#include <set>
+#include <sstream>
+
+#include "plan/chrome_trace.h"
+#include "plan/simulator.h"
+
+namespace maestro {
+namespace {
+
+// Producer "enc" (section 0) feeds consumer "llm" (section 1), both train.
+// Per micro-batch: enc forward 1 s, backward 2 s; llm forward 3 s, backward
+// 4 s; any transfer 0.5 s; grad sync 0.25 s, optimizer 0.125 s.
+class FixedCost : public CostModel {
+ public:
+  double forward_s(int s, const std::vector<const Sample*>&, const SectionPlan&) const override { return s == 0 ? 1 : 3; }
+  double backward_s(int s, const std::vector<const Sample*>&, const SectionPlan&) const override { return s == 0 ? 2 : 4; }
+  double transfer_s(const Flow&, const std::vector<const Sample*>&, const SectionPlan&, const SectionPlan&) const override {
+    return 0.5;
+  }
+  double grad_sync_s(int, const SectionPlan&) const override { return 0.25; }
+  double optimizer_s(int, const SectionPlan&) const override { return 0.125; }
+  int64_t weights_bytes_per_device(int s, const SectionPlan&) const override { return s == 0 ? 10 : 20; }
+  int64_t activation_bytes(int s, const std::vector<const Sample*>&, const SectionPlan&) const override {
+    return s == 0 ? 100 : 1000;
+  }
+  double peak_device_s(int s, const Sample&) const override { return s == 0 ? 3 : 7; }
+};
+
+struct TwoSections {
+  Program program;
+  SectionGraph graph;
+  Plan plan;
+  Batch batch;
+  TwoSections() {
+    Section enc, llm;
+    enc.name = "enc";
+    enc.model = {"mlp", MlpSpec{4, 4, 4, 2}};
+    llm.name = "llm";
+    llm.model = {"transformer", TransformerSpec{1, 4, 1, 1, 8, 16}};
+    llm.consumes = {Modality::Text};
+    llm.loss = {LossTerm{}};
+    enc.consumes = {Modality::Text};
+    program.sections = {enc, llm};
+    program.flows = {{"enc", "llm", FlowKind::Activations, {}}};
+    graph = build_graph(program);
+    plan.sections = {{0, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1}};  // device 0 and device 1, micro-batch 1
+    for (int i = 0; i < 2; ++i) {
+      Sample s;
+      s.id = i;
+      s.modalities.add(Modality::Text);
+      s.text_tokens = 5;
+      batch.samples.push_back(s);
+    }
+  }
+};
+
+}  // namespace
+
+// Wavefront, by hand: enc F0 [0,1], F1 [1,2]; llm F0 [1.5,4.5] (transfer
+// 0.5), F1 [4.5,7.5]; llm B0 [7.5,11.5], B1 [11.5,15.5]; enc B0 [12,14]
+// (gradient 0.5 back), B1 [16,18]; llm sync+step [15.5,15.875], enc
+// [18,18.375]. Lower bound: work (2·3 + 2·7) / 2 devices = 10; one sample's
+// path 1 + 0.5 + 3 + 4 + 0.5 + 2 = 11.
+BOOST_AUTO_TEST_CASE(two_sections_wavefront_by_hand) {
+  TwoSections t;
+  FixedCost cost;
+  const Schedule sch = wavefront_schedule(t.graph, t.plan, cost, t.batch);
+  BOOST_REQUIRE(validate(t.graph, t.plan, sch).empty());
+  const SimResult r = simulate(t.graph, t.plan, sch, cost);
+  BOOST_CHECK_CLOSE(r.compute_end_s, 18.0, 1e-9);
+  BOOST_CHECK_CLOSE(r.iteration_s, 18.375, 1e-9);
+  BOOST_REQUIRE_EQUAL(r.device_busy_s.size(), 2u);
+  BOOST_CHECK_CLOSE(r.device_busy_s[0], 6.375, 1e-9);
+  BOOST_CHECK_CLOSE(r.device_busy_s[1], 14.375, 1e-9);
+  BOOST_CHECK_CLOSE(r.lower_bound_s, 11.0, 1e-9);
+  BOOST_CHECK_CLOSE(r.utilization, 11.0 / 18.375, 1e-9);
+  BOOST_CHECK_CLOSE(r.section_utilization[0], 6.375 / 18.375, 1e-9);
+  BOOST_CHECK_CLOSE(r.section_utilization[1], 14.375 / 18.375, 1e-9);
+  // Both of enc's micro-batches are in flight until B0 ends at 14; both of
+  // llm's until B0 ends at 11.5.
+  BOOST_CHECK_EQUAL(r.peak_memory_bytes[0], 10 + 2 * 100);
+  BOOST_CHECK_EQUAL(r.peak_memory_bytes[1], 20 + 2 * 1000);
+  // Task times, in issue order: enc F0 F1, llm F0 F1, llm B0 B1, enc B0 B1.
+  const std::vector<double> start{0, 1, 1.5, 4.5, 7.5, 11.5, 12, 16}, end{1, 2, 4.5, 7.5, 11.5, 15.5, 14, 18};
+  BOOST_REQUIRE_EQUAL(sch.tasks.size(), start.size());
+  for (size_t k = 0; k < start.size(); ++k) {
+    BOOST_CHECK_CLOSE(r.task_start_s[k], start[k], 1e-9);
+    BOOST_CHECK_CLOSE(r.task_end_s[k], end[k], 1e-9);
+  }
+}
+
+// The in-flight cap bounds activation memory: with cap 1 the llm holds one
+// micro-batch at a time (its window); enc holds the admitted one, the
+// lookahead one, and the one whose backward waits on the llm's.
+BOOST_AUTO_TEST_CASE(in_flight_cap_bounds_peak_memory) {
+  TwoSections t;
+  for (int i = 2; i < 8; ++i) t.batch.samples.push_back(t.batch.samples[0]);
+  FixedCost cost;
+  t.plan.in_flight_cap = 0;
+  const SimResult open = simulate(t.graph, t.plan, wavefront_schedule(t.graph, t.plan, cost, t.batch), cost);
+  t.plan.in_flight_cap = 1;
+  const SimResult capped = simulate(t.graph, t.plan, wavefront_schedule(t.graph, t.plan, cost, t.batch), cost);
+  BOOST_CHECK_EQUAL(capped.peak_memory_bytes[1], 20 + 1000);
+  BOOST_CHECK_EQUAL(capped.peak_memory_bytes[0], 10 + 3 * 100);
+  BOOST_CHECK_GT(open.peak_memory_bytes[0], 10 + 3 * 100);
+  BOOST_CHECK_GT(open.peak_memory_bytes[1], 20 + 2 * 1000);
+  BOOST_CHECK_GE(capped.iteration_s, capped.lower_bound_s);
+}
+
+// Monolithic, by hand: one lane; per micro-batch enc F, llm F, llm B, enc B
+// in sequence: [0,1] [1.5,4.5] [4.5,8.5] [9,11], then [11,12] [12.5,15.5]
+// [15.5,19.5] [20,22]; llm sync+step [19.5,19.875], enc [22,22.375].
+BOOST_AUTO_TEST_CASE(two_sections_monolithic_by_hand) {
+  TwoSections t;
+  FixedCost cost;
+  const Schedule sch = monolithic_schedule(t.graph, t.plan, t.batch, 1);
+  BOOST_REQUIRE(validate(t.graph, t.plan, sch).empty());
+  const SimResult r = simulate(t.graph, t.plan, sch, cost);
+  BOOST_CHECK_CLOSE(r.iteration_s, 22.375, 1e-9);
+  BOOST_CHECK_CLOSE(r.device_busy_s[0], 6.375, 1e-9);
+  BOOST_CHECK_CLOSE(r.device_busy_s[1], 14.375, 1e-9);
+  BOOST_CHECK_EQUAL(r.peak_memory_bytes[0], 10 + 100);
+  BOOST_CHECK_EQUAL(r.peak_memory_bytes[1], 20 + 1000);
+}
+
+// Co-located on one device, the two sections serialise: all work
+// 2·(1+3+4+2) = 20 s plus 0.75 s of sync and steps, the transfers hidden.
+BOOST_AUTO_TEST_CASE(shared_device_serialises) {
+  TwoSections t;
+  t.plan.sections[1].first_device = 0;
+  FixedCost cost;
+  const SimResult r = simulate(t.graph, t.plan, wavefront_schedule(t.graph, t.plan, cost, t.batch), cost);
+  BOOST_REQUIRE_EQUAL(r.device_busy_s.size(), 1u);
+  BOOST_CHECK_CLOSE(r.device_busy_s[0], 20.75, 1e-9);
+  BOOST_CHECK_GE(r.iteration_s, 20.75);
+  BOOST_CHECK_CLOSE(r.lower_bound_s, 20.0, 1e-9);  // work 20 device-seconds on 1 device
+}
+
+BOOST_AUTO_TEST_CASE(chrome_trace_is_valid_json_with_one_track_per_device) {
+  TwoSections t;
+  FixedCost cost;
+  SimOptions options;
+  options.trace = true;
+  const SimResult r = simulate(t.graph, t.plan, wavefront_schedule(t.graph, t.plan, cost, t.batch), cost, options);
+  std::stringstream out;
+  write_chrome_trace(out, r.spans, 2);
+  const nlohmann::json trace = nlohmann::json::parse(out.str());
+  BOOST_CHECK_EQUAL(trace.at("displayTimeUnit"), "ms");
+  std::set<int64_t> named, used;
+  int spans = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") named.insert(e.at("tid").get<int64_t>());
+    if (e.at("ph") == "X") {
+      ++spans;
+      used.insert(e.at("tid").get<int64_t>());
+      BOOST_CHECK_GE(e.at("dur").get<double>(), 0.0);
+      BOOST_CHECK_EQUAL(e.at("pid"), 0);
+    }
+  }
+  BOOST_CHECK_EQUAL(named.size(), 2u);
+  BOOST_CHECK(used == named);
+  BOOST_CHECK_EQUAL(spans, 8 + 2 * 2);  // 8 tasks on one device each, sync + step per section
+  // The llm's first forward runs from 1.5 s to 4.5 s: in microseconds.
+  bool found = false;
+  for (const auto& e : trace.at("traceEvents"))
+    if (e.at("ph") == "X" && e.at("name") == "llm F mb0 r0 s0") {
+      found = true;
+      BOOST_CHECK_CLOSE(e.at("ts").get<double>(), 1.5e6, 1e-9);
+      BOOST_CHECK_CLOSE(e.at("dur").get<double>(), 3e6, 1e-9);
+    }
+  BOOST_CHECK(found);
+}
+
+}  // namespace maestro
