@@ -1,0 +1,73 @@
+// Spawning the runtime's actors. Each actor lives in its own .cpp; this
+// header is what the trainer (and the actor tests) see. Handles are dynamic
+// caf::actor: the message set of each actor is listed next to it.
+#pragma once
+
+#include <atomic>
+#include <caf/all.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/messages.h"
+#include "dsl/program.h"
+#include "transport/local_transport.h"
+
+namespace maestro {
+
+class SectionRunner;
+
+// The compute worker of one replica: a detached actor (its own thread) that
+// owns the SectionRunner and runs RunTask, GetGrads, ApplyGrads,
+// SaveSection one at a time, replying TaskDone, Grads, Applied, Saved.
+caf::actor spawn_compute_worker(caf::actor_system& sys, std::shared_ptr<SectionRunner> runner, int section,
+                                int replica, caf::actor tracer);
+
+// A section replica: the event-based front of one worker; the scheduler
+// and checkpointer talk to it. It forwards work to its worker in arrival
+// order (so the worker's FIFO mailbox keeps the scheduler's order), hands
+// the result back, and records each transfer in the trace.
+caf::actor spawn_section_replica(caf::actor_system& sys, caf::actor worker, std::string track, caf::actor tracer);
+
+// Draws and materialises steps ahead of use: GetBatch{k} -> BatchReady, then
+// prepares k+1 while the step runs. Detached (materialising is CPU work).
+using StepDataSource = std::function<std::shared_ptr<const StepData>(int64_t step)>;
+caf::actor spawn_data_loader(caf::actor_system& sys, StepDataSource source, int64_t last_step, caf::actor tracer);
+
+// Writes checkpoints: WriteCheckpoint -> CheckpointWritten. Asks replica 0
+// of every train section to save into a temporary folder, then commits it
+// atomically (checkpoint.h). Detached (file I/O).
+struct CheckpointerConfig {
+  std::string root;
+  std::vector<int> sections;            // sections saved (train ones)
+  std::vector<std::string> names;       // their names
+  std::vector<caf::actor> replica0;     // their replica 0
+  uint64_t seed = 0, data_seed = 0;
+  int64_t global_batch = 0;
+  std::string schedule;
+};
+caf::actor spawn_checkpointer(caf::actor_system& sys, CheckpointerConfig config, caf::actor tracer);
+
+// Collects TraceEvents; FlushTrace{path} writes them (replies std::string:
+// "" or the error). Without a path it only counts.
+caf::actor spawn_tracer(caf::actor_system& sys, bool keep_events);
+
+// The scheduler: StartTraining{first, last} from the driver; runs the steps
+// and sends the driver a StepReport per step and TrainingEnded at the end.
+struct SchedulerConfig {
+  const Program* program = nullptr;
+  std::function<StepGraph(const StepData&)> make_graph;  // the step's Schedule as a StepGraph
+  std::function<double(int64_t step)> lr_at;
+  double grad_clip = 0;                 // 0 = no clipping
+  int64_t checkpoint_every = 0;         // 0 = never
+  std::vector<std::vector<caf::actor>> replicas;  // [section][dp replica]
+  caf::actor loader, checkpointer, tracer;        // checkpointer may be null
+  LocalTransport* transport = nullptr;
+  std::vector<double> losses;           // losses of the steps before first_step (resume)
+  int64_t global_batch = 0;
+  const std::atomic<bool>* interrupt = nullptr;  // set by SIGINT: checkpoint and stop
+};
+caf::actor spawn_scheduler(caf::actor_system& sys, SchedulerConfig config);
+
+}  // namespace maestro

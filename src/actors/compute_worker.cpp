@@ -1,0 +1,85 @@
+// The compute worker of a section replica (see actors.h): the only code
+// that touches a replica's SectionRunner, one message at a time on its own
+// thread.
+#include <fmt/format.h>
+
+#include "actors/actors.h"
+#include "actors/section_runner.h"
+
+namespace maestro {
+
+namespace {
+
+std::string task_name(const StepTask& t) {
+  return fmt::format("{} mb {}", t.kind == TaskKind::Forward ? "forward" : "backward", t.micro_batch);
+}
+
+caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<SectionRunner> runner, int section,
+                             int replica, caf::actor tracer) {
+  const std::string track = fmt::format("{}/{} worker", runner->section_name(), replica);
+  auto where = [runner, replica](int64_t step) {
+    return fmt::format("section '{}', replica {}, step {}", runner->section_name(), replica, step);
+  };
+  return {
+      [=](const RunTask& t) -> TaskDone {
+        TaskDone d;
+        d.step = t.step;
+        d.task = t.task.id;
+        d.begin_us = trace_now_us();
+        try {
+          if (t.task.kind == TaskKind::Forward) {
+            SectionRunner::ForwardResult r = runner->forward(t);
+            d.outputs = std::move(r.outputs);
+            d.loss = r.loss;
+          } else {
+            d.outputs = runner->backward(t);
+          }
+        } catch (const std::exception& e) {
+          d.error = fmt::format("{}: {} failed: {}", where(t.step), task_name(t.task), e.what());
+        }
+        d.duration_us = trace_now_us() - d.begin_us;
+        self->send(tracer, TraceEvent{track, task_name(t.task), "task", d.begin_us, d.duration_us});
+        return d;
+      },
+      [=](const GetGrads& g) -> Grads {
+        Grads out{section, replica, {}, {}};
+        try {
+          out.grads = runner->grads();
+        } catch (const std::exception& e) {
+          out.error = fmt::format("{}: reading gradients failed: {}", where(g.step), e.what());
+        }
+        return out;
+      },
+      [=](const ApplyGrads& a) -> Applied {
+        const int64_t begin = trace_now_us();
+        Applied out{section, replica, {}};
+        try {
+          runner->apply(a.summed, a.scale, a.lr);
+        } catch (const std::exception& e) {
+          out.error = fmt::format("{}: optimizer step failed: {}", where(a.step), e.what());
+        }
+        self->send(tracer, TraceEvent{track, "adamw", "sync", begin, trace_now_us() - begin});
+        return out;
+      },
+      [=](const SaveSection& s) -> Saved {
+        const int64_t begin = trace_now_us();
+        Saved out{section, {}};
+        try {
+          runner->save(s.path);
+        } catch (const std::exception& e) {
+          out.error = fmt::format("section '{}': saving '{}' failed: {}", runner->section_name(), s.path, e.what());
+        }
+        self->send(tracer, TraceEvent{track, "save", "checkpoint", begin, trace_now_us() - begin});
+        return out;
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_compute_worker(caf::actor_system& sys, std::shared_ptr<SectionRunner> runner, int section,
+                                int replica, caf::actor tracer) {
+  return sys.spawn<caf::detached>(compute_worker, std::move(runner), section, replica, std::move(tracer));
+}
+
+}  // namespace maestro

@@ -1,0 +1,163 @@
+// SectionRunner (see section_runner.h): the glue between the runtime's
+// messages (flow tensors per sample, StepData) and the engine's SectionModel
+// (per-sample spans in, per-sample row views out).
+#include "actors/section_runner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "cpu/cpu_backend.h"
+#include "nn/section_model.h"
+
+namespace maestro {
+
+// One micro-batch's forward, kept until its backward: the engine's context
+// and, per sample, which incoming activations flows were spliced (in order).
+struct SectionRunner::Pending {
+  std::shared_ptr<ForwardContext> context;
+  std::vector<std::vector<int32_t>> spliced_flows;  // [sample in mb] -> flow ids
+};
+
+SectionRunner::SectionRunner(const Program& program, int section, uint64_t seed, LocalTransport& transport,
+                             int threads)
+    : program_(program), section_(section), transport_(transport), backend_(make_cpu_backend(threads)) {
+  model_ = std::make_unique<SectionModel>(program.sections[size_t(section)], *backend_, seed);
+}
+
+SectionRunner::~SectionRunner() {
+  pending_.clear();  // contexts die before the model that made them
+  model_.reset();
+}
+
+const std::string& SectionRunner::section_name() const { return program_.sections[size_t(section_)].name; }
+
+namespace {
+
+// Index of a sample within the task's micro-batch.
+size_t position_of(const StepTask& t, int32_t sample) {
+  auto it = std::find(t.samples.begin(), t.samples.end(), sample);
+  if (it == t.samples.end()) throw std::logic_error(fmt::format("sample {} is not in micro-batch {}", sample, t.micro_batch));
+  return size_t(it - t.samples.begin());
+}
+
+}  // namespace
+
+SectionRunner::ForwardResult SectionRunner::forward(const RunTask& rt) {
+  const StepTask& t = rt.task;
+  const Section& sec = program_.sections[size_t(section_)];
+  const size_t n = t.samples.size();
+  // Inputs per sample: step data, then the flows' tensors in flow order.
+  std::vector<SampleInput> in(n);
+  Pending pending;
+  pending.spliced_flows.resize(n);
+  std::vector<std::span<const float>> teacher(n);
+  bool has_teacher = false;
+  for (size_t k = 0; k < n; ++k) {
+    const int32_t i = t.samples[k];
+    if (size_t(section_) < rt.data->inputs.size() && !rt.data->inputs[size_t(section_)].empty()) {
+      const SampleInputs& s = rt.data->inputs[size_t(section_)][size_t(i)];
+      in[k].tokens = s.tokens;
+      if (!s.pixels.empty()) in[k].values = s.pixels;
+      if (!s.mel.empty()) in[k].values = s.mel;
+    }
+  }
+  std::vector<const FlowTensor*> ordered;  // flow order, then sample order (inputs_of's order)
+  for (const FlowTensor& ft : rt.inputs) ordered.push_back(&ft);
+  std::stable_sort(ordered.begin(), ordered.end(), [](auto* a, auto* b) { return a->flow < b->flow; });
+  const bool is_mlp = std::holds_alternative<MlpSpec>(sec.model.spec);
+  for (const FlowTensor* ft : ordered) {
+    const size_t k = position_of(t, ft->sample);
+    if (program_.flows[size_t(ft->flow)].kind == FlowKind::Logits) {
+      teacher[k] = ft->tensor.values();
+      has_teacher = true;
+    } else if (is_mlp) {
+      in[k].values = ft->tensor.values();
+      pending.spliced_flows[k].push_back(ft->flow);
+    } else {
+      in[k].spliced.push_back(ft->tensor.values());
+      pending.spliced_flows[k].push_back(ft->flow);
+    }
+  }
+  ForwardOutput out = model_->forward(in);
+  ForwardResult result;
+  if (!sec.loss.empty()) {
+    if (!has_teacher) teacher.clear();
+    result.loss = model_->loss(*out.context, teacher, rt.data->loss_positions.at(size_t(section_)));
+  }
+  // Outputs: a copy per outgoing flow and sample, handed on by handle.
+  for (size_t fi = 0; fi < program_.flows.size(); ++fi) {
+    if (program_.flows[fi].from != sec.name) continue;
+    for (size_t k = 0; k < n; ++k) {
+      const RowsView& v = out.outputs[k];
+      result.outputs.push_back({int32_t(fi), t.samples[k], transport_.copy_of({v.rows, v.cols}, v.data)});
+    }
+  }
+  if (sec.mode == Mode::Train) {
+    pending.context = std::move(out.context);
+    pending_[t.micro_batch] = std::move(pending);
+  }
+  return result;
+}
+
+std::vector<FlowTensor> SectionRunner::backward(const RunTask& rt) {
+  const StepTask& t = rt.task;
+  auto it = pending_.find(t.micro_batch);
+  if (it == pending_.end())
+    throw std::logic_error(fmt::format("backward of micro-batch {} without its forward", t.micro_batch));
+  Pending pending = std::move(it->second);
+  pending_.erase(it);
+  const size_t n = t.samples.size();
+  // The gradient of each sample's output: summed over the consumers in flow
+  // order (a fixed order, whatever order they finished in).
+  std::vector<TensorRef> summed(n);
+  std::vector<const FlowTensor*> ordered;
+  for (const FlowTensor& ft : rt.inputs) ordered.push_back(&ft);
+  std::stable_sort(ordered.begin(), ordered.end(), [](auto* a, auto* b) { return a->flow < b->flow; });
+  for (const FlowTensor* ft : ordered) {
+    const size_t k = position_of(t, ft->sample);
+    if (summed[k].empty()) {
+      summed[k] = ft->tensor;
+      continue;
+    }
+    TensorRef sum = transport_.copy_of(summed[k].shape, summed[k].values().data());
+    std::span<float> dst = sum.values();
+    std::span<const float> src = ft->tensor.values();
+    if (src.size() != dst.size()) throw std::logic_error("output gradients of different shapes");
+    for (size_t j = 0; j < dst.size(); ++j) dst[j] += src[j];
+    summed[k] = std::move(sum);
+  }
+  std::vector<std::span<const float>> output_grads(n);
+  for (size_t k = 0; k < n; ++k)
+    if (!summed[k].empty()) output_grads[k] = summed[k].values();
+  const std::vector<std::vector<RowsView>> in_grads = model_->backward(*pending.context, output_grads);
+  std::vector<FlowTensor> out;
+  for (size_t k = 0; k < n && k < in_grads.size(); ++k)
+    for (size_t b = 0; b < in_grads[k].size() && b < pending.spliced_flows[k].size(); ++b) {
+      const RowsView& v = in_grads[k][b];
+      out.push_back({pending.spliced_flows[k][b], t.samples[k], transport_.copy_of({v.rows, v.cols}, v.data)});
+    }
+  return out;
+}
+
+TensorRef SectionRunner::grads() {
+  if (model_->grad_count() == 0) return {};
+  return transport_.copy_of({int64_t(model_->grad_count())}, model_->grads());
+}
+
+void SectionRunner::apply(const TensorRef& summed, double scale, double lr) {
+  float* g = model_->grads();
+  if (!g) return;
+  std::span<const float> s = summed.values();
+  if (s.size() != model_->grad_count()) throw std::logic_error("summed gradient of the wrong size");
+  std::copy(s.begin(), s.end(), g);
+  if (scale != 1.0) model_->scale_grads(float(scale));
+  model_->adamw_step(program_.train.optimizer, lr);
+  model_->zero_grads();
+}
+
+void SectionRunner::save(const std::string& path) { model_->save(path, section_name()); }
+void SectionRunner::load(const std::string& path) { model_->load(path, section_name()); }
+
+}  // namespace maestro

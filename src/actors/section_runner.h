@@ -1,0 +1,64 @@
+// SectionRunner: one section replica's model and the work the runtime asks
+// of it, over the engine (nn/section_model.h). It turns a task's flow
+// tensors and step data into the engine's per-sample inputs, keeps each
+// micro-batch's forward context until its backward, and turns the engine's
+// outputs back into TensorRefs from the transport. Plain C++: the worker
+// actor calls it, nothing here knows about CAF.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/messages.h"
+#include "dsl/program.h"
+#include "transport/local_transport.h"
+
+namespace maestro {
+
+class SectionModel;  // nn/section_model.h
+class Backend;       // nn/backend.h
+
+class SectionRunner {
+ public:
+  // Creates the section's model: random init from `seed`, then the
+  // section's `weights` file when it names one. Throws std::runtime_error
+  // naming the section on a missing or mismatched weights file.
+  // `threads`: the section's CPU backend's thread count (0 = all cores).
+  SectionRunner(const Program& program, int section, uint64_t seed, LocalTransport& transport, int threads);
+  ~SectionRunner();
+
+  struct ForwardResult {
+    std::vector<FlowTensor> outputs;  // per outgoing flow and sample
+    double loss = 0;                  // this micro-batch's share of the step's loss
+  };
+  // Runs the forward of a micro-batch and keeps its context for backward.
+  ForwardResult forward(const RunTask& task);
+  // Runs the backward of a forward done earlier, accumulating (+=) into the
+  // parameter gradients; returns the gradients of the spliced inputs per
+  // incoming activations flow and sample.
+  std::vector<FlowTensor> backward(const RunTask& task);
+
+  // A copy of the gradient buffer.                         [parameter count]
+  TensorRef grads();
+  // grads = summed * scale; AdamW step at lr; grads = 0.
+  void apply(const TensorRef& summed, double scale, double lr);
+
+  void save(const std::string& path);  // parameters + AdamW state, under the section prefix
+  void load(const std::string& path);
+
+  const std::string& section_name() const;
+
+ private:
+  const Program& program_;
+  int section_;
+  LocalTransport& transport_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<SectionModel> model_;
+  struct Pending;
+  std::map<int64_t, Pending> pending_;  // micro-batch id -> its forward, until its backward
+};
+
+}  // namespace maestro

@@ -1,0 +1,164 @@
+// StepExecution (see step_execution.h).
+#include "actors/step_execution.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+namespace maestro {
+
+std::vector<bool> sections_with_backward(const Program& program) {
+  std::vector<bool> bw(program.sections.size());
+  for (size_t s = 0; s < program.sections.size(); ++s) bw[s] = program.sections[s].mode == Mode::Train;
+  return bw;
+}
+
+namespace {
+
+int section_index(const Program& p, const std::string& name) {
+  for (size_t i = 0; i < p.sections.size(); ++i)
+    if (p.sections[i].name == name) return int(i);
+  throw std::logic_error(fmt::format("unknown section '{}'", name));
+}
+
+}  // namespace
+
+void add_data_dependencies(const Program& program, StepGraph& graph) {
+  const size_t n_sections = program.sections.size();
+  // task_of[kind][section][sample] = task id, -1 when the section has no such task for the sample.
+  std::vector<std::vector<std::map<int32_t, int64_t>>> task_of(2, std::vector<std::map<int32_t, int64_t>>(n_sections));
+  std::map<std::tuple<int, int, int64_t>, int64_t> forward_of_mb;  // (section, replica, mb) -> task
+  for (const StepTask& t : graph.tasks) {
+    for (int32_t s : t.samples) task_of[int(t.kind)][t.section][s] = t.id;
+    if (t.kind == TaskKind::Forward) forward_of_mb[{t.section, t.replica, t.micro_batch}] = t.id;
+  }
+  const std::vector<bool> backward = sections_with_backward(program);
+  std::map<std::pair<int, int>, int64_t> previous_backward;  // (section, replica) -> last backward task
+  for (StepTask& t : graph.tasks) {
+    std::set<int64_t> deps(t.deps.begin(), t.deps.end());
+    if (t.kind == TaskKind::Forward) {
+      for (const Flow& f : program.flows) {
+        if (section_index(program, f.to) != t.section) continue;
+        const auto& producer = task_of[int(TaskKind::Forward)][section_index(program, f.from)];
+        for (int32_t s : t.samples)
+          if (auto it = producer.find(s); it != producer.end()) deps.insert(it->second);
+      }
+    } else {
+      auto fw = forward_of_mb.find({t.section, t.replica, t.micro_batch});
+      if (fw == forward_of_mb.end())
+        throw std::logic_error(fmt::format("backward task {} has no forward", t.id));
+      deps.insert(fw->second);
+      for (const Flow& f : program.flows) {
+        if (f.kind != FlowKind::Activations || section_index(program, f.from) != t.section) continue;
+        const int consumer = section_index(program, f.to);
+        if (!backward[consumer]) continue;
+        const auto& cons = task_of[int(TaskKind::Backward)][consumer];
+        for (int32_t s : t.samples)
+          if (auto it = cons.find(s); it != cons.end()) deps.insert(it->second);
+      }
+      auto [prev, first] = previous_backward.try_emplace({t.section, t.replica}, t.id);
+      if (!first) {
+        deps.insert(prev->second);
+        prev->second = t.id;
+      }
+    }
+    deps.erase(t.id);
+    t.deps.assign(deps.begin(), deps.end());
+  }
+}
+
+StepExecution::StepExecution(const Program& program, StepGraph graph, std::shared_ptr<const StepData> data,
+                             int64_t step)
+    : program_(program),
+      graph_(std::move(graph)),
+      data_(std::move(data)),
+      step_(step),
+      backward_(sections_with_backward(program)) {
+  for (const Flow& f : program_.flows) flow_from_.push_back(section_index(program_, f.from));
+  const size_t n = graph_.tasks.size();
+  pending_deps_.assign(n, 0);
+  dependents_.assign(n, {});
+  released_.assign(n, false);
+  loss_of_task_.assign(n, 0.0);
+  for (const StepTask& t : graph_.tasks) {
+    if (t.id != int64_t(&t - graph_.tasks.data())) throw std::logic_error("StepGraph task ids must be their index");
+    pending_deps_[t.id] = int32_t(t.deps.size());
+    for (int64_t d : t.deps) dependents_.at(d).push_back(t.id);
+    if (t.deps.empty()) frontier_.push_back(t.id);
+  }
+}
+
+std::vector<FlowTensor> StepExecution::inputs_of(const StepTask& t) {
+  std::vector<FlowTensor> in;
+  for (size_t fi = 0; fi < program_.flows.size(); ++fi) {
+    const Flow& f = program_.flows[fi];
+    const bool forward = t.kind == TaskKind::Forward;
+    if (forward ? f.to != program_.sections[t.section].name : f.from != program_.sections[t.section].name) continue;
+    auto& table = forward ? outputs_ : grads_;
+    for (int32_t s : t.samples) {
+      auto it = table.find({int32_t(fi), s});
+      if (it == table.end()) continue;
+      in.push_back({int32_t(fi), s, std::move(it->second)});
+      table.erase(it);  // each (flow, sample) is read by exactly one task
+    }
+  }
+  return in;
+}
+
+std::vector<RunTask> StepExecution::release() {
+  std::sort(frontier_.begin(), frontier_.end());  // schedule order
+  std::vector<int64_t> held, go;
+  for (int64_t id : frontier_) {
+    const StepTask& t = graph_.tasks[id];
+    const bool capped = graph_.in_flight_cap > 0 && t.kind == TaskKind::Forward &&
+                        in_flight_[{t.section, t.replica}] >= graph_.in_flight_cap;
+    if (capped) {
+      held.push_back(id);
+      continue;
+    }
+    go.push_back(id);
+    if (t.kind == TaskKind::Forward) in_flight_[{t.section, t.replica}]++;
+  }
+  if (go.empty() && running() == 0 && !held.empty()) {  // the cap must not stall the step
+    go.push_back(held.front());
+    held.erase(held.begin());
+    const StepTask& t = graph_.tasks[go.back()];
+    in_flight_[{t.section, t.replica}]++;
+  }
+  frontier_ = std::move(held);
+  std::vector<RunTask> out;
+  for (int64_t id : go) {
+    const StepTask& t = graph_.tasks[id];
+    released_[id] = true;
+    ++released_count_;
+    out.push_back(RunTask{step_, t, inputs_of(t), data_});
+  }
+  return out;
+}
+
+void StepExecution::complete(const TaskDone& done) {
+  const StepTask& t = graph_.tasks.at(done.task);
+  if (!released_[t.id]) throw std::logic_error(fmt::format("task {} finished before it was released", t.id));
+  ++done_count_;
+  loss_of_task_[t.id] = done.loss;
+  if (t.kind == TaskKind::Backward || !backward_[t.section]) in_flight_[{t.section, t.replica}]--;
+  auto& table = t.kind == TaskKind::Forward ? outputs_ : grads_;
+  for (const FlowTensor& ft : done.outputs) {
+    // A backward's input gradients are only kept where the producer trains.
+    if (t.kind == TaskKind::Backward && !backward_[flow_from_.at(ft.flow)]) continue;
+    table[{ft.flow, ft.sample}] = ft.tensor;
+  }
+  for (int64_t d : dependents_[t.id])
+    if (--pending_deps_[d] == 0) frontier_.push_back(d);
+}
+
+double StepExecution::loss() const {
+  double sum = 0;
+  for (const StepTask& t : graph_.tasks)
+    if (t.kind == TaskKind::Forward) sum += loss_of_task_[t.id];
+  return sum;
+}
+
+}  // namespace maestro

@@ -1,0 +1,77 @@
+// StepInputs (see step_inputs.h).
+#include "actors/step_inputs.h"
+
+#include <fmt/format.h>
+
+
+#include "data/content.h"
+#include "data/sampler.h"
+
+namespace maestro {
+
+namespace {
+
+bool consumes(const Section& s, Modality m) {
+  for (Modality c : s.consumes)
+    if (c == m) return true;
+  return false;
+}
+
+}  // namespace
+
+struct StepInputs::SamplerBox {
+  Sampler sampler;
+};
+
+StepInputs::StepInputs(const Program& program, uint64_t data_seed) : program_(program), data_seed_(data_seed) {
+  if (program.data.source == DataSpec::Source::Files) {
+    manifest_ = Manifest::load(program.data.manifest);
+    for (const Section& s : program.sections)
+      if (auto* t = std::get_if<TransformerSpec>(&s.model.spec); t && consumes(s, Modality::Text))
+        manifest_->check_vocab(t->vocab, s.name);
+  } else {
+    sampler_ = std::make_unique<SamplerBox>(SamplerBox{Sampler(program.data, program.train.global_batch)});
+  }
+}
+
+StepInputs::~StepInputs() = default;
+StepInputs::StepInputs(StepInputs&&) noexcept = default;
+
+Batch StepInputs::batch(int64_t step) const {
+  if (manifest_) return manifest_->batch(step, program_.train.global_batch);
+  return sampler_->sampler.batch(step);
+}
+
+std::shared_ptr<const StepData> StepInputs::step(int64_t step) const {
+  auto d = std::make_shared<StepData>();
+  d->batch = batch(step);
+  const size_t n_sections = program_.sections.size(), n = d->batch.samples.size();
+  d->inputs.assign(n_sections, {});
+  d->loss_positions.assign(n_sections, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const Sample& sample = d->batch.samples[i];
+    const std::vector<bool> active = active_sections(program_, sample);
+    for (size_t s = 0; s < n_sections; ++s) {
+      if (!active[s]) continue;
+      const Section& sec = program_.sections[s];
+      SampleInputs in;
+      if (auto* t = std::get_if<TransformerSpec>(&sec.model.spec)) {
+        const SequenceShape shape = sequence_shape(program_, int(s), sample);
+        if (consumes(sec, Modality::Text)) {
+          in.tokens = manifest_ ? manifest_->tokens(sample.id) : synthetic_tokens(data_seed_, sample, t->vocab);
+          in.tokens.resize(size_t(shape.text));
+        }
+        if (!sec.loss.empty()) d->loss_positions[s] += std::max<int64_t>(shape.text - 1, 0);
+      } else if (auto* v = std::get_if<VitSpec>(&sec.model.spec); v && consumes(sec, Modality::Image)) {
+        in.pixels = synthetic_pixels(data_seed_, sample, v->channels, v->image);
+      } else if (auto* a = std::get_if<AudioEncoderSpec>(&sec.model.spec); a && consumes(sec, Modality::Audio)) {
+        in.mel = synthetic_mel(data_seed_, sample, a->mel_bins);
+      }
+      if (d->inputs[s].empty()) d->inputs[s].resize(n);
+      d->inputs[s][i] = std::move(in);
+    }
+  }
+  return d;
+}
+
+}  // namespace maestro

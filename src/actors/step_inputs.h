@@ -1,0 +1,39 @@
+// StepInputs: where each step's data comes from — the batch of sample
+// metadata (synthetic(seed) through the data Sampler, or a files(manifest)
+// Manifest) and the contents every section reads of its samples (token ids
+// for the vocabulary of each transformer that consumes text, pixels for each
+// vit, mel frames for each audio encoder), plus the loss normaliser of each
+// loss section. The data loader actor calls step(); pure and thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "actors/sample_shape.h"
+#include "actors/step_data.h"
+#include "data/manifest.h"
+#include "dsl/program.h"
+
+namespace maestro {
+
+class StepInputs {
+ public:
+  // Throws DataError for an unreadable manifest or a token outside a vocabulary.
+  StepInputs(const Program& program, uint64_t data_seed);
+  ~StepInputs();
+  StepInputs(StepInputs&&) noexcept;
+
+  std::shared_ptr<const StepData> step(int64_t step) const;
+
+ private:
+  Batch batch(int64_t step) const;
+  const Program& program_;
+  uint64_t data_seed_;
+  std::optional<Manifest> manifest_;
+  struct SamplerBox;
+  std::unique_ptr<SamplerBox> sampler_;
+};
+
+}  // namespace maestro

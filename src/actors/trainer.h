@@ -1,0 +1,54 @@
+// train(): the real run of a Program on this machine — the entry point the
+// `train` command calls. It resolves the plan (dp, micro_batch), creates one
+// SectionRunner per section replica, spawns the actors (scheduler, replicas
+// and their compute workers, data loader, checkpointer, tracer), drives the
+// steps, and shuts every actor down before it returns, on success or not.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dsl/program.h"
+
+namespace maestro {
+
+struct TrainOptions {
+  std::string schedule = "wavefront";  // wavefront | monolithic
+  std::optional<int64_t> steps;        // overrides train.steps (the step to stop at)
+  std::string resume;                  // checkpoint folder (a step folder or a root with `latest`)
+  std::string trace_path;              // Chrome trace, "" = none
+  std::string checkpoint_dir;          // "" = the program's train.checkpoint.dir
+  std::optional<uint64_t> seed;        // overrides train.seed
+  int64_t threads = 0;                 // CAF scheduler threads; 0 = all cores
+  const std::atomic<bool>* interrupt = nullptr;  // SIGINT: checkpoint and stop
+};
+
+struct StepProgress {
+  int64_t step = 0, first_step = 0, last_step = 0;
+  double loss = 0;
+  int64_t samples = 0;  // this step's
+  double step_s = 0, elapsed_s = 0;
+};
+
+struct TrainResult {
+  int exit_code = 0;                 // 0 ok, 1 runtime failure, 2 invalid input
+  std::string error;                 // set when exit_code != 0
+  int64_t first_step = 0, steps_done = 0;  // steps_done counts from step 0
+  int64_t samples = 0;               // samples trained by this run
+  double wall_s = 0;                 // the steps' wall time (setup excluded)
+  std::vector<double> losses;        // this run's, per step
+  std::string checkpoint;            // last checkpoint folder written, "" = none
+  bool interrupted = false;
+  double sched_share = 0;            // scheduler busy time / step time, over the run
+  std::string transport = "local";
+  std::vector<std::string> plan_lines;  // "llm: dp 2, micro_batch 8" per section
+};
+
+TrainResult train(const Program& program, const TrainOptions& options,
+                  const std::function<void(const StepProgress&)>& on_step = {});
+
+}  // namespace maestro

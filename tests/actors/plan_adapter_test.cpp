@@ -1,0 +1,136 @@
+// The per-step schedule the runtime executes (plan_adapter.h) and the sample
+// geometry it rests on (sample_shape.h), on a model shaped like
+// models/tiny_mllm.sect: every sample a section is active on appears in
+// exactly one forward and one backward task, the dependencies admit a
+// complete execution, and the monolithic baseline runs as chains.
+#include <boost/test/unit_test.hpp>
+
+// The planner half of the runtime joins maestro_actors with the engine and the planner.
+#if defined(MAESTRO_HAVE_TRAINER)
+
+#include <set>
+
+#include "actors/plan_adapter.h"
+#include "actors/sample_shape.h"
+#include "actors/step_execution.h"
+
+using namespace maestro;
+
+namespace {
+
+Condition has(Modality m) {
+  Condition c;
+  c.kind = Condition::Kind::Has;
+  c.modality = m;
+  return c;
+}
+
+Section section(std::string name, ModelSpec model, std::vector<Modality> consumes, Condition when) {
+  Section s;
+  s.name = std::move(name);
+  s.model = std::move(model);
+  s.consumes = std::move(consumes);
+  s.when = when;
+  return s;
+}
+
+Program tiny_mllm_like() {
+  Program p;
+  p.sections = {
+      section("vision", {"vit", VitSpec{2, 64, 4, 256, 4, 16}}, {Modality::Image}, has(Modality::Image)),
+      section("vision_proj", {"mlp", MlpSpec{64, 128, 128}}, {}, Condition{}),
+      section("audio", {"audio_encoder", AudioEncoderSpec{2, 64, 4, 256, 16}}, {Modality::Audio}, has(Modality::Audio)),
+      section("audio_proj", {"mlp", MlpSpec{64, 128, 128}}, {}, Condition{}),
+      section("llm", {"transformer", TransformerSpec{2, 128, 4, 4, 384, 256, 100}}, {Modality::Text}, Condition{}),
+  };
+  p.sections[0].micro_batch = 3;
+  p.sections[4].loss = {LossTerm{}};
+  p.sections[4].micro_batch = 4;
+  p.sections[4].parallel.dp = 2;
+  p.flows = {{"vision", "vision_proj", FlowKind::Activations, {}},
+             {"vision_proj", "llm", FlowKind::Activations, {}},
+             {"audio", "audio_proj", FlowKind::Activations, {}},
+             {"audio_proj", "llm", FlowKind::Activations, {}}};
+  p.train.global_batch = 10;
+  return p;
+}
+
+StepData batch_of_ten() {
+  StepData d;
+  for (int i = 0; i < 10; ++i) {
+    Sample s;
+    s.id = i;
+    s.modalities.add(Modality::Text);
+    s.text_tokens = 20 + 7 * i;
+    if (i % 3 == 0) s.modalities.add(Modality::Image), s.images = 1;
+    if (i % 4 == 1) s.modalities.add(Modality::Audio), s.audio_frames = 30 + i;
+    d.batch.samples.push_back(s);
+  }
+  return d;
+}
+
+void check_cover_and_execute(const Program& p, const StepData& d, const StepGraph& g) {
+  std::set<std::tuple<int, int, int32_t>> seen;  // (kind, section, sample)
+  for (const StepTask& t : g.tasks)
+    for (int32_t s : t.samples) BOOST_TEST_REQUIRE(seen.insert({int(t.kind), t.section, s}).second);
+  for (size_t i = 0; i < d.batch.samples.size(); ++i) {
+    const std::vector<bool> a = active_sections(p, d.batch.samples[i]);
+    for (int s = 0; s < 5; ++s)
+      for (int k = 0; k < 2; ++k) BOOST_TEST(seen.count({k, s, int32_t(i)}) == size_t(a[s]));
+  }
+  StepExecution x(p, g, std::make_shared<StepData>(d), 0);
+  for (int round = 0; round < 1000 && !x.finished(); ++round)
+    for (const RunTask& t : x.release()) x.complete(TaskDone{0, t.task.id, {}, 0, 0, 0, {}});
+  BOOST_TEST(x.finished());
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(sample_geometry) {
+  const Program p = tiny_mllm_like();
+  const StepData d = batch_of_ten();
+  const Sample& img = d.batch.samples[0];  // image + text
+  BOOST_TEST(active_sections(p, img) == (std::vector<bool>{true, true, false, false, true}));
+  BOOST_TEST(output_rows(p, 0, img) == 16);  // (16 / 4)^2 patches
+  BOOST_TEST(output_rows(p, 1, img) == 16);
+  const SequenceShape s = sequence_shape(p, 4, img);
+  BOOST_TEST(s.spliced == 16);
+  BOOST_TEST(s.text == 20);
+  const Sample& both = d.batch.samples[9];  // image (16) + audio (39 frames -> 19) + 83 text, max_seq 100
+  BOOST_TEST(sequence_shape(p, 4, both).spliced == 35);
+  BOOST_TEST(sequence_shape(p, 4, both).text == 65);  // text cut from the end
+}
+
+BOOST_AUTO_TEST_CASE(wavefront_and_monolithic_graphs_are_complete) {
+  const Program p = tiny_mllm_like();
+  const StepData d = batch_of_ten();
+  const std::vector<SectionRun> runs = resolve_section_runs(p, 2);
+  BOOST_TEST(runs[4].dp == 2);
+  BOOST_TEST(runs[0].micro_batch == 3);
+  const StepGraph w = StepPlanner(p, runs, "wavefront").step_graph(d);
+  check_cover_and_execute(p, d, w);
+  const StepGraph m = StepPlanner(p, runs, "monolithic").step_graph(d);
+  check_cover_and_execute(p, d, m);
+  for (const StepTask& t : m.tasks) {
+    // One size (the llm's) for every section, in loader order: the llm runs on every sample.
+    if (t.section == 4) BOOST_TEST(t.micro_batch == t.samples.front() / 4);
+    BOOST_TEST(t.samples.front() / 4 == t.samples.back() / 4);
+    if (t.id > 0) BOOST_TEST(!t.deps.empty());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(tp_and_pp_above_one_are_clear_errors) {
+  Program p = tiny_mllm_like();
+  p.sections[1].parallel.tp = 2;
+  try {
+    resolve_section_runs(p, 2);
+    BOOST_FAIL("expected an error");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find("'vision_proj': tp = 2") != std::string::npos);
+  }
+  p.sections[1].parallel.tp = 1;
+  p.sections[4].parallel.pp = 2;
+  BOOST_CHECK_THROW(resolve_section_runs(p, 2), std::invalid_argument);
+}
+
+#endif  // MAESTRO_HAVE_TRAINER

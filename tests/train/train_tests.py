@@ -1,0 +1,206 @@
+"""Real-binary training tests: run maestro-run on models and check what it
+reports. Usage: /usr/bin/python3 train_tests.py CASE MAESTRO_RUN (from the
+repository root). Each CASE is one ctest (train.CASE)."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+RUN = None
+TMP = None
+
+
+def maestro(*args, expect=0):
+    p = subprocess.run([RUN, *args], capture_output=True, text=True, timeout=600)
+    if p.returncode != expect:
+        raise AssertionError(f"maestro-run {' '.join(args)}: exit {p.returncode}, expected {expect}\n"
+                             f"stdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}")
+    return p
+
+
+def train_json(*args):
+    p = maestro(*args, "--json", "--quiet")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def variant(src, name, subs):
+    """A copy of a .sect file with regex substitutions, in TMP (imports stay valid: none here)."""
+    text = open(src).read()
+    for pattern, repl in subs:
+        text, n = re.subn(pattern, repl, text, flags=re.S)
+        assert n > 0, f"{pattern} not found in {src}"
+    path = os.path.join(TMP, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def assert_close(xs, ys, tol, what):
+    assert len(xs) == len(ys), f"{what}: {len(xs)} vs {len(ys)} losses"
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        assert rel(x, y) <= tol, f"{what}: step {i}: {x!r} vs {y!r} (rel {rel(x, y):.2e})"
+
+
+# --------------------------------------------------------------------- cases
+def case_tiny_mllm():
+    s = train_json("models/tiny_mllm.sect")
+    assert s["mode"] == "train" and s["steps"] == 40 and s["samples"] == 40 * 32, s
+    assert len(s["losses"]) == 40
+    assert s["final_loss"] < 0.85 * s["first_loss"], (s["first_loss"], s["final_loss"])
+    assert s["backend"] == "cpu" and s["transport"] == "local" and s["checkpoint"] is None
+
+
+def case_tiny_kd():
+    s = train_json("models/tiny_kd.sect")
+    assert s["steps"] == 40 and len(s["losses"]) == 40
+    assert s["final_loss"] < 0.85 * s["first_loss"], (s["first_loss"], s["final_loss"])
+
+
+def case_order_independence():
+    steps = ["--steps", "4"]
+    base = train_json("models/tiny_mllm.sect", *steps)
+    again = train_json("models/tiny_mllm.sect", *steps)
+    assert base["losses"] == again["losses"], "the same run twice must give bitwise-identical losses"
+    mono = train_json("models/tiny_mllm.sect", *steps, "--schedule", "monolithic")
+    assert_close(mono["losses"], base["losses"], 1e-5, "monolithic vs wavefront")
+    other = variant("models/tiny_mllm.sect", "mb.sect", [
+        (r"(section vision \{.*?)micro_batch = 8;", r"\1micro_batch = 3;"),
+        (r"(section llm \{.*?)parallel \{ dp = auto; \}", r"\1parallel { dp = 2; }\n  micro_batch = 5;"),
+        (r"(section audio \{.*?)micro_batch = auto;", r"\1micro_batch = 2;\n  parallel { dp = 2; }"),
+    ])
+    alt = train_json(other, *steps)
+    assert_close(alt["losses"], base["losses"], 1e-5, "micro_batch/dp variant vs default")
+    kd = variant("models/tiny_kd.sect", "kd_mb.sect", [
+        (r"micro_batch = 16;", "micro_batch = 5;"),
+        (r"micro_batch = 4;", "micro_batch = 7;\n  parallel { dp = 2; }"),
+    ])
+    kd_base = train_json("models/tiny_kd.sect", *steps)
+    kd_alt = train_json(kd, *steps, "--schedule", "monolithic")
+    assert_close(kd_alt["losses"], kd_base["losses"], 1e-5, "KD variant vs default")
+
+
+def case_resume():
+    ckpt = os.path.join(TMP, "ckpt")
+    cfg = os.path.join(TMP, "ckpt.toml")
+    with open(cfg, "w") as f:
+        f.write(f'[checkpoint]\ndir = "{ckpt}"\n')
+    full = train_json("models/tiny_mllm.sect", "--steps", "6")
+    first = train_json("models/tiny_mllm.sect", "--steps", "3", "--config", cfg)
+    assert first["checkpoint"] and first["checkpoint"].endswith("step-00000003"), first["checkpoint"]
+    assert not [n for n in os.listdir(ckpt) if n.startswith(".tmp")], os.listdir(ckpt)
+    rest = train_json("models/tiny_mllm.sect", "--steps", "6", "--resume", ckpt)
+    assert rest["steps"] == 3, rest
+    assert first["losses"] == full["losses"][:3]
+    assert_close(rest["losses"], full["losses"][3:], 1e-6, "resumed vs uninterrupted")
+
+
+def write_kat_model(kd):
+    import torch_reference as ref
+    samples = [[(7 * i + 3 * j * j + 1) % 64 for j in range(5 + 3 * i)] for i in range(6)]
+    with open(os.path.join(TMP, "train.jsonl"), "w") as f:
+        for s in samples:
+            f.write(json.dumps({"tokens": s}) + "\n")
+    student = ref.llama_weights(2, 32, 4, 2, 48, 64, seed=1)
+    ref.save_safetensors(os.path.join(TMP, "student.safetensors"), student)
+    sect = """
+section student {
+  model = transformer(layers: 2, hidden: 32, heads: 4, kv_heads: 2, ffn: 48, vocab: 64, max_seq: 64);
+  consumes = [text];
+  micro_batch = 4;
+  weights = "student.safetensors";
+  loss = %s;
+}
+""" % ("cross_entropy + 0.5 * kl(temperature: 2.0)" if kd else "cross_entropy")
+    teacher = None
+    if kd:
+        teacher = ref.llama_weights(3, 48, 4, 4, 64, 64, seed=2)
+        ref.save_safetensors(os.path.join(TMP, "teacher.safetensors"), teacher)
+        sect += """
+section teacher {
+  model = transformer(layers: 3, hidden: 48, heads: 4, ffn: 64, vocab: 64, max_seq: 64);
+  mode = frozen;
+  consumes = [text];
+  micro_batch = 3;
+  weights = "teacher.safetensors";
+}
+flow teacher -> student : logits;
+"""
+    sect += """
+data { source = files(manifest: "train.jsonl"); }
+train { global_batch = 6; steps = 1; precision = fp32; optimizer = adamw(lr: 1e-3); }
+"""
+    path = os.path.join(TMP, "kd.sect" if kd else "llm.sect")
+    with open(path, "w") as f:
+        f.write(sect)
+    if kd:
+        expect = ref.first_loss(samples, (student, 2, 4, 2), (teacher, 3, 4, 4), kl_weight=0.5, temperature=2.0)
+    else:
+        expect = ref.first_loss(samples, (student, 2, 4, 2))
+    return path, expect
+
+
+def case_known_answer_llm():
+    path, expect = write_kat_model(kd=False)
+    for schedule in ("wavefront", "monolithic"):
+        s = train_json(path, "--steps", "1", "--schedule", schedule)
+        assert rel(s["first_loss"], expect) <= 1e-5, (schedule, s["first_loss"], expect)
+
+
+def case_known_answer_kd():
+    path, expect = write_kat_model(kd=True)
+    s = train_json(path, "--steps", "1")
+    assert rel(s["first_loss"], expect) <= 1e-5, (s["first_loss"], expect)
+
+
+def case_errors():
+    missing = variant("models/tiny_kd.sect", "missing.sect",
+                      [(r"mode     = frozen;", 'mode = frozen;\n  weights = "nope.safetensors";')])
+    p = maestro(missing, "--steps", "1", expect=1)
+    assert "teacher" in p.stderr and "nope.safetensors" in p.stderr, p.stderr
+    tp = variant("models/tiny_mllm.sect", "tp.sect", [(r"parallel \{ dp = 1; \}", "parallel { dp = 1; tp = 2; }")])
+    p = maestro(tp, "--steps", "1", expect=2)
+    assert "vision" in p.stderr and "tp" in p.stderr, p.stderr
+    pp = variant("models/tiny_mllm.sect", "pp.sect", [(r"parallel \{ dp = auto; \}", "parallel { dp = auto; pp = 2; }")])
+    p = maestro(pp, "--steps", "1", expect=2)
+    assert "llm" in p.stderr and "pp" in p.stderr, p.stderr
+    with open(os.path.join(TMP, "img.jsonl"), "w") as f:
+        f.write('{"tokens": [1, 2, 3]}\n{"text": "a cat", "images": ["cat.png"]}\n')
+    img = variant("models/tiny_kd.sect", "img.sect",
+                  [(r"source = synthetic\(seed: 3\);", 'source = files(manifest: "img.jsonl");')])
+    p = maestro(img, "--steps", "1", expect=2)
+    assert "img.jsonl:2" in p.stderr and "not yet supported" in p.stderr, p.stderr
+    p = maestro("models/tiny_kd.sect", "--resume", os.path.join(TMP, "no-such-ckpt"), expect=2)
+    assert "no-such-ckpt" in p.stderr, p.stderr
+
+
+def case_trace():
+    trace = os.path.join(TMP, "trace.json")
+    s = train_json("models/tiny_mllm.sect", "--steps", "2", "--trace", trace)
+    t = json.load(open(trace))
+    names = {e["args"]["name"] for e in t["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert any("llm/0" in n for n in names) and "scheduler" in names and "data loader" in names, names
+    slices = [e for e in t["traceEvents"] if e["ph"] == "X"]
+    assert any(e["cat"] == "task" and e["name"].startswith("forward") for e in slices)
+    assert any(e["cat"] == "task" and e["name"].startswith("backward") for e in slices)
+    assert any(e["cat"] == "transfer" for e in slices)
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in slices)
+    assert s["steps"] == 2
+
+
+if __name__ == "__main__":
+    case, RUN = sys.argv[1], os.path.abspath(sys.argv[2])
+    TMP = tempfile.mkdtemp(prefix=f"maestro-train-{case}-")
+    try:
+        globals()["case_" + case]()
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
+    print(f"train.{case}: ok")
