@@ -7,7 +7,7 @@ JOBS     ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build run test bench fuzz clean
+.PHONY: all deps configure build run test test-tsan bench fuzz clean
 
 all: build
 
@@ -25,6 +25,12 @@ run: build
 
 test: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The actor tests under ThreadSanitizer (docs/runtime.md, "Checking with TSan").
+test-tsan: deps
+	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMAESTRO_SANITIZE=tsan $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-tsan -j $(JOBS) --target test_actors
+	@ctest --test-dir build-tsan -R 'unit\.actors' --output-on-failure
 
 bench: build
 	@bash bench/run.sh $(BUILD)

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/engine_calibration.h"
 #include "data/sampler.h"
 #include "graph/section_graph.h"
 #include "plan/baselines.h"
@@ -171,15 +172,18 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
 }
 
 int calibrate_command(const Program&, const RuntimeConfig&, const CliOptions& cli) {
-  const DeviceSpec d = measure_local_cpu();
+  DeviceSpec d = measure_local_cpu();
+  d.gemm = fit_cpu_efficiency(d.fp32_flops, 0);
   try {
     write_device_profile(d, cli.calibrate);
   } catch (const PlanError& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 1;
   }
-  fmt::print("calibrated: sgemm {:.1f} GFLOP/s, memory {:.1f} GB/s, {:.1f} GB -> {}\n", d.fp32_flops / 1e9,
-             d.memory_bytes_per_s / 1e9, double(d.memory_bytes) / 1e9, cli.calibrate);
+  fmt::print("calibrated: sgemm {:.1f} GFLOP/s, memory {:.1f} GB/s, {:.1f} GB, engine efficiency {:.2f} · size / "
+             "(size + {:.0f}) -> {}\n",
+             d.fp32_flops / 1e9, d.memory_bytes_per_s / 1e9, double(d.memory_bytes) / 1e9, d.gemm.max,
+             d.gemm.half_size, cli.calibrate);
   return 0;
 }
 

@@ -1,0 +1,16 @@
+// The CPU efficiency curve from the engine itself: `--calibrate` times real
+// training steps (forward, loss, backward, AdamW) of two transformer
+// sections on this machine's CPU backend, takes the achieved share of the
+// measured sgemm peak at each GEMM size (tokens × width), and fits the
+// planner's curve max · size / (size + half_size) through the two points.
+// Lives in the CLI because the planner must not include the engine.
+#pragma once
+
+#include "plan/devices.h"
+
+namespace maestro {
+
+// Returns `sgemm_peak`'s device with its gemm curve fitted (docs/planner.md).
+GemmEfficiency fit_cpu_efficiency(double sgemm_peak_flops, int threads);
+
+}  // namespace maestro
