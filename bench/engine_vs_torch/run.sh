@@ -7,19 +7,19 @@ build=${1:-build}
 rounds=${2:-3}
 threads=${THREADS:-2}
 cd "$(dirname "$0")/../.."
-cmake --build "$build" --target bench_engine_step >/dev/null
-ours="$build/bench/bench_engine_step"
-py=/usr/bin/python3
+[ -n "${NO_BUILD:-}" ] || cmake --build "$build" --target bench_engine_step >/dev/null
+ours="${PIN:-} $build/bench/bench_engine_step"
+py="${PIN:-} /usr/bin/python3"
 tiny="--layers 2 --hidden 128 --heads 4 --ffn 384 --vocab 256 --samples 32 --tokens 48"
 large="--layers 4 --hidden 512 --heads 8 --ffn 1536 --vocab 32000 --samples 8 --tokens 512"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$ours" --threads "$threads" --steps 1 --warmup 0 --sgemm | $py -c 'import json,sys; print("sgemm peak (1024^3, best of 5): %.1f GFLOP/s" % json.load(sys.stdin)["sgemm_gflops"])'
+$ours --threads "$threads" --steps 1 --warmup 0 --sgemm | $py -c 'import json,sys; print("sgemm peak (1024^3, best of 5): %.1f GFLOP/s" % json.load(sys.stdin)["sgemm_gflops"])'
 for model in tiny large; do
   args=${!model}
-  steps=10; [ "$model" = large ] && steps=3
+  steps=10; warmup=2; [ "$model" = large ] && steps=3 && warmup=1
   for r in $(seq "$rounds"); do
-    "$ours" $args --threads "$threads" --steps $steps --sgemm
-    $py bench/engine_vs_torch/torch_step.py $args --threads "$threads" --steps $steps
+    $ours $args --threads "$threads" --steps $steps --warmup $warmup --sgemm
+    $py bench/engine_vs_torch/torch_step.py $args --threads "$threads" --steps $steps --warmup $warmup
   done > "/tmp/engine_vs_torch_$model.jsonl"
   $py - "$model" "/tmp/engine_vs_torch_$model.jsonl" <<'PY'
 import json, statistics, sys

@@ -24,20 +24,27 @@ constexpr int64_t kReduceBlock = 1 << 12;   // elements per partial of a reducti
 // Rows per chunk so that a chunk holds about kElementGrain elements.
 int64_t row_grain(int64_t C) { return std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, C)); }
 
-// Scratch that grows and is reused; one per thread, so replicas calling the
-// backend from different threads never share it.
+// Attention's scratch (slot 0: P, slot 1: dP): grow-only and per thread, so
+// the tasks running on the pool's threads never share one and no call
+// allocates once the largest sequence has been seen.
 float* scratch(int slot, size_t n) {
-  thread_local std::vector<float> buffers[3];
+  thread_local std::vector<float> buffers[2];
   auto& b = buffers[slot];
   if (b.size() < n) b.resize(n);
   return b.data();
 }
 
+// Tile of a GEMM's output along its longer side: a function of the shape
+// only (never of the thread count), at most 8 tiles, at least 64 wide.
+int64_t gemm_tile(int64_t dim) { return std::max<int64_t>(64, ((dim + 7) / 8 + 31) / 32 * 32); }
+
 class CpuBackend final : public Backend {
  public:
+  // OpenBLAS runs single-threaded: its own threading changes the bits of a
+  // product with the thread count, so gemm() splits the output over the pool.
   explicit CpuBackend(int threads)
       : pool_(threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()))) {
-    openblas_set_num_threads(pool_.threads());
+    openblas_set_num_threads(1);
   }
 
   const char* name() const override { return "cpu"; }
@@ -111,8 +118,7 @@ class CpuBackend final : public Backend {
   void linear_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t C,
                       int64_t OC) override {
     // out[N,OC] = inp[N,C] · w[OC,C]ᵀ
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(N), int(OC), int(C), 1.0f, inp, int(C), w, int(C), 0.0f,
-                out, int(OC));
+    gemm(false, true, N, OC, C, inp, C, w, C, 0.0f, out, OC);
     if (bias)
       pool_.parallel_for(N, row_grain(OC), [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i)
@@ -123,13 +129,9 @@ class CpuBackend final : public Backend {
                        int64_t N, int64_t C, int64_t OC) override {
     if (N == 0) return;
     // dinp[N,C] += dout[N,OC] · w[OC,C]
-    if (dinp)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), int(C), int(OC), 1.0f, dout, int(OC), w, int(C),
-                  1.0f, dinp, int(C));
+    if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, 1.0f, dinp, C);
     // dw[OC,C] += dout[N,OC]ᵀ · inp[N,C]
-    if (dw)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(OC), int(C), int(N), 1.0f, dout, int(OC), inp, int(C),
-                  1.0f, dw, int(C));
+    if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
     // dbias[OC] += Σ_rows dout, each column summing its rows in order
     if (dbias)
       pool_.parallel_for(OC, 64, [&](int64_t o0, int64_t o1) {
@@ -238,101 +240,101 @@ class CpuBackend final : public Backend {
   }
 
   // ---- attention ------------------------------------------------------------------------
-  // Per (sequence, head): S = q·kᵀ/√D with sgemm on strided views, masked
-  // softmax row by row (rows in parallel), out = P·v with sgemm. Causal rows
-  // compute the full S and zero P above the diagonal.
+  // One task per (sequence, head) pair on the pool: S = q·kᵀ/√D by a
+  // (single-threaded) sgemm on strided views into per-thread scratch, the
+  // masked softmax row by row, out = P·v by sgemm. Causal rows compute the
+  // full S and zero P above the diagonal: one sgemm beats a triangle of
+  // small ones at these sizes.
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          const int32_t* cu, int64_t n_seq, int64_t N, int64_t H, int64_t KV, int64_t D,
                          bool causal) override {
     (void)N;
     const float sc = 1.0f / std::sqrt(float(D));
     const int64_t group = H / KV;
-    for (int64_t s = 0; s < n_seq; ++s) {
-      const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
-      if (L == 0) continue;
-      float* P = scratch(0, size_t(L * L));
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t kh = h / group;
+    pool_.parallel_for(n_seq * H, 1, [&](int64_t b, int64_t e) {
+      for (int64_t pair = b; pair < e; ++pair) {
+        const int64_t s = pair / H, h = pair % H, kh = h / group;
+        const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
+        if (L == 0) continue;
+        float* P = scratch(0, size_t(L * L));  // [L, L]
         const float* qh = q + t0 * H * D + h * D;
         const float* kk = k + t0 * KV * D + kh * D;
         const float* vv = v + t0 * KV * D + kh * D;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(L), int(L), int(D), sc, qh, int(H * D), kk,
                     int(KV * D), 0.0f, P, int(L));
-        pool_.parallel_for(L, std::max<int64_t>(1, 4096 / L), [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) {
-            float* row = P + i * L;
-            const int64_t end = causal ? i + 1 : L;
-            float mx = row[0];
-            for (int64_t j = 1; j < end; ++j) mx = std::max(mx, row[j]);
-            float sum = 0;
-            for (int64_t j = 0; j < end; ++j) {
-              row[j] = std::exp(row[j] - mx);
-              sum += row[j];
-            }
-            const float inv = 1.0f / sum;
-            for (int64_t j = 0; j < end; ++j) row[j] *= inv;
-            for (int64_t j = end; j < L; ++j) row[j] = 0.0f;
-            lse[(t0 + i) * H + h] = mx + std::log(sum);
+        for (int64_t i = 0; i < L; ++i) {
+          float* row = P + i * L;
+          const int64_t end = causal ? i + 1 : L;
+          float mx = row[0];
+          for (int64_t j = 1; j < end; ++j) mx = std::max(mx, row[j]);
+          float sum = 0;
+          for (int64_t j = 0; j < end; ++j) {
+            row[j] = std::exp(row[j] - mx);
+            sum += row[j];
           }
-        });
+          const float inv = 1.0f / sum;
+          for (int64_t j = 0; j < end; ++j) row[j] *= inv;
+          for (int64_t j = end; j < L; ++j) row[j] = 0.0f;
+          lse[(t0 + i) * H + h] = mx + std::log(sum);
+        }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(L), int(D), int(L), 1.0f, P, int(L), vv,
                     int(KV * D), 0.0f, out + t0 * H * D + h * D, int(H * D));
       }
-    }
+    });
   }
+  // One task per (sequence, kv head) pair, its query heads in head order (so
+  // dk, dv of a kv head are summed in a fixed order by one thread):
   // P = exp(S − lse) recomputed; dv += Pᵀ·dO; dP = dO·vᵀ; dS = P∘(dP − rowsum(dO∘O));
-  // dq += dS·k/√D; dk += dSᵀ·q/√D. Heads sharing a kv head accumulate in turn.
+  // dq += dS·k/√D; dk += dSᵀ·q/√D.
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                           const float* q, const float* k, const float* v, const int32_t* cu, int64_t n_seq,
                           int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
     (void)N;
+    if (!dq && !dk && !dv) return;
     const float sc = 1.0f / std::sqrt(float(D));
     const int64_t group = H / KV;
-    for (int64_t s = 0; s < n_seq; ++s) {
-      const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
-      if (L == 0) continue;
-      float* P = scratch(0, size_t(L * L));
-      float* dP = scratch(1, size_t(L * L));
-      float* Dr = scratch(2, size_t(L));
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t kh = h / group;
-        const float* qh = q + t0 * H * D + h * D;
+    pool_.parallel_for(n_seq * KV, 1, [&](int64_t b, int64_t e) {
+      for (int64_t pair = b; pair < e; ++pair) {
+        const int64_t s = pair / KV, kh = pair % KV;
+        const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
+        if (L == 0) continue;
+        float* P = scratch(0, size_t(L * L));   // [L, L]
+        float* dP = scratch(1, size_t(L * L));  // [L, L]
         const float* kk = k + t0 * KV * D + kh * D;
         const float* vv = v + t0 * KV * D + kh * D;
-        const float* doh = dout + t0 * H * D + h * D;
-        const float* oh = out + t0 * H * D + h * D;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(L), int(L), int(D), sc, qh, int(H * D), kk,
-                    int(KV * D), 0.0f, P, int(L));
-        if (dv || dq || dk)
+        for (int64_t h = kh * group; h < (kh + 1) * group; ++h) {
+          const float* qh = q + t0 * H * D + h * D;
+          const float* doh = dout + t0 * H * D + h * D;
+          const float* oh = out + t0 * H * D + h * D;
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(L), int(L), int(D), sc, qh, int(H * D), kk,
+                      int(KV * D), 0.0f, P, int(L));
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(L), int(L), int(D), 1.0f, doh, int(H * D), vv,
                       int(KV * D), 0.0f, dP, int(L));
-        pool_.parallel_for(L, std::max<int64_t>(1, 4096 / L), [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) {
+          for (int64_t i = 0; i < L; ++i) {
             float* row = P + i * L;
             float* drow = dP + i * L;
             const int64_t end = causal ? i + 1 : L;
             const float l = lse[(t0 + i) * H + h];
             float di = 0;
             for (int64_t d = 0; d < D; ++d) di += doh[i * H * D + d] * oh[i * H * D + d];
-            Dr[i] = di;
             for (int64_t j = 0; j < end; ++j) {
               row[j] = std::exp(row[j] - l);
               drow[j] = row[j] * (drow[j] - di);
             }
             for (int64_t j = end; j < L; ++j) row[j] = drow[j] = 0.0f;
           }
-        });
-        if (dv)
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(L), int(D), int(L), 1.0f, P, int(L), doh,
-                      int(H * D), 1.0f, dv + t0 * KV * D + kh * D, int(KV * D));
-        if (dq)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(L), int(D), int(L), sc, dP, int(L), kk,
-                      int(KV * D), 1.0f, dq + t0 * H * D + h * D, int(H * D));
-        if (dk)
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(L), int(D), int(L), sc, dP, int(L), qh,
-                      int(H * D), 1.0f, dk + t0 * KV * D + kh * D, int(KV * D));
+          if (dv)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(L), int(D), int(L), 1.0f, P, int(L), doh,
+                        int(H * D), 1.0f, dv + t0 * KV * D + kh * D, int(KV * D));
+          if (dq)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(L), int(D), int(L), sc, dP, int(L), kk,
+                        int(KV * D), 1.0f, dq + t0 * H * D + h * D, int(H * D));
+          if (dk)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(L), int(D), int(L), sc, dP, int(L), qh,
+                        int(H * D), 1.0f, dk + t0 * KV * D + kh * D, int(KV * D));
+        }
       }
-    }
+    });
   }
 
   // ---- activations ------------------------------------------------------------------------
@@ -467,6 +469,29 @@ class CpuBackend final : public Backend {
 
  private:
   static constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/π)
+
+  // C[M,Nc] = op(A)·op(B) + beta·C (row-major; op = transpose when ta/tb),
+  // cut along the output's longer side into gemm_tile() tiles, each one
+  // single-threaded sgemm on the pool: every output element is reduced by
+  // the same call shape whatever the thread count.
+  void gemm(bool ta, bool tb, int64_t M, int64_t Nc, int64_t K, const float* A, int64_t lda, const float* B,
+            int64_t ldb, float beta, float* C, int64_t ldc) {
+    if (M == 0 || Nc == 0) return;
+    const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+    const bool by_rows = M >= Nc;
+    const int64_t dim = by_rows ? M : Nc, tile = gemm_tile(dim);
+    pool_.parallel_for((dim + tile - 1) / tile, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t r0 = t * tile, n = std::min(dim, r0 + tile) - r0;
+        if (by_rows)  // rows [r0, r0+n) of C and of op(A)
+          cblas_sgemm(CblasRowMajor, TA, TB, int(n), int(Nc), int(K), 1.0f, ta ? A + r0 : A + r0 * lda, int(lda), B,
+                      int(ldb), beta, C + r0 * ldc, int(ldc));
+        else  // columns [r0, r0+n) of C and of op(B)
+          cblas_sgemm(CblasRowMajor, TA, TB, int(M), int(n), int(K), 1.0f, A, int(lda), tb ? B + r0 * ldb : B + r0,
+                      int(ldb), beta, C + r0, int(ldc));
+      }
+    });
+  }
 
   // angle = pos·θ^(−2i/D); sign −1 rotates back (the gradient of a rotation).
   void rotate(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign) {

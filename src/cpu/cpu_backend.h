@@ -1,9 +1,11 @@
 // The CPU backend: every op of nn/backend.h in fp32 — OpenBLAS sgemm for the
-// GEMMs (linear, attention's score and value products), fused loops on a
-// ThreadPool for the rest. Deterministic: a result never depends on timing,
-// and not on the thread count except through OpenBLAS (which splits a GEMM
-// by output blocks, never along the reduction). The naive reference of every
-// op is cpu/reference_ops.h.
+// GEMMs (linear, attention's score and value products), fused loops for the
+// rest, all on one ThreadPool. Deterministic: every output element is
+// computed by one task whose shape depends on the op's shapes only, so the
+// bits never depend on the thread count or on timing. OpenBLAS itself runs
+// single-threaded (its own threading changes the bits with the thread
+// count); a GEMM is split over the pool in fixed output tiles instead. The
+// naive reference of every op is cpu/reference_ops.h; docs/engine-ops.md.
 #pragma once
 
 #include <memory>
@@ -12,7 +14,8 @@
 
 namespace maestro {
 
-// threads: the pool's and OpenBLAS's thread count; 0 = all cores.
+// threads: the pool's thread count; 0 = all cores. Sets OpenBLAS (process-
+// wide) to one thread.
 std::unique_ptr<Backend> make_cpu_backend(int threads);
 
 }  // namespace maestro

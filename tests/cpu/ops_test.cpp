@@ -71,10 +71,6 @@ double dot(const Dv& a, const Dv& b) {
 constexpr double kTol = 1e-5;   // fast fp32 vs double reference
 constexpr double kFdTol = 1e-6; // reference backward vs finite differences
 
-struct Backends {
-  std::unique_ptr<Backend> one = make_cpu_backend(1), two = make_cpu_backend(2);
-};
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(linear_forward_backward) {
@@ -337,7 +333,6 @@ BOOST_AUTO_TEST_CASE(elementwise_and_norm) {
 
 // Every op gives the same bits with 1 and 2 threads.
 BOOST_AUTO_TEST_CASE(thread_count_independence) {
-  Backends be;
   const int64_t N = 300, C = 96, H = 4, D = 24, V = 700;
   std::vector<int32_t> cu{0, 100, 177, 300}, pos(N), tok(N), tgt(N);
   for (int64_t i = 0; i < N; ++i) {
@@ -361,9 +356,109 @@ BOOST_AUTO_TEST_CASE(thread_count_independence) {
     F lin(N * C), wl = random(C * C, 9), dwl(C * C), dbl(C);
     b.linear_forward(lin.data(), x.data(), wl.data(), w.data(), N, C, C);
     b.linear_backward(dx.data(), dwl.data(), dbl.data(), dy.data(), x.data(), wl.data(), N, C, C);
-    std::vector<F> all{y, dx, dw, dt, o, lse, dq, dk, dv, dl, lin, dwl, dbl, F{float(ce), float(b.sq_norm(logits.data(), N * V))}};
+    // GQA: two query heads per kv head add into it in turn.
+    F kg = random(N * 2 * D, 10), vg = random(N * 2 * D, 11), og(N * H * D), lg(N * H), dqg(N * H * D),
+      dkg(N * 2 * D), dvg(N * 2 * D);
+    b.attention_forward(og.data(), lg.data(), q.data(), kg.data(), vg.data(), cu.data(), 3, N, H, 2, D, false);
+    b.attention_backward(dqg.data(), dkg.data(), dvg.data(), dy.data(), og.data(), lg.data(), q.data(), kg.data(),
+                         vg.data(), cu.data(), 3, N, H, 2, D, false);
+    F ln(N * C), lm(N), lr(N), dxl(N * C), dwln(C), dbln(C);
+    b.layernorm_forward(ln.data(), lm.data(), lr.data(), x.data(), w.data(), dy.data(), N, C, 1e-5f);
+    b.layernorm_backward(dxl.data(), dwln.data(), dbln.data(), dy.data(), x.data(), w.data(), lm.data(), lr.data(), N,
+                         C);
+    F emb(N * C);
+    b.embedding_forward(emb.data(), tok.data(), table.data(), N, C);
+    F rq = q, rdq = dq;  // [N, H, D]
+    b.rope_forward(rq.data(), pos.data(), N, H, D, 10000.0f);
+    b.rope_backward(rdq.data(), pos.data(), N, H, D, 10000.0f);
+    F teacher = random(N * V, 12), dks(N * V);
+    const double kl = b.kl_divergence(dks.data(), logits.data(), teacher.data(), tgt.data(), N, V, 2.0f, 0.01f);
+    const size_t n = size_t(N * C);
+    F sw(n), dsg(n), dsu(n), ge(n), dge(n), sum(n);
+    b.swiglu_forward(sw.data(), x.data(), dy.data(), n);
+    b.swiglu_backward(dsg.data(), dsu.data(), y.data(), x.data(), dy.data(), n);
+    b.gelu_forward(ge.data(), x.data(), n);
+    b.gelu_backward(dge.data(), y.data(), x.data(), n);
+    b.add(sum.data(), x.data(), y.data(), n);
+    b.accumulate(sum.data(), dy.data(), n);
+    b.scale(sum.data(), 0.3f, n);
+    F p = random(n, 13), m(n), vv(n);
+    for (int64_t t = 1; t <= 2; ++t) b.adamw(p.data(), dx.data(), m.data(), vv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    F px = random(4 * 3 * 16 * 16, 14), patches(4 * 16 * 48);
+    b.im2col_patches(patches.data(), px.data(), 4, 3, 16, 4);
+    std::vector<F> all{y,   dx,  dw,   dt,  o,   lse,  dq,   dk,   dv,  dl,  lin, dwl, dbl, og,  lg,  dqg, dkg, dvg,
+                       ln,  lm,  lr,   dxl, dwln, dbln, emb, rq,   rdq, dks, sw,  dsg, dsu, ge,  dge, sum, p,   m,
+                       vv,  patches,
+                       F{float(ce), float(kl), float(b.sq_norm(logits.data(), N * V))}};
     return all;
   };
-  const auto a = run(*be.one), b = run(*be.two);
+  // One backend at a time: the OpenBLAS thread count is process-wide.
+  const auto a = run(*make_cpu_backend(1));
+  const auto b = run(*make_cpu_backend(2));
   for (size_t i = 0; i < a.size(); ++i) BOOST_TEST(a[i] == b[i]);
+}
+
+// GEMMs large enough that OpenBLAS splits them over threads: same bits.
+BOOST_AUTO_TEST_CASE(threaded_gemm_independence) {
+  const int64_t N = 512, C = 384, OC = 640;
+  F x = random(N * C, 1), w = random(OC * C, 2), bias = random(OC, 3), dy = random(N * OC, 4);
+  auto run = [&](Backend& b) {
+    F out(N * OC), dx(N * C), dw(OC * C), db(OC);
+    b.linear_forward(out.data(), x.data(), w.data(), bias.data(), N, C, OC);
+    b.linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, C, OC);
+    return std::vector<F>{out, dx, dw, db};
+  };
+  // One backend at a time: the OpenBLAS thread count is process-wide.
+  const auto a = run(*make_cpu_backend(1));
+  const auto b = run(*make_cpu_backend(2));
+  for (size_t i = 0; i < a.size(); ++i) BOOST_TEST(a[i] == b[i]);
+}
+
+// A null gradient pointer skips that gradient; the others come out the same.
+BOOST_AUTO_TEST_CASE(null_gradients_skipped) {
+  auto be = make_cpu_backend(2);
+  const int64_t N = 10, C = 12, H = 2, D = 6;
+  F x = random(N * C, 1), w = random(C, 2), b = random(C, 3), dy = random(N * C, 4), y(N * C), m(N), r(N);
+  F dx(N * C), dw(C), db(C), dx1(N * C), dw1(C), db1(C);
+  be->rmsnorm_forward(y.data(), r.data(), x.data(), w.data(), N, C, 1e-5f);
+  be->rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), r.data(), N, C);
+  be->rmsnorm_backward(dx1.data(), nullptr, dy.data(), x.data(), w.data(), r.data(), N, C);
+  be->rmsnorm_backward(nullptr, dw1.data(), dy.data(), x.data(), w.data(), r.data(), N, C);
+  BOOST_TEST(dx == dx1);
+  BOOST_TEST(dw == dw1);
+  std::fill(dx.begin(), dx.end(), 0.0f), std::fill(dw.begin(), dw.end(), 0.0f);
+  std::fill(dx1.begin(), dx1.end(), 0.0f), std::fill(dw1.begin(), dw1.end(), 0.0f);
+  be->layernorm_forward(y.data(), m.data(), r.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+  be->layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), m.data(), r.data(), N, C);
+  be->layernorm_backward(dx1.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), m.data(), r.data(), N, C);
+  be->layernorm_backward(nullptr, dw1.data(), nullptr, dy.data(), x.data(), w.data(), m.data(), r.data(), N, C);
+  be->layernorm_backward(nullptr, nullptr, db1.data(), dy.data(), x.data(), w.data(), m.data(), r.data(), N, C);
+  BOOST_TEST(dx == dx1);
+  BOOST_TEST(dw == dw1);
+  BOOST_TEST(db == db1);
+  F dg(N * C), du(N * C), dg1(N * C), du1(N * C);
+  be->swiglu_backward(dg.data(), du.data(), dy.data(), x.data(), b.data(), size_t(C));
+  be->swiglu_backward(dg1.data(), nullptr, dy.data(), x.data(), b.data(), size_t(C));
+  be->swiglu_backward(nullptr, du1.data(), dy.data(), x.data(), b.data(), size_t(C));
+  BOOST_TEST(dg == dg1);
+  BOOST_TEST(du == du1);
+  std::vector<int32_t> cu{0, 4, 10};
+  F q = random(N * H * D, 5), k = random(N * D, 6), v = random(N * D, 7), o(N * H * D), lse(N * H), g = random(N * H * D, 8);
+  F dq(N * H * D), dk(N * D), dv(N * D), dq1(N * H * D), dk1(N * D), dv1(N * D);
+  be->attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), cu.data(), 2, N, H, 1, D, true);
+  be->attention_backward(dq.data(), dk.data(), dv.data(), g.data(), o.data(), lse.data(), q.data(), k.data(), v.data(),
+                         cu.data(), 2, N, H, 1, D, true);
+  for (int which = 0; which < 3; ++which)
+    be->attention_backward(which == 0 ? dq1.data() : nullptr, which == 1 ? dk1.data() : nullptr,
+                           which == 2 ? dv1.data() : nullptr, g.data(), o.data(), lse.data(), q.data(), k.data(),
+                           v.data(), cu.data(), 2, N, H, 1, D, true);
+  BOOST_TEST(dq == dq1);
+  BOOST_TEST(dk == dk1);
+  BOOST_TEST(dv == dv1);
+  be->attention_backward(nullptr, nullptr, nullptr, g.data(), o.data(), lse.data(), q.data(), k.data(), v.data(),
+                         cu.data(), 2, N, H, 1, D, true);
+  F lg = random(N * C, 9);
+  std::vector<int32_t> t(N, 3);
+  BOOST_TEST(be->cross_entropy(nullptr, lg.data(), t.data(), N, C, 1.0f) > 0.0);
+  BOOST_TEST(be->kl_divergence(nullptr, lg.data(), x.data(), t.data(), N, C, 2.0f, 1.0f) > 0.0);
 }
