@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wavefront vs tuned Megatron on the example models (docs/PERFORMANCE-plan.md):
+# Wavefront vs tuned Megatron on the example models (docs/PERFORMANCE.md, section 3):
 # simulated iteration, lower bound, utilisation, megatron's best configuration
 # and the speedup, mean of 4 sampled steps. Usage: bench/plan_simulate/run.sh [BUILD_DIR]
 set -euo pipefail

@@ -49,8 +49,8 @@ class CostModel {
                                    const SectionPlan& plan) const = 0;
 
   // Device-seconds of the sample's whole work in the section (forward,
-  // backward, recompute) at the device's peak FLOP rate: the lower bound's
-  // work term (architecture.md, "Lower bound").
+  // backward, recompute) at the cost model's peak efficiency (the device's peak FLOP rate
+  // times its best GEMM efficiency): the lower bound's work term (docs/architecture.md).
   virtual double peak_device_s(int section, const Sample& sample) const = 0;
 };
 
