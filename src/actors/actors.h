@@ -22,7 +22,7 @@ class SectionRunner;
 // owns the SectionRunner and runs RunTask, GetGrads, ApplyGrads,
 // SaveSection one at a time, replying TaskDone, Grads, Applied, Saved.
 caf::actor spawn_compute_worker(caf::actor_system& sys, std::shared_ptr<SectionRunner> runner, int section,
-                                int replica, caf::actor tracer);
+                                int stage, int replica, caf::actor tracer);
 
 // A section replica: the event-based front of one worker; the scheduler
 // and checkpointer talk to it. It forwards work to its worker in arrival
@@ -36,12 +36,12 @@ using StepDataSource = std::function<std::shared_ptr<const StepData>(int64_t ste
 caf::actor spawn_data_loader(caf::actor_system& sys, StepDataSource source, int64_t last_step, caf::actor tracer);
 
 // Writes checkpoints: WriteCheckpoint -> CheckpointWritten. Asks replica 0
-// of every train section to save into a temporary folder, then commits it
-// atomically (checkpoint.h). Detached (file I/O).
+// of every train section (of each pipeline stage) to save into a temporary
+// folder, then commits it atomically (checkpoint.h). Detached (file I/O).
 struct CheckpointerConfig {
   std::string root;
-  std::vector<int> sections;            // sections saved (train ones)
-  std::vector<std::string> names;       // their names
+  std::vector<int> sections;            // sections saved (train ones), once per stage
+  std::vector<std::string> names;       // their file names: "llm", or "llm.stage1" for a stage
   std::vector<caf::actor> replica0;     // their replica 0
   uint64_t seed = 0, data_seed = 0;
   int64_t global_batch = 0;
@@ -61,7 +61,7 @@ struct SchedulerConfig {
   std::function<double(int64_t step)> lr_at;
   double grad_clip = 0;                 // 0 = no clipping
   int64_t checkpoint_every = 0;         // 0 = never
-  std::vector<std::vector<caf::actor>> replicas;  // [section][dp replica]
+  std::vector<std::vector<std::vector<caf::actor>>> replicas;  // [section][pp stage][dp replica]
   caf::actor loader, checkpointer, tracer;        // checkpointer may be null
   LocalTransport* transport = nullptr;
   std::vector<double> losses;           // losses of the steps before first_step (resume)

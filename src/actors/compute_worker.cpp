@@ -15,10 +15,11 @@ std::string task_name(const StepTask& t) {
 }
 
 caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<SectionRunner> runner, int section,
-                             int replica, caf::actor tracer) {
-  const std::string track = fmt::format("{}/{} worker", runner->section_name(), replica);
-  auto where = [runner, replica](int64_t step) {
-    return fmt::format("section '{}', replica {}, step {}", runner->section_name(), replica, step);
+                             int stage, int replica, caf::actor tracer) {
+  const std::string track = fmt::format("{}/{} worker", runner->part_name(), replica);
+  auto where = [runner, stage, replica](int64_t step) {
+    const std::string part = runner->part_name() == runner->section_name() ? "" : fmt::format(", stage {}", stage);
+    return fmt::format("section '{}'{}, replica {}, step {}", runner->section_name(), part, replica, step);
   };
   return {
       [=](const RunTask& t) -> TaskDone {
@@ -27,13 +28,10 @@ caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<Secti
         d.task = t.task.id;
         d.begin_us = trace_now_us();
         try {
-          if (t.task.kind == TaskKind::Forward) {
-            SectionRunner::ForwardResult r = runner->forward(t);
-            d.outputs = std::move(r.outputs);
-            d.loss = r.loss;
-          } else {
-            d.outputs = runner->backward(t);
-          }
+          SectionRunner::Result r = t.task.kind == TaskKind::Forward ? runner->forward(t) : runner->backward(t);
+          d.outputs = std::move(r.outputs);
+          d.stage_out = std::move(r.stage_out);
+          d.loss = r.loss;
         } catch (const std::exception& e) {
           d.error = fmt::format("{}: {} failed: {}", where(t.step), task_name(t.task), e.what());
         }
@@ -42,7 +40,7 @@ caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<Secti
         return d;
       },
       [=](const GetGrads& g) -> Grads {
-        Grads out{section, replica, {}, {}};
+        Grads out{section, stage, replica, {}, {}};
         try {
           out.grads = runner->grads();
         } catch (const std::exception& e) {
@@ -52,7 +50,7 @@ caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<Secti
       },
       [=](const ApplyGrads& a) -> Applied {
         const int64_t begin = trace_now_us();
-        Applied out{section, replica, {}};
+        Applied out{section, stage, replica, {}};
         try {
           runner->apply(a.summed, a.scale, a.lr);
         } catch (const std::exception& e) {
@@ -78,8 +76,8 @@ caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<Secti
 }  // namespace
 
 caf::actor spawn_compute_worker(caf::actor_system& sys, std::shared_ptr<SectionRunner> runner, int section,
-                                int replica, caf::actor tracer) {
-  return sys.spawn<caf::detached>(compute_worker, std::move(runner), section, replica, std::move(tracer));
+                                int stage, int replica, caf::actor tracer) {
+  return sys.spawn<caf::detached>(compute_worker, std::move(runner), section, stage, replica, std::move(tracer));
 }
 
 }  // namespace maestro

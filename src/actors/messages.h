@@ -22,6 +22,17 @@
 
 namespace maestro {
 
+struct StageGeometry;  // nn/section_model.h: a micro-batch's layout, built by stage 0
+
+// A pipeline stage's hand-off for one micro-batch, inside a section replica:
+// forward, the stage's hidden states [N, hidden] and their layout for the
+// next stage; backward, the gradient of the stage's input for the previous.
+struct StageTensor {
+  TensorRef tensor;
+  std::shared_ptr<const StageGeometry> geometry;  // forward only
+  bool empty() const { return tensor.empty(); }
+};
+
 // One tensor crossing a flow for one sample: an upstream section's output
 // (forward) or the gradient of it (backward).
 struct FlowTensor {
@@ -36,6 +47,7 @@ struct RunTask {
   StepTask task;
   std::vector<FlowTensor> inputs;  // forward: upstream outputs; backward: gradients of this section's outputs
   std::shared_ptr<const StepData> data;
+  StageTensor stage_in;  // from the neighbouring stage: after the first (forward), before the last (backward)
 };
 
 // worker -> replica -> scheduler.
@@ -46,6 +58,7 @@ struct TaskDone {
   double loss = 0;                  // forward of a loss section: its share of the step's loss
   int64_t begin_us = 0, duration_us = 0;
   std::string error;
+  StageTensor stage_out;  // forward before the last stage / backward after the first: for the neighbouring stage
 };
 
 // scheduler -> replica: hand over the summed gradient buffer (end of step).
@@ -53,7 +66,7 @@ struct GetGrads {
   int64_t step = 0;
 };
 struct Grads {
-  int section = 0, replica = 0;
+  int section = 0, stage = 0, replica = 0;
   TensorRef grads;  // [section's parameter count], flat in the engine's order
   std::string error;
 };
@@ -67,7 +80,7 @@ struct ApplyGrads {
   double lr = 0;
 };
 struct Applied {
-  int section = 0, replica = 0;
+  int section = 0, stage = 0, replica = 0;
   std::string error;
 };
 

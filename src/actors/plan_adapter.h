@@ -20,12 +20,14 @@ namespace maestro {
 
 struct SectionRun {
   int64_t dp = 1;
+  int64_t pp = 1;  // pipeline stages, one actor each per dp replica
   int64_t micro_batch = 1;
 };
 
 // Resolves every `auto` for the cpu device with `devices` CPU slots.
 // Throws std::invalid_argument (exit 2) naming the section for a plan this
-// runtime can't execute (tp > 1, pp > 1).
+// runtime can't execute (tp > 1; pp more than the model's layers, or > 1
+// for an mlp).
 std::vector<SectionRun> resolve_section_runs(const Program& program, int64_t devices);
 
 // Each step's Schedule from the planner (plan/schedule.h: the same object

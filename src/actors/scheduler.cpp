@@ -1,9 +1,10 @@
 // The scheduler actor (see actors.h): one step at a time, it takes the
 // prefetched batch, turns the step's Schedule into a StepExecution and sends
 // every ready task to its replica at once; each completion releases the next
-// frontier. When every task is done it syncs gradients — per section, the
-// replicas' gradients summed in replica order; the global norm over all
-// sections; one clip coefficient — and has every replica take its AdamW step.
+// frontier. When every task is done it syncs gradients — per section and
+// pipeline stage, the dp replicas' gradients summed in replica order; the
+// global norm over all of them; one clip coefficient — and has every replica
+// take its AdamW step.
 // Then it reports the step and, when due, has the checkpointer write one.
 #include <fmt/format.h>
 
@@ -33,7 +34,7 @@ struct SchedulerState {
   std::string last_checkpoint;
   bool ended = false;
   // gradient sync
-  std::vector<std::vector<TensorRef>> grads;  // [section][replica]
+  std::vector<std::vector<std::vector<TensorRef>>> grads;  // [section][stage][replica]
   size_t grads_pending = 0, applies_pending = 0;
 };
 
@@ -90,14 +91,14 @@ void apply_grads(Self* self) {
   Busy busy{self};
   auto& st = self->state;
   const Program& p = *st.cfg.program;
-  // Sum over replicas (replica order), then the global norm (section order).
-  std::vector<TensorRef> summed(p.sections.size());
+  // Sum over replicas (replica order), then the global norm (section, stage order).
+  std::vector<std::vector<TensorRef>> summed(p.sections.size());  // [section][stage]
   double sq = 0;
-  for (size_t s = 0; s < p.sections.size(); ++s) {
-    if (st.grads[s].empty()) continue;
-    summed[s] = sum_in_order(*st.cfg.transport, st.grads[s]);
-    sq += sum_of_squares(summed[s]);
-  }
+  for (size_t s = 0; s < p.sections.size(); ++s)
+    for (const std::vector<TensorRef>& stage : st.grads[s]) {
+      summed[s].push_back(sum_in_order(*st.cfg.transport, stage));
+      sq += sum_of_squares(summed[s].back());
+    }
   st.grads.clear();
   const double norm = std::sqrt(sq);
   if (!std::isfinite(norm)) return end_run(self, fmt::format("step {}: the gradient norm is not finite", st.step));
@@ -105,19 +106,18 @@ void apply_grads(Self* self) {
   const double scale = st.cfg.grad_clip > 0 ? std::min(1.0, st.cfg.grad_clip / (norm + 1e-6)) : 1.0;
   const double lr = st.cfg.lr_at(st.step);
   st.applies_pending = 0;
-  for (size_t s = 0; s < p.sections.size(); ++s) {
-    if (summed[s].empty()) continue;
-    for (const caf::actor& r : st.cfg.replicas[s]) {
-      ++st.applies_pending;
-      self->request(r, caf::infinite, ApplyGrads{st.step, summed[s], scale, lr})
-          .then(
-              [=](const Applied& a) {
-                if (!a.error.empty()) return end_run(self, a.error);
-                if (--self->state.applies_pending == 0) finish_step(self);
-              },
-              [=](caf::error& err) { end_run(self, fmt::format("replica lost: {}", caf::to_string(err))); });
-    }
-  }
+  for (size_t s = 0; s < p.sections.size(); ++s)
+    for (size_t k = 0; k < summed[s].size(); ++k)
+      for (const caf::actor& r : st.cfg.replicas[s][k]) {
+        ++st.applies_pending;
+        self->request(r, caf::infinite, ApplyGrads{st.step, summed[s][k], scale, lr})
+            .then(
+                [=](const Applied& a) {
+                  if (!a.error.empty()) return end_run(self, a.error);
+                  if (--self->state.applies_pending == 0) finish_step(self);
+                },
+                [=](caf::error& err) { end_run(self, fmt::format("replica lost: {}", caf::to_string(err))); });
+      }
   if (st.applies_pending == 0) finish_step(self);  // nothing trains
 }
 
@@ -131,16 +131,19 @@ void sync_grads(Self* self) {
   for (size_t s = 0; s < p.sections.size(); ++s) {
     if (p.sections[s].mode != Mode::Train) continue;
     st.grads[s].resize(st.cfg.replicas[s].size());
-    for (size_t r = 0; r < st.cfg.replicas[s].size(); ++r) {
-      ++st.grads_pending;
-      self->request(st.cfg.replicas[s][r], caf::infinite, GetGrads{st.step})
-          .then(
-              [=](Grads& g) {
-                if (!g.error.empty()) return end_run(self, g.error);
-                self->state.grads[g.section][g.replica] = std::move(g.grads);
-                if (--self->state.grads_pending == 0) apply_grads(self);
-              },
-              [=](caf::error& err) { end_run(self, fmt::format("replica lost: {}", caf::to_string(err))); });
+    for (size_t k = 0; k < st.cfg.replicas[s].size(); ++k) {
+      st.grads[s][k].resize(st.cfg.replicas[s][k].size());
+      for (size_t r = 0; r < st.cfg.replicas[s][k].size(); ++r) {
+        ++st.grads_pending;
+        self->request(st.cfg.replicas[s][k][r], caf::infinite, GetGrads{st.step})
+            .then(
+                [=](Grads& g) {
+                  if (!g.error.empty()) return end_run(self, g.error);
+                  self->state.grads.at(g.section).at(g.stage).at(g.replica) = std::move(g.grads);
+                  if (--self->state.grads_pending == 0) apply_grads(self);
+                },
+                [=](caf::error& err) { end_run(self, fmt::format("replica lost: {}", caf::to_string(err))); });
+      }
     }
   }
   if (st.grads_pending == 0) apply_grads(self);
@@ -150,7 +153,7 @@ void dispatch(Self* self) {
   Busy busy{self};
   auto& st = self->state;
   for (RunTask& t : st.exec->release()) {
-    const caf::actor& dest = st.cfg.replicas.at(t.task.section).at(t.task.replica);
+    const caf::actor& dest = st.cfg.replicas.at(t.task.section).at(t.task.stage).at(t.task.replica);
     const int64_t step = st.step;
     self->request(dest, caf::infinite, std::move(t))
         .then(

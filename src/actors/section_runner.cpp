@@ -20,10 +20,15 @@ struct SectionRunner::Pending {
   std::vector<std::vector<int32_t>> spliced_flows;  // [sample in mb] -> flow ids
 };
 
-SectionRunner::SectionRunner(const Program& program, int section, uint64_t seed, LocalTransport& transport,
-                             int threads)
-    : program_(program), section_(section), transport_(transport), backend_(make_cpu_backend(threads)) {
-  model_ = std::make_unique<SectionModel>(program.sections[size_t(section)], *backend_, seed);
+SectionRunner::SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed,
+                             LocalTransport& transport, int threads)
+    : program_(program),
+      section_(section),
+      stage_(stage),
+      stages_(stages),
+      transport_(transport),
+      backend_(make_cpu_backend(threads)) {
+  model_ = std::make_unique<SectionModel>(program.sections[size_t(section)], *backend_, seed, stage, stages);
 }
 
 SectionRunner::~SectionRunner() {
@@ -32,6 +37,12 @@ SectionRunner::~SectionRunner() {
 }
 
 const std::string& SectionRunner::section_name() const { return program_.sections[size_t(section_)].name; }
+
+std::string part_name(const std::string& section, int stage, int stages) {
+  return stages == 1 ? section : fmt::format("{}.stage{}", section, stage);
+}
+
+std::string SectionRunner::part_name() const { return maestro::part_name(section_name(), stage_, stages_); }
 
 namespace {
 
@@ -44,7 +55,7 @@ size_t position_of(const StepTask& t, int32_t sample) {
 
 }  // namespace
 
-SectionRunner::ForwardResult SectionRunner::forward(const RunTask& rt) {
+SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
   const StepTask& t = rt.task;
   const Section& sec = program_.sections[size_t(section_)];
   const size_t n = t.samples.size();
@@ -80,14 +91,22 @@ SectionRunner::ForwardResult SectionRunner::forward(const RunTask& rt) {
       pending.spliced_flows[k].push_back(ft->flow);
     }
   }
-  ForwardOutput out = model_->forward(in);
-  ForwardResult result;
-  if (!sec.loss.empty()) {
+  const bool last = stage_ == stages_ - 1;
+  StageInput stage_in;
+  if (stage_ > 0) {
+    if (rt.stage_in.empty()) throw std::logic_error(fmt::format("stage {} forward without stage {}'s output", stage_, stage_ - 1));
+    stage_in = {rt.stage_in.tensor.values(), rt.stage_in.geometry};
+  }
+  ForwardOutput out = model_->forward(in, stage_ > 0 ? &stage_in : nullptr);
+  Result result;
+  if (!last) {
+    result.stage_out = {transport_.copy_of({out.hidden.rows, out.hidden.cols}, out.hidden.data), out.geometry};
+  } else if (!sec.loss.empty()) {
     if (!has_teacher) teacher.clear();
     result.loss = model_->loss(*out.context, teacher, rt.data->loss_positions.at(size_t(section_)));
   }
   // Outputs: a copy per outgoing flow and sample, handed on by handle.
-  for (size_t fi = 0; fi < program_.flows.size(); ++fi) {
+  for (size_t fi = 0; fi < program_.flows.size() && last; ++fi) {
     if (program_.flows[fi].from != sec.name) continue;
     for (size_t k = 0; k < n; ++k) {
       const RowsView& v = out.outputs[k];
@@ -101,7 +120,7 @@ SectionRunner::ForwardResult SectionRunner::forward(const RunTask& rt) {
   return result;
 }
 
-std::vector<FlowTensor> SectionRunner::backward(const RunTask& rt) {
+SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
   const StepTask& t = rt.task;
   auto it = pending_.find(t.micro_batch);
   if (it == pending_.end())
@@ -131,12 +150,22 @@ std::vector<FlowTensor> SectionRunner::backward(const RunTask& rt) {
   std::vector<std::span<const float>> output_grads(n);
   for (size_t k = 0; k < n; ++k)
     if (!summed[k].empty()) output_grads[k] = summed[k].values();
-  const std::vector<std::vector<RowsView>> in_grads = model_->backward(*pending.context, output_grads);
-  std::vector<FlowTensor> out;
+  std::span<const float> stage_grad;
+  if (stage_ < stages_ - 1) {
+    if (rt.stage_in.empty()) throw std::logic_error(fmt::format("stage {} backward without stage {}'s gradient", stage_, stage_ + 1));
+    stage_grad = rt.stage_in.tensor.values();
+  }
+  const std::vector<std::vector<RowsView>> in_grads = model_->backward(*pending.context, output_grads, stage_grad);
+  Result out;
+  if (stage_ > 0) {
+    const RowsView d = SectionModel::stage_input_grad(*pending.context);
+    out.stage_out.tensor = transport_.copy_of({d.rows, d.cols}, d.data);
+    return out;
+  }
   for (size_t k = 0; k < n && k < in_grads.size(); ++k)
     for (size_t b = 0; b < in_grads[k].size() && b < pending.spliced_flows[k].size(); ++b) {
       const RowsView& v = in_grads[k][b];
-      out.push_back({pending.spliced_flows[k][b], t.samples[k], transport_.copy_of({v.rows, v.cols}, v.data)});
+      out.outputs.push_back({pending.spliced_flows[k][b], t.samples[k], transport_.copy_of({v.rows, v.cols}, v.data)});
     }
   return out;
 }
@@ -157,6 +186,7 @@ void SectionRunner::apply(const TensorRef& summed, double scale, double lr) {
   model_->zero_grads();
 }
 
+// Tensors keep their section prefix on every stage (their names differ by layer).
 void SectionRunner::save(const std::string& path) { model_->save(path, section_name()); }
 void SectionRunner::load(const std::string& path) { model_->load(path, section_name()); }
 

@@ -18,6 +18,10 @@
 
 namespace maestro {
 
+// "llm", or "llm.stage1" for stage 1 of a section split into stages: the
+// name of a part's checkpoint file and trace track.
+std::string part_name(const std::string& section, int stage, int stages);
+
 class SectionModel;  // nn/section_model.h
 class Backend;       // nn/backend.h
 
@@ -27,19 +31,25 @@ class SectionRunner {
   // section's `weights` file when it names one. Throws std::runtime_error
   // naming the section on a missing or mismatched weights file.
   // `threads`: the section's CPU backend's thread count (0 = all cores).
-  SectionRunner(const Program& program, int section, uint64_t seed, LocalTransport& transport, int threads);
+  // Pipeline stage `stage` of `stages` holds that stage's layers only
+  // (nn/section_model.h); stages = 1 is the whole section.
+  SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, LocalTransport& transport,
+                int threads);
   ~SectionRunner();
 
-  struct ForwardResult {
-    std::vector<FlowTensor> outputs;  // per outgoing flow and sample
-    double loss = 0;                  // this micro-batch's share of the step's loss
+  struct Result {
+    // forward (last stage): outputs per outgoing flow and sample; backward
+    // (stage 0): gradients of the spliced inputs per incoming activations
+    // flow and sample.
+    std::vector<FlowTensor> outputs;
+    StageTensor stage_out;            // for the neighbouring stage (see messages.h)
+    double loss = 0;                  // forward of a loss section: this micro-batch's share of the step's loss
   };
   // Runs the forward of a micro-batch and keeps its context for backward.
-  ForwardResult forward(const RunTask& task);
+  Result forward(const RunTask& task);
   // Runs the backward of a forward done earlier, accumulating (+=) into the
-  // parameter gradients; returns the gradients of the spliced inputs per
-  // incoming activations flow and sample.
-  std::vector<FlowTensor> backward(const RunTask& task);
+  // parameter gradients.
+  Result backward(const RunTask& task);
 
   // A copy of the gradient buffer.                         [parameter count]
   TensorRef grads();
@@ -50,10 +60,11 @@ class SectionRunner {
   void load(const std::string& path);
 
   const std::string& section_name() const;
+  std::string part_name() const;  // part_name(section, stage, stages)
 
  private:
   const Program& program_;
-  int section_;
+  int section_, stage_, stages_;
   LocalTransport& transport_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<SectionModel> model_;

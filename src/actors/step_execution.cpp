@@ -25,40 +25,64 @@ int section_index(const Program& p, const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+using StageKey = std::tuple<int, int, int, int64_t>;  // (section, replica, stage, micro-batch)
+StageKey key_of(const StepTask& t, int stage) { return {t.section, t.replica, stage, t.micro_batch}; }
+
+// Whether a task reads flow f's tensors: forward, activations on stage 0 and
+// logits (the loss's teacher) on the last; backward, the gradients of the
+// section's outputs on the last stage.
+bool reads_flow(const Flow& f, const StepTask& t) {
+  if (t.kind == TaskKind::Backward) return t.stage == t.stages - 1;
+  return f.kind == FlowKind::Logits ? t.stage == t.stages - 1 : t.stage == 0;
+}
+
+}  // namespace
+
 void add_data_dependencies(const Program& program, StepGraph& graph) {
   const size_t n_sections = program.sections.size();
-  // task_of[kind][section][sample] = task id, -1 when the section has no such task for the sample.
+  // task_of[kind][section][sample] = the task that emits the sample's tensors
+  // across flows: forward, the last stage (outputs); backward, stage 0
+  // (input gradients). Absent when the section has no such task.
   std::vector<std::vector<std::map<int32_t, int64_t>>> task_of(2, std::vector<std::map<int32_t, int64_t>>(n_sections));
-  std::map<std::tuple<int, int, int64_t>, int64_t> forward_of_mb;  // (section, replica, mb) -> task
+  std::map<StageKey, int64_t> forward_of, backward_of;
   for (const StepTask& t : graph.tasks) {
-    for (int32_t s : t.samples) task_of[int(t.kind)][t.section][s] = t.id;
-    if (t.kind == TaskKind::Forward) forward_of_mb[{t.section, t.replica, t.micro_batch}] = t.id;
+    if (t.stage < 0 || t.stage >= t.stages) throw std::logic_error(fmt::format("task {}: stage out of range", t.id));
+    const bool emits = t.kind == TaskKind::Forward ? t.stage == t.stages - 1 : t.stage == 0;
+    if (emits)
+      for (int32_t s : t.samples) task_of[int(t.kind)][t.section][s] = t.id;
+    (t.kind == TaskKind::Forward ? forward_of : backward_of)[key_of(t, t.stage)] = t.id;
   }
+  auto task = [](const std::map<StageKey, int64_t>& table, const StepTask& t, int stage, const char* what) {
+    auto it = table.find(key_of(t, stage));
+    if (it == table.end()) throw std::logic_error(fmt::format("task {} has no {} on stage {}", t.id, what, stage));
+    return it->second;
+  };
   const std::vector<bool> backward = sections_with_backward(program);
-  std::map<std::pair<int, int>, int64_t> previous_backward;  // (section, replica) -> last backward task
+  std::map<std::tuple<int, int, int>, int64_t> previous_backward;  // (section, replica, stage) -> last backward task
   for (StepTask& t : graph.tasks) {
     std::set<int64_t> deps(t.deps.begin(), t.deps.end());
     if (t.kind == TaskKind::Forward) {
+      if (t.stage > 0) deps.insert(task(forward_of, t, t.stage - 1, "forward"));
       for (const Flow& f : program.flows) {
-        if (section_index(program, f.to) != t.section) continue;
+        if (section_index(program, f.to) != t.section || !reads_flow(f, t)) continue;
         const auto& producer = task_of[int(TaskKind::Forward)][section_index(program, f.from)];
         for (int32_t s : t.samples)
           if (auto it = producer.find(s); it != producer.end()) deps.insert(it->second);
       }
     } else {
-      auto fw = forward_of_mb.find({t.section, t.replica, t.micro_batch});
-      if (fw == forward_of_mb.end())
-        throw std::logic_error(fmt::format("backward task {} has no forward", t.id));
-      deps.insert(fw->second);
+      deps.insert(task(forward_of, t, t.stage, "forward"));
+      if (t.stage < t.stages - 1) deps.insert(task(backward_of, t, t.stage + 1, "backward"));
       for (const Flow& f : program.flows) {
-        if (f.kind != FlowKind::Activations || section_index(program, f.from) != t.section) continue;
+        if (f.kind != FlowKind::Activations || section_index(program, f.from) != t.section || !reads_flow(f, t)) continue;
         const int consumer = section_index(program, f.to);
         if (!backward[consumer]) continue;
         const auto& cons = task_of[int(TaskKind::Backward)][consumer];
         for (int32_t s : t.samples)
           if (auto it = cons.find(s); it != cons.end()) deps.insert(it->second);
       }
-      auto [prev, first] = previous_backward.try_emplace({t.section, t.replica}, t.id);
+      auto [prev, first] = previous_backward.try_emplace({t.section, t.replica, t.stage}, t.id);
       if (!first) {
         deps.insert(prev->second);
         prev->second = t.id;
@@ -96,6 +120,7 @@ std::vector<FlowTensor> StepExecution::inputs_of(const StepTask& t) {
     const Flow& f = program_.flows[fi];
     const bool forward = t.kind == TaskKind::Forward;
     if (forward ? f.to != program_.sections[t.section].name : f.from != program_.sections[t.section].name) continue;
+    if (!reads_flow(f, t)) continue;
     auto& table = forward ? outputs_ : grads_;
     for (int32_t s : t.samples) {
       auto it = table.find({int32_t(fi), s});
@@ -112,14 +137,14 @@ std::vector<RunTask> StepExecution::release() {
   std::vector<int64_t> held, go;
   for (int64_t id : frontier_) {
     const StepTask& t = graph_.tasks[id];
-    const bool capped = graph_.in_flight_cap > 0 && t.kind == TaskKind::Forward &&
-                        in_flight_[{t.section, t.replica}] >= graph_.in_flight_cap;
+    const bool opens = t.kind == TaskKind::Forward && t.stage == 0;  // a micro-batch enters the replica
+    const bool capped = graph_.in_flight_cap > 0 && opens && in_flight_[{t.section, t.replica}] >= graph_.in_flight_cap;
     if (capped) {
       held.push_back(id);
       continue;
     }
     go.push_back(id);
-    if (t.kind == TaskKind::Forward) in_flight_[{t.section, t.replica}]++;
+    if (opens) in_flight_[{t.section, t.replica}]++;
   }
   if (go.empty() && running() == 0 && !held.empty()) {  // the cap must not stall the step
     go.push_back(held.front());
@@ -133,7 +158,13 @@ std::vector<RunTask> StepExecution::release() {
     const StepTask& t = graph_.tasks[id];
     released_[id] = true;
     ++released_count_;
-    out.push_back(RunTask{step_, t, inputs_of(t), data_});
+    RunTask rt{step_, t, inputs_of(t), data_, {}};
+    auto& stage_table = t.kind == TaskKind::Forward ? stage_forward_ : stage_backward_;
+    if (auto it = stage_table.find(key_of(t, t.stage)); it != stage_table.end()) {
+      rt.stage_in = std::move(it->second);
+      stage_table.erase(it);
+    }
+    out.push_back(std::move(rt));
   }
   return out;
 }
@@ -143,7 +174,17 @@ void StepExecution::complete(const TaskDone& done) {
   if (!released_[t.id]) throw std::logic_error(fmt::format("task {} finished before it was released", t.id));
   ++done_count_;
   loss_of_task_[t.id] = done.loss;
-  if (t.kind == TaskKind::Backward || !backward_[t.section]) in_flight_[{t.section, t.replica}]--;
+  // A micro-batch leaves the replica with its last task: backward stage 0, or a frozen section's last forward.
+  const bool closes = t.kind == TaskKind::Backward ? t.stage == 0 : !backward_[t.section] && t.stage == t.stages - 1;
+  if (closes) in_flight_[{t.section, t.replica}]--;
+  // The hand-off to the next stage: forward on, backward back.
+  const int next_stage = t.kind == TaskKind::Forward ? t.stage + 1 : t.stage - 1;
+  if (next_stage >= 0 && next_stage < t.stages && (t.kind == TaskKind::Forward || backward_[t.section])) {
+    if (done.stage_out.empty())
+      throw std::logic_error(fmt::format("task {} (stage {} of {}) handed nothing to stage {}", t.id, t.stage, t.stages,
+                                         next_stage));
+    (t.kind == TaskKind::Forward ? stage_forward_ : stage_backward_)[key_of(t, next_stage)] = done.stage_out;
+  }
   auto& table = t.kind == TaskKind::Forward ? outputs_ : grads_;
   for (const FlowTensor& ft : done.outputs) {
     // A backward's input gradients are only kept where the producer trains.

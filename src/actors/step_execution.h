@@ -3,11 +3,15 @@
 // data (a consumer's forward waits for the producers' forwards of its
 // samples; a backward waits for its own forward, for the consumers'
 // backwards of its samples, and for the previous backward of the same
-// replica), releases every task whose dependencies are met as one frontier,
-// and routes each finished task's output handles into the tasks that read
-// them. The in-flight cap (forwards released whose backward has not
-// finished, per replica) holds forwards back to bound activation memory; it
-// yields when nothing else is running, so it can never stall a step.
+// replica and stage; pipeline stage s+1 of a micro-batch runs forward after
+// stage s and backward before it), releases every task whose dependencies
+// are met as one frontier, and routes each finished task's output handles
+// into the tasks that read them: flow tensors between sections, and each
+// stage's hand-off (hidden states forward, their gradient backward) to the
+// neighbouring stage. The in-flight cap (micro-batches entered at stage 0
+// whose backward has not finished, per replica) holds forwards back to bound
+// activation memory; it yields when nothing else is running, so it can
+// never stall a step.
 //
 // Determinism: a replica's backwards run in schedule order, one after the
 // other, so each replica accumulates gradients in the same order on every
@@ -18,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -69,6 +74,9 @@ class StepExecution {
   int64_t released_count_ = 0, done_count_ = 0;
   // (flow, sample) -> the producer's output / the consumer's input gradient.
   std::map<std::pair<int32_t, int32_t>, TensorRef> outputs_, grads_;
+  // (section, replica, stage, micro-batch) -> what the neighbouring stage
+  // handed that stage: hidden states forward, their gradient backward.
+  std::map<std::tuple<int, int, int, int64_t>, StageTensor> stage_forward_, stage_backward_;
 };
 
 }  // namespace maestro

@@ -1,5 +1,5 @@
 // StepGraph: the runtime's view of one step's Schedule — every forward and
-// backward task of every section replica, in schedule order, with the
+// backward task of every section replica (and pipeline stage), in schedule order, with the
 // micro-batch's samples and the tasks it waits for. Built from the plan's
 // Schedule (plan/schedule.h); the scheduler actor walks it as a frontier.
 #pragma once
@@ -20,6 +20,7 @@ struct StepTask {
   int64_t micro_batch = 0;      // the section's micro-batch id
   std::vector<int32_t> samples; // indices into Batch::samples, in micro-batch order
   std::vector<int64_t> deps;    // task ids that must finish first
+  int stage = 0, stages = 1;    // pipeline stage of the section's `pp` stages
 };
 
 struct StepGraph {

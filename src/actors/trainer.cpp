@@ -2,6 +2,9 @@
 #include "actors/trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include <caf/all.hpp>
 #include <chrono>
@@ -67,6 +70,15 @@ TrainResult train(const Program& program, const TrainOptions& options,
       if (st.global_batch != program.train.global_batch)
         return failure(2, fmt::format("--resume {}: the checkpoint has global_batch {}, the model {}", options.resume,
                                       st.global_batch, program.train.global_batch));
+      // Every part this run's plan holds (a section, or each of its pipeline stages) must be in the checkpoint.
+      for (size_t s = 0; s < program.sections.size(); ++s)
+        for (int64_t k = 0; k < runs[s].pp && program.sections[s].mode == Mode::Train; ++k) {
+          const std::string part = part_name(program.sections[s].name, int(k), int(runs[s].pp));
+          if (std::find(st.sections.begin(), st.sections.end(), part) == st.sections.end())
+            return failure(2, fmt::format("--resume {}: the checkpoint has no '{}' (it holds {}): section '{}' must be "
+                                          "split into the same pipeline stages (pp) as when it was written",
+                                          options.resume, part, fmt::join(st.sections, ", "), program.sections[s].name));
+        }
       first_step = st.step;
       past_losses = st.losses;
     } catch (const CheckpointError& e) {
@@ -82,16 +94,22 @@ TrainResult train(const Program& program, const TrainOptions& options,
     return failure(2, e.what());
   }
   LocalTransport transport;
-  std::vector<std::vector<std::shared_ptr<SectionRunner>>> runners(program.sections.size());
+  // One runner per section × pipeline stage × dp replica.
+  std::vector<std::vector<std::vector<std::shared_ptr<SectionRunner>>>> runners(program.sections.size());
   for (size_t s = 0; s < program.sections.size(); ++s)
-    for (int64_t r = 0; r < runs[s].dp; ++r) {
-      try {
-        auto runner = std::make_shared<SectionRunner>(program, int(s), seed, transport, int(devices));
-        if (!resume_dir.empty() && program.sections[s].mode == Mode::Train)
-          runner->load(fmt::format("{}/{}.safetensors", resume_dir, program.sections[s].name));
-        runners[s].push_back(std::move(runner));
-      } catch (const std::exception& e) {
-        return failure(1, fmt::format("section '{}', replica {}: {}", program.sections[s].name, r, e.what()));
+    for (int64_t k = 0; k < runs[s].pp; ++k) {
+      runners[s].emplace_back();
+      for (int64_t r = 0; r < runs[s].dp; ++r) {
+        try {
+          auto runner = std::make_shared<SectionRunner>(program, int(s), int(k), int(runs[s].pp), seed, transport,
+                                                        int(devices));
+          if (!resume_dir.empty() && program.sections[s].mode == Mode::Train)
+            runner->load(fmt::format("{}/{}.safetensors", resume_dir, runner->part_name()));
+          runners[s][k].push_back(std::move(runner));
+        } catch (const std::exception& e) {
+          const std::string stage = runs[s].pp > 1 ? fmt::format(", stage {}", k) : "";
+          return failure(1, fmt::format("section '{}'{}, replica {}: {}", program.sections[s].name, stage, r, e.what()));
+        }
       }
     }
 
@@ -99,8 +117,8 @@ TrainResult train(const Program& program, const TrainOptions& options,
   TrainResult result;
   result.first_step = first_step;
   for (size_t s = 0; s < program.sections.size(); ++s)
-    result.plan_lines.push_back(fmt::format("{}: dp {}, micro_batch {}{}", program.sections[s].name, runs[s].dp,
-                                            runs[s].micro_batch,
+    result.plan_lines.push_back(fmt::format("{}: dp {}, pp {}, micro_batch {}{}", program.sections[s].name, runs[s].dp,
+                                            runs[s].pp, runs[s].micro_batch,
                                             program.sections[s].mode == Mode::Frozen ? " (frozen)" : ""));
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", size_t(devices));
@@ -112,13 +130,17 @@ TrainResult train(const Program& program, const TrainOptions& options,
   sc.program = &program;
   sc.replicas.resize(program.sections.size());
   for (size_t s = 0; s < program.sections.size(); ++s)
-    for (int64_t r = 0; r < runs[s].dp; ++r) {
-      caf::actor worker = spawn_compute_worker(sys, runners[s][r], int(s), int(r), tracer);
-      caf::actor replica =
-          spawn_section_replica(sys, worker, fmt::format("{}/{} replica", program.sections[s].name, r), tracer);
-      sc.replicas[s].push_back(replica);
-      all.push_back(worker);
-      all.push_back(replica);
+    for (size_t k = 0; k < runners[s].size(); ++k) {
+      sc.replicas[s].emplace_back();
+      for (size_t r = 0; r < runners[s][k].size(); ++r) {
+        const std::shared_ptr<SectionRunner>& runner = runners[s][k][r];
+        caf::actor worker = spawn_compute_worker(sys, runner, int(s), int(k), int(r), tracer);
+        caf::actor replica =
+            spawn_section_replica(sys, worker, fmt::format("{}/{} replica", runner->part_name(), r), tracer);
+        sc.replicas[s][k].push_back(replica);
+        all.push_back(worker);
+        all.push_back(replica);
+      }
     }
   runners.clear();  // the workers own them now
   const StepInputs* in = inputs.get();
@@ -128,10 +150,10 @@ TrainResult train(const Program& program, const TrainOptions& options,
   if (!ckpt_root.empty()) {
     CheckpointerConfig cc{ckpt_root, {}, {}, {}, seed, program.data.seed, program.train.global_batch, options.schedule};
     for (size_t s = 0; s < program.sections.size(); ++s)
-      if (program.sections[s].mode == Mode::Train) {
+      for (int64_t k = 0; k < runs[s].pp && program.sections[s].mode == Mode::Train; ++k) {
         cc.sections.push_back(int(s));
-        cc.names.push_back(program.sections[s].name);
-        cc.replica0.push_back(sc.replicas[s][0]);
+        cc.names.push_back(part_name(program.sections[s].name, int(k), int(runs[s].pp)));
+        cc.replica0.push_back(sc.replicas[s][size_t(k)][0]);
       }
     sc.checkpointer = spawn_checkpointer(sys, std::move(cc), tracer);
     all.push_back(sc.checkpointer);

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 namespace maestro {
 
 int64_t TensorShape::numel() const {
@@ -116,6 +118,44 @@ int64_t parameter_count(const ModelSpec& model) {
   int64_t n = 0;
   for (const auto& t : model_tensors(model)) n += t.numel();
   return n;
+}
+
+int64_t layer_count(const ModelSpec& model) {
+  if (auto* t = std::get_if<TransformerSpec>(&model.spec)) return t->layers;
+  if (auto* v = std::get_if<VitSpec>(&model.spec)) return v->layers;
+  if (auto* a = std::get_if<AudioEncoderSpec>(&model.spec)) return a->layers;
+  return 0;
+}
+
+LayerRange stage_layers(const ModelSpec& model, int64_t stage, int64_t stages) {
+  const int64_t L = layer_count(model);
+  if (stages < 1 || stage < 0 || stage >= stages)
+    throw std::invalid_argument(fmt::format("pipeline stage {} of {} does not exist", stage, stages));
+  if (stages == 1) return {0, L};
+  if (std::holds_alternative<MlpSpec>(model.spec))
+    throw std::invalid_argument(fmt::format("an mlp runs as one pipeline stage, not {}", stages));
+  if (L < stages)
+    throw std::invalid_argument(fmt::format("{} layers cannot be split into {} pipeline stages", L, stages));
+  return {stage * L / stages, (stage + 1) * L / stages};
+}
+
+std::vector<TensorShape> stage_tensors(const ModelSpec& model, int64_t stage, int64_t stages) {
+  const LayerRange range = stage_layers(model, stage, stages);
+  std::vector<TensorShape> all = model_tensors(model);
+  if (stages == 1) return all;
+  std::vector<TensorShape> out;
+  bool after_layers = false;  // past the layer stack: the epilogue
+  for (TensorShape& t : all) {
+    // Layer tensors are named "...layers.<i>.<rest>".
+    const size_t at = t.name.find("layers.");
+    int64_t layer = -1;
+    if (at != std::string::npos) layer = std::stoll(t.name.substr(at + 7));
+    const bool mine = layer >= 0 ? (layer >= range.first && layer < range.last)
+                                 : (after_layers ? stage == stages - 1 : stage == 0);
+    if (layer >= 0 && layer == layer_count(model) - 1) after_layers = true;
+    if (mine) out.push_back(std::move(t));
+  }
+  return out;
 }
 
 }  // namespace maestro

@@ -27,4 +27,19 @@ std::vector<TensorShape> model_tensors(const ModelSpec& model);
 // Sum of numel() over model_tensors(model).
 int64_t parameter_count(const ModelSpec& model);
 
+// Pipeline stages (runtime `pp`): stage k of `stages` holds layers
+// [k·L/stages, (k+1)·L/stages) (integer division: sizes differ by at most
+// one, later stages the larger), stage 0 also the tensors before the first
+// layer (embeddings), the last stage also those after the last layer (final
+// norm, head). An mlp has no layer stack and runs as one stage.
+struct LayerRange {
+  int64_t first = 0, last = 0;  // [first, last)
+};
+int64_t layer_count(const ModelSpec& model);  // 0 for an mlp
+// Throws std::invalid_argument when stages < 1, stage is out of range, or
+// the model has fewer layers than stages (an mlp: more than one stage).
+LayerRange stage_layers(const ModelSpec& model, int64_t stage, int64_t stages);
+// model_tensors(model) restricted to one stage, in the same order.
+std::vector<TensorShape> stage_tensors(const ModelSpec& model, int64_t stage, int64_t stages);
+
 }  // namespace maestro

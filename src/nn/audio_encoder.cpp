@@ -4,7 +4,9 @@
 // dropped); token t embeds frames [t·fpt, (t+1)·fpt) laid frame-major
 // ([fpt · mel_bins], which is the mel rows as they are) with a biased linear
 // layer, plus Whisper's fixed sinusoidal position t; then the encoder layers
-// (bidirectional, each clip its own sequence) and a final LayerNorm.
+// (bidirectional, each clip its own sequence) and a final LayerNorm. As a
+// pipeline stage: the frame embedding on the first stage, the final norm on
+// the last, its own layers on each.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -17,16 +19,21 @@ namespace {
 
 class AudioEncoder final : public ModelImpl {
  public:
-  AudioEncoder(const Section& s, Backend& b, const ParamLookup& p)
-      : section_(s), spec_(std::get<AudioEncoderSpec>(s.model.spec)), b_(b) {
+  AudioEncoder(const Section& s, Backend& b, const ParamLookup& p, StagePart part)
+      : section_(s), spec_(std::get<AudioEncoderSpec>(s.model.spec)), b_(b), part_(part), frozen_(s.mode == Mode::Frozen) {
     const auto& a = spec_;
     stack_.dims = {a.hidden, a.heads, a.hidden / a.heads, a.ffn, float(a.norm_eps)};
     stack_.recompute = s.recompute;
-    embed_w_ = p("encoder.embed_frames.weight");
-    embed_b_ = p("encoder.embed_frames.bias");
-    for (int64_t i = 0; i < a.layers; ++i) stack_.layers.push_back(whisper_layer(p, fmt::format("encoder.layers.{}.", i)));
-    norm_w_ = p("encoder.layer_norm.weight");
-    norm_b_ = p("encoder.layer_norm.bias");
+    if (part.first) {
+      embed_w_ = p("encoder.embed_frames.weight");
+      embed_b_ = p("encoder.embed_frames.bias");
+    }
+    for (int64_t i = part.layer_begin; i < part.layer_end; ++i)
+      stack_.layers.push_back(whisper_layer(p, fmt::format("encoder.layers.{}.", i)));
+    if (part.last) {
+      norm_w_ = p("encoder.layer_norm.weight");
+      norm_b_ = p("encoder.layer_norm.bias");
+    }
     // Whisper's sinusoids(length, channels): [sin(t·inc_i), cos(t·inc_i)],
     // inc_i = exp(-i · ln(10000) / (C/2 - 1)), i < C/2.   [max_tokens, C]
     max_tokens_ = a.max_frames / a.frames_per_token;
@@ -44,80 +51,118 @@ class AudioEncoder final : public ModelImpl {
   }
   ~AudioEncoder() override { b_.release(positions_); }
 
-  struct Acts final : Activations {
-    Packing pk;
+  // The micro-batch's layout, computed by the first stage.
+  struct Geometry final : StageGeometry {
+    Packing pk;                          // one sequence per clip
     std::vector<int64_t> sample_tokens;  // [samples]
-    float* frames = nullptr;             // [N, fpt*mel]
+  };
+
+  struct Acts final : Activations {
+    std::shared_ptr<const Geometry> geo;
+    float* frames = nullptr;             // [N, fpt*mel]   first stage
     EncoderStack::Saved stack;
-    float *mean = nullptr, *rstd = nullptr;  // [N]
+    float *mean = nullptr, *rstd = nullptr;  // [N]       last stage
     float* out = nullptr;                // [N, C]
   };
 
-  ForwardOutput forward(std::shared_ptr<ForwardContext> ctxp, const std::vector<SampleInput>& samples) override {
+  ForwardOutput forward(std::shared_ptr<ForwardContext> ctxp, const std::vector<SampleInput>& samples,
+                        const StageInput* stage_input) override {
     ForwardContext& ctx = *ctxp;
     const int64_t C = spec_.hidden, M = spec_.mel_bins, K = M * spec_.frames_per_token;
     auto acts = std::make_unique<Acts>();
     Acts& a = *acts;
-    for (size_t i = 0; i < samples.size(); ++i) {
-      const size_t n = samples[i].values.size();
-      if (n % M != 0)
-        input_error(section_, fmt::format("sample {}: {} mel values are not a whole number of {}-bin frames", i, n, M));
-      const int64_t tokens = int64_t(n) / K;
-      if (tokens == 0)
-        input_error(section_, fmt::format("sample {}: {} frames, fewer than frames_per_token = {}", i, int64_t(n) / M,
-                                          spec_.frames_per_token));
-      if (tokens > max_tokens_)
-        input_error(section_, fmt::format("sample {}: {} frames exceed max_frames = {}", i, int64_t(n) / M,
-                                          spec_.max_frames));
-      a.sample_tokens.push_back(tokens);
-      a.pk.add_sequence(tokens);
+    if (part_.first) {
+      auto g = std::make_shared<Geometry>();
+      for (size_t i = 0; i < samples.size(); ++i) {
+        const size_t n = samples[i].values.size();
+        if (n % M != 0)
+          input_error(section_, fmt::format("sample {}: {} mel values are not a whole number of {}-bin frames", i, n, M));
+        const int64_t tokens = int64_t(n) / K;
+        if (tokens == 0)
+          input_error(section_, fmt::format("sample {}: {} frames, fewer than frames_per_token = {}", i, int64_t(n) / M,
+                                            spec_.frames_per_token));
+        if (tokens > max_tokens_)
+          input_error(section_, fmt::format("sample {}: {} frames exceed max_frames = {}", i, int64_t(n) / M,
+                                            spec_.max_frames));
+        g->sample_tokens.push_back(tokens);
+        g->pk.add_sequence(tokens);
+      }
+      a.geo = std::move(g);
+    } else {
+      stage_geometry<Geometry>(section_, stage_input, C);
+      a.geo = std::static_pointer_cast<const Geometry>(stage_input->geometry);
     }
-    const int64_t N = a.pk.tokens();
-    a.frames = ctx.take(N * K);
-    for (size_t i = 0; i < samples.size(); ++i)
-      b_.copy(a.frames + a.pk.cu_seqlens[i] * K, samples[i].values.data(), a.sample_tokens[i] * K);
+    const Geometry& g = *a.geo;
+    const int64_t N = g.pk.tokens();
     float* x0 = ctx.take(N * C);
-    b_.linear_forward(x0, a.frames, embed_w_.w, embed_b_.w, N, K, C);
-    for (size_t i = 0; i < samples.size(); ++i)
-      b_.accumulate(x0 + a.pk.cu_seqlens[i] * C, positions_, a.sample_tokens[i] * C);
-    const float* xL = stack_.forward(b_, ctx, a.pk, a.stack, x0);
-    a.out = ctx.take(N * C);
-    a.mean = ctx.take(N);
-    a.rstd = ctx.take(N);
-    b_.layernorm_forward(a.out, a.mean, a.rstd, xL, norm_w_.w, norm_b_.w, N, C, stack_.dims.eps);
-
+    if (part_.first) {
+      a.frames = ctx.take(N * K);
+      for (size_t i = 0; i < samples.size(); ++i)
+        b_.copy(a.frames + g.pk.cu_seqlens[i] * K, samples[i].values.data(), g.sample_tokens[i] * K);
+      b_.linear_forward(x0, a.frames, embed_w_.w, embed_b_.w, N, K, C);
+      for (size_t i = 0; i < samples.size(); ++i)
+        b_.accumulate(x0 + g.pk.cu_seqlens[i] * C, positions_, g.sample_tokens[i] * C);
+    } else {
+      b_.copy(x0, stage_input->hidden.data(), N * C);
+    }
+    const float* xL = stack_.forward(b_, ctx, g.pk, a.stack, x0);
     ForwardOutput out;
-    for (size_t i = 0; i < samples.size(); ++i)
-      out.outputs.push_back({a.out + a.pk.cu_seqlens[i] * C, a.sample_tokens[i], C});
+    if (part_.last) {
+      a.out = ctx.take(N * C);
+      a.mean = ctx.take(N);
+      a.rstd = ctx.take(N);
+      b_.layernorm_forward(a.out, a.mean, a.rstd, xL, norm_w_.w, norm_b_.w, N, C, stack_.dims.eps);
+      for (size_t i = 0; i < g.sample_tokens.size(); ++i)
+        out.outputs.push_back({a.out + g.pk.cu_seqlens[i] * C, g.sample_tokens[i], C});
+    } else {
+      out.hidden = {xL, N, C};
+      out.geometry = a.geo;
+    }
     ctx.acts = std::move(acts);
     out.context = std::move(ctxp);
     return out;
   }
 
   std::vector<std::vector<RowsView>> backward(ForwardContext& ctx,
-                                              const std::vector<std::span<const float>>& output_grads) override {
+                                              const std::vector<std::span<const float>>& output_grads,
+                                              std::span<const float> stage_grad) override {
     Acts& a = static_cast<Acts&>(*ctx.acts);
-    if (!embed_w_.g) return std::vector<std::vector<RowsView>>(a.sample_tokens.size());  // frozen: nothing to do
-    const int64_t C = spec_.hidden, K = spec_.mel_bins * spec_.frames_per_token, N = a.pk.tokens();
-    float* dout = ctx.take_zeroed(N * C);
-    for (size_t i = 0; i < a.sample_tokens.size(); ++i) {
-      if (i >= output_grads.size() || output_grads[i].empty()) continue;
-      if (int64_t(output_grads[i].size()) != a.sample_tokens[i] * C)
-        input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
-                                          output_grads[i].size(), a.sample_tokens[i], C));
-      b_.copy(dout + a.pk.cu_seqlens[i] * C, output_grads[i].data(), output_grads[i].size());
-    }
+    const Geometry& g = *a.geo;
+    const std::vector<std::vector<RowsView>> none(part_.first ? g.sample_tokens.size() : 0);
+    if (frozen_) return none;  // nothing to do
+    const int64_t C = spec_.hidden, K = spec_.mel_bins * spec_.frames_per_token, N = g.pk.tokens();
     float* dxL = ctx.take_zeroed(N * C);
-    b_.layernorm_backward(dxL, norm_w_.g, norm_b_.g, dout, a.stack.xs.back(), norm_w_.w, a.mean, a.rstd, N, C);
-    const float* dx0 = stack_.backward(b_, ctx, a.pk, a.stack, dxL);
+    if (part_.last) {
+      float* dout = ctx.take_zeroed(N * C);
+      for (size_t i = 0; i < g.sample_tokens.size(); ++i) {
+        if (i >= output_grads.size() || output_grads[i].empty()) continue;
+        if (int64_t(output_grads[i].size()) != g.sample_tokens[i] * C)
+          input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
+                                            output_grads[i].size(), g.sample_tokens[i], C));
+        b_.copy(dout + g.pk.cu_seqlens[i] * C, output_grads[i].data(), output_grads[i].size());
+      }
+      b_.layernorm_backward(dxL, norm_w_.g, norm_b_.g, dout, a.stack.xs.back(), norm_w_.w, a.mean, a.rstd, N, C);
+    } else {
+      if (int64_t(stage_grad.size()) != N * C)
+        input_error(section_, fmt::format("the gradient of the stage's output has {} floats, expected [{}, {}]",
+                                          stage_grad.size(), N, C));
+      b_.copy(dxL, stage_grad.data(), N * C);
+    }
+    float* dx0 = stack_.backward(b_, ctx, g.pk, a.stack, dxL);
+    if (!part_.first) {
+      ctx.stage_dinput = {dx0, N, C};
+      return none;
+    }
     b_.linear_backward(nullptr, embed_w_.g, embed_b_.g, dx0, a.frames, embed_w_.w, N, K, C);
-    return std::vector<std::vector<RowsView>>(a.sample_tokens.size());
+    return none;
   }
 
  private:
   const Section& section_;
   AudioEncoderSpec spec_;
   Backend& b_;
+  StagePart part_;
+  bool frozen_;
   EncoderStack stack_;
   Param embed_w_, embed_b_, norm_w_, norm_b_;
   int64_t max_tokens_ = 0;
@@ -126,8 +171,9 @@ class AudioEncoder final : public ModelImpl {
 
 }  // namespace
 
-std::unique_ptr<ModelImpl> make_audio_encoder(const Section& s, Backend& b, const ParamLookup& params) {
-  return std::make_unique<AudioEncoder>(s, b, params);
+std::unique_ptr<ModelImpl> make_audio_encoder(const Section& s, Backend& b, const ParamLookup& params,
+                                              StagePart part) {
+  return std::make_unique<AudioEncoder>(s, b, params, part);
 }
 
 }  // namespace maestro

@@ -37,7 +37,8 @@ class Mlp final : public ModelImpl {
     std::vector<float*> zs;  // [layers] outputs of each linear, [N, out_i]
   };
 
-  ForwardOutput forward(std::shared_ptr<ForwardContext> ctxp, const std::vector<SampleInput>& samples) override {
+  ForwardOutput forward(std::shared_ptr<ForwardContext> ctxp, const std::vector<SampleInput>& samples,
+                        const StageInput* /*one stage*/) override {
     ForwardContext& ctx = *ctxp;
     auto acts = std::make_unique<Acts>();
     Acts& a = *acts;
@@ -78,7 +79,8 @@ class Mlp final : public ModelImpl {
   }
 
   std::vector<std::vector<RowsView>> backward(ForwardContext& ctx,
-                                              const std::vector<std::span<const float>>& output_grads) override {
+                                              const std::vector<std::span<const float>>& output_grads,
+                                              std::span<const float> /*one stage*/) override {
     Acts& a = static_cast<Acts&>(*ctx.acts);
     const int64_t N = a.N;
     float* dz = ctx.take_zeroed(N * spec_.out);

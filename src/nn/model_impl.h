@@ -22,6 +22,11 @@ struct Activations {
   virtual ~Activations() = default;
 };
 
+// Model-specific layout of a micro-batch that later pipeline stages reuse.
+struct StageGeometry {
+  virtual ~StageGeometry() = default;
+};
+
 struct ForwardContext {
   ForwardContext(Backend& backend, ActivationPool& pool) : backend(backend), pool(pool) {}
   ~ForwardContext() {
@@ -55,6 +60,9 @@ struct ForwardContext {
   std::vector<int64_t> text_offsets;  // [samples + 1] first logits row of each sample
   int64_t vocab = 0;
   float* dlogits = nullptr;           // [n_text_total, vocab]
+
+  // A stage after the first: backward's gradient of its hidden input.
+  RowsView stage_dinput;
 };
 
 // Packed sequences of a micro-batch (backend.h): sequence s is rows
@@ -80,21 +88,41 @@ struct Param {
 // name -> Param, over the model's flat buffers.
 using ParamLookup = std::function<Param(const std::string& name)>;
 
+// Which part of the model an instance runs (graph/model_tensors.h).
+struct StagePart {
+  bool first = true, last = true;  // holds the embeddings / the final norm and head
+  int64_t layer_begin = 0, layer_end = 0;  // its layers [begin, end)
+};
+
 class ModelImpl {
  public:
   virtual ~ModelImpl() = default;
-  virtual ForwardOutput forward(std::shared_ptr<ForwardContext> ctx, const std::vector<SampleInput>& samples) = 0;
+  // stage_input: null on the first stage (see SectionModel::forward).
+  virtual ForwardOutput forward(std::shared_ptr<ForwardContext> ctx, const std::vector<SampleInput>& samples,
+                                const StageInput* stage_input) = 0;
   // Accumulates parameter gradients; returns per-sample input gradients
   // (see SectionModel::backward).
   virtual std::vector<std::vector<RowsView>> backward(ForwardContext& ctx,
-                                                      const std::vector<std::span<const float>>& output_grads) = 0;
+                                                      const std::vector<std::span<const float>>& output_grads,
+                                                      std::span<const float> stage_grad) = 0;
 };
 
-std::unique_ptr<ModelImpl> make_transformer(const Section& s, Backend& b, const ParamLookup& params);
-std::unique_ptr<ModelImpl> make_vit(const Section& s, Backend& b, const ParamLookup& params);
-std::unique_ptr<ModelImpl> make_audio_encoder(const Section& s, Backend& b, const ParamLookup& params);
+std::unique_ptr<ModelImpl> make_transformer(const Section& s, Backend& b, const ParamLookup& params, StagePart part);
+std::unique_ptr<ModelImpl> make_vit(const Section& s, Backend& b, const ParamLookup& params, StagePart part);
+std::unique_ptr<ModelImpl> make_audio_encoder(const Section& s, Backend& b, const ParamLookup& params, StagePart part);
 std::unique_ptr<ModelImpl> make_mlp(const Section& s, Backend& b, const ParamLookup& params);
 
 [[noreturn]] void input_error(const Section& s, const std::string& what);  // std::invalid_argument naming the section
+
+// A later stage's input, checked: geometry of the model's own type G (which
+// has the micro-batch's Packing `pk`), hidden of [pk.tokens(), width].
+template <class G>
+const G& stage_geometry(const Section& s, const StageInput* in, int64_t width) {
+  const G* g = in ? dynamic_cast<const G*>(in->geometry.get()) : nullptr;
+  if (!g) input_error(s, "a pipeline stage after the first needs the previous stage's hidden states and geometry");
+  if (int64_t(in->hidden.size()) != g->pk.tokens() * width)
+    input_error(s, "the previous stage's hidden states have the wrong size");
+  return *g;
+}
 
 }  // namespace maestro

@@ -26,8 +26,15 @@ struct SectionModel::Impl {
   std::unique_ptr<ModelImpl> model;
 };
 
-SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t seed)
-    : section_(section), backend_(backend), tensors_(model_tensors(section.model)) {
+SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t seed, int64_t stage, int64_t stages)
+    : section_(section), backend_(backend), stage_(stage), stages_(stages) {
+  LayerRange layers;
+  try {
+    layers = stage_layers(section.model, stage, stages);
+    tensors_ = stage_tensors(section.model, stage, stages);
+  } catch (const std::invalid_argument& e) {
+    input_error(section_, e.what());
+  }
   for (const auto& t : tensors_) {
     offsets_.push_back(n_params_);
     n_params_ += t.numel();
@@ -60,9 +67,10 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
   };
   impl_ = std::make_unique<Impl>(backend_);
   const std::string kind = section_.model.builtin();
-  if (kind == "transformer") impl_->model = make_transformer(section_, backend_, lookup);
-  else if (kind == "vit") impl_->model = make_vit(section_, backend_, lookup);
-  else if (kind == "audio_encoder") impl_->model = make_audio_encoder(section_, backend_, lookup);
+  const StagePart part{stage == 0, stage == stages - 1, layers.first, layers.last};
+  if (kind == "transformer") impl_->model = make_transformer(section_, backend_, lookup, part);
+  else if (kind == "vit") impl_->model = make_vit(section_, backend_, lookup, part);
+  else if (kind == "audio_encoder") impl_->model = make_audio_encoder(section_, backend_, lookup, part);
   else impl_->model = make_mlp(section_, backend_, lookup);
 }
 
@@ -78,9 +86,9 @@ void SectionModel::release_buffers() {
 
 size_t SectionModel::activation_pool_floats() const { return impl_->pool.allocated_floats(); }
 
-ForwardOutput SectionModel::forward(const std::vector<SampleInput>& samples) {
+ForwardOutput SectionModel::forward(const std::vector<SampleInput>& samples, const StageInput* stage_input) {
   auto ctx = std::make_shared<ForwardContext>(backend_, impl_->pool);
-  return impl_->model->forward(std::move(ctx), samples);
+  return impl_->model->forward(std::move(ctx), samples, stage_ == 0 ? nullptr : stage_input);
 }
 
 double SectionModel::loss(ForwardContext& ctx, const std::vector<std::span<const float>>& teacher_logits,
@@ -128,11 +136,14 @@ double SectionModel::loss(ForwardContext& ctx, const std::vector<std::span<const
 }
 
 std::vector<std::vector<RowsView>> SectionModel::backward(ForwardContext& ctx,
-                                                          const std::vector<std::span<const float>>& output_grads) {
+                                                          const std::vector<std::span<const float>>& output_grads,
+                                                          std::span<const float> stage_grad) {
   if (ctx.backward_done) input_error(section_, "backward() called twice for one micro-batch");
   ctx.backward_done = true;
-  return impl_->model->backward(ctx, output_grads);
+  return impl_->model->backward(ctx, output_grads, stage_grad);
 }
+
+RowsView SectionModel::stage_input_grad(const ForwardContext& ctx) { return ctx.stage_dinput; }
 
 void SectionModel::zero_grads() {
   if (grads_) backend_.zero(grads_, n_params_);

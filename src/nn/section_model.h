@@ -53,12 +53,29 @@ struct RowsView {
 // One micro-batch's saved activations (defined in section_model.cpp).
 struct ForwardContext;
 
+// Pipeline stages: what stage k hands stage k+1 with the hidden states of a
+// micro-batch — its layout (packed sequences, per-sample sizes, targets),
+// computed once by stage 0 from the samples. Immutable, shared; opaque
+// outside nn/ (defined in model_impl.h).
+struct StageGeometry;
+
+// The input of a stage after the first.
+struct StageInput {
+  std::span<const float> hidden;                    // [N, hidden] the previous stage's output
+  std::shared_ptr<const StageGeometry> geometry;    // from that stage's ForwardOutput
+};
+
 struct ForwardOutput {
   std::shared_ptr<ForwardContext> context;  // hold until backward()
-  // Per sample, what the section emits: vit [images*(image/patch)^2, hidden]
-  // (class tokens dropped), audio_encoder [frames/frames_per_token, hidden],
-  // mlp [n, out], transformer [n_text, vocab] logits of its text positions.
+  // Last stage: per sample, what the section emits: vit [images*(image/patch)^2,
+  // hidden] (class tokens dropped), audio_encoder [frames/frames_per_token,
+  // hidden], mlp [n, out], transformer [n_text, vocab] logits of its text
+  // positions. Other stages: none.
   std::vector<RowsView> outputs;
+  // Stages before the last: the micro-batch's hidden states [N, hidden] and
+  // their layout, the next stage's StageInput.
+  RowsView hidden;
+  std::shared_ptr<const StageGeometry> geometry;
 };
 
 class SectionModel {
@@ -68,13 +85,20 @@ class SectionModel {
   // sections differ and every machine agrees), then the section's `weights`
   // file when it names one. Throws std::runtime_error naming the section and
   // the file on a missing or mismatched weights file.
-  SectionModel(const Section& section, Backend& backend, uint64_t seed);
+  //
+  // Pipeline stage `stage` of `stages` (graph/model_tensors.h: its layers,
+  // plus the embeddings on stage 0 and the final norm and head on the last)
+  // holds only that stage's tensors; one stage (the default) is the whole
+  // model. Throws std::invalid_argument for a split the model can't take.
+  SectionModel(const Section& section, Backend& backend, uint64_t seed, int64_t stage = 0, int64_t stages = 1);
   ~SectionModel();
   SectionModel(const SectionModel&) = delete;
   SectionModel& operator=(const SectionModel&) = delete;
 
   const Section& section() const { return section_; }
-  const std::vector<TensorShape>& tensors() const { return tensors_; }  // model_tensors(section.model)
+  const std::vector<TensorShape>& tensors() const { return tensors_; }  // stage_tensors(section.model, stage, stages)
+  int64_t stage() const { return stage_; }
+  int64_t stages() const { return stages_; }
   int64_t parameter_count() const { return n_params_; }
   // Floats held by the activation pool (in use or free): grows to the
   // largest set of micro-batches in flight, then stays.
@@ -85,7 +109,10 @@ class SectionModel {
   // sample). Throws std::invalid_argument naming the section on inputs of
   // the wrong size (a token outside the vocabulary, spliced blocks longer
   // than max_seq, pixels not a whole number of images, ...).
-  ForwardOutput forward(const std::vector<SampleInput>& samples);
+  // A stage after the first takes `stage_input` (the previous stage's
+  // hidden states and geometry) instead of the samples' inputs: `samples`
+  // is then ignored.
+  ForwardOutput forward(const std::vector<SampleInput>& samples, const StageInput* stage_input = nullptr);
 
   // The micro-batch's share of the step's loss for a section with a `loss`:
   // Σ_terms weight · (Σ over its target positions of the term) / n_global,
@@ -105,8 +132,15 @@ class SectionModel {
   // gradients of its spliced blocks (transformer, one per block) or of its
   // input (mlp, one); nothing for raw inputs (vit, audio_encoder). Views
   // into ctx, valid while ctx lives. Call at most once per context.
+  // A stage before the last takes `stage_grad`, the gradient of its hidden
+  // output [N, hidden], instead of output_grads; a stage after the first
+  // returns nothing and leaves the gradient of its hidden input in
+  // stage_input_grad(ctx).
   std::vector<std::vector<RowsView>> backward(ForwardContext& ctx,
-                                              const std::vector<std::span<const float>>& output_grads);
+                                              const std::vector<std::span<const float>>& output_grads,
+                                              std::span<const float> stage_grad = {});
+  // After backward() on a stage after the first: d(hidden input)   [N, hidden]
+  static RowsView stage_input_grad(const ForwardContext& ctx);
 
   // ---- gradients and optimizer (train mode; frozen: no such memory) --------
   void zero_grads();
@@ -145,6 +179,7 @@ class SectionModel {
 
   Section section_;
   Backend& backend_;
+  int64_t stage_ = 0, stages_ = 1;
   std::vector<TensorShape> tensors_;
   std::vector<int64_t> offsets_;  // offsets_[i]: tensor i's first float in the flat buffers
   int64_t n_params_ = 0;

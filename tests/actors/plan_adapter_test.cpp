@@ -2,12 +2,14 @@
 // geometry it rests on (sample_shape.h), on a model shaped like
 // models/tiny_mllm.sect: every sample a section is active on appears in
 // exactly one forward and one backward task, the dependencies admit a
-// complete execution, and the monolithic baseline runs as chains.
+// complete execution (pipeline stages handing each other their tensors),
+// and the monolithic baseline runs as chains.
 #include <boost/test/unit_test.hpp>
 
 // The planner half of the runtime joins maestro_actors with the engine and the planner.
 #if defined(MAESTRO_HAVE_TRAINER)
 
+#include <map>
 #include <set>
 
 #include "actors/plan_adapter.h"
@@ -70,18 +72,49 @@ StepData batch_of_ten() {
 }
 
 void check_cover_and_execute(const Program& p, const StepData& d, const StepGraph& g) {
-  std::set<std::tuple<int, int, int32_t>> seen;  // (kind, section, sample)
+  std::set<std::tuple<int, int, int, int32_t>> seen;  // (kind, section, stage, sample)
   for (const StepTask& t : g.tasks)
-    for (int32_t s : t.samples) BOOST_TEST_REQUIRE(seen.insert({int(t.kind), t.section, s}).second);
+    for (int32_t s : t.samples) BOOST_TEST_REQUIRE(seen.insert({int(t.kind), t.section, t.stage, s}).second);
+  std::vector<int> stages(p.sections.size(), 1);
+  for (const StepTask& t : g.tasks) stages[size_t(t.section)] = t.stages;
   for (size_t i = 0; i < d.batch.samples.size(); ++i) {
     const std::vector<bool> a = active_sections(p, d.batch.samples[i]);
     for (int s = 0; s < 5; ++s)
-      for (int k = 0; k < 2; ++k) BOOST_TEST(seen.count({k, s, int32_t(i)}) == size_t(a[s]));
+      for (int k = 0; k < 2; ++k)
+        for (int stage = 0; stage < stages[size_t(s)]; ++stage)
+          BOOST_TEST(seen.count({k, s, stage, int32_t(i)}) == size_t(a[s]));
   }
+  // Execute in release order; a stage hands its neighbour a tensor tagged
+  // with its task id, which must arrive at exactly that neighbour.
   StepExecution x(p, g, std::make_shared<StepData>(d), 0);
+  std::map<int64_t, const StepTask*> task_of;
+  for (const StepTask& t : g.tasks) task_of[t.id] = &t;
+  int64_t handed = 0;
   for (int round = 0; round < 1000 && !x.finished(); ++round)
-    for (const RunTask& t : x.release()) x.complete(TaskDone{0, t.task.id, {}, 0, 0, 0, {}});
+    for (const RunTask& t : x.release()) {
+      const bool fwd = t.task.kind == TaskKind::Forward;
+      const bool expects = fwd ? t.task.stage > 0 : t.task.stage < t.task.stages - 1;
+      BOOST_TEST_REQUIRE(t.stage_in.empty() == !expects);
+      if (expects) {
+        const StepTask& from = *task_of.at(int64_t(t.stage_in.tensor.values()[0]));
+        BOOST_TEST(from.micro_batch == t.task.micro_batch);
+        BOOST_TEST(from.replica == t.task.replica);
+        BOOST_TEST(from.stage == t.task.stage + (fwd ? -1 : 1));
+        BOOST_TEST(int(from.kind) == int(t.task.kind));
+        ++handed;
+      }
+      TaskDone done{0, t.task.id, {}, 0, 0, 0, {}};
+      if (fwd ? t.task.stage < t.task.stages - 1 : t.task.stage > 0) {
+        done.stage_out.tensor.buffer = std::make_shared<Buffer>();
+        done.stage_out.tensor.buffer->data = {float(t.task.id)};
+        done.stage_out.tensor.shape = {1};
+      }
+      x.complete(done);
+    }
   BOOST_TEST(x.finished());
+  int64_t expected = 0;
+  for (const StepTask& t : g.tasks) expected += t.stage > 0;  // per stage boundary: one forward, one backward (all train)
+  BOOST_TEST(handed == expected);
 }
 
 }  // namespace
@@ -119,7 +152,23 @@ BOOST_AUTO_TEST_CASE(wavefront_and_monolithic_graphs_are_complete) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(tp_and_pp_above_one_are_clear_errors) {
+BOOST_AUTO_TEST_CASE(pipeline_stages_run_as_chains_with_hand_offs) {
+  Program p = tiny_mllm_like();
+  p.sections[0].parallel.pp = 2;  // vit, 2 layers
+  p.sections[4].parallel.pp = 2;  // the llm, dp 2
+  const StepData d = batch_of_ten();
+  const std::vector<SectionRun> runs = resolve_section_runs(p, 2);
+  BOOST_TEST(runs[0].pp == 2);
+  BOOST_TEST(runs[4].pp == 2);
+  BOOST_TEST(runs[1].pp == 1);
+  for (const char* schedule : {"wavefront", "monolithic"}) {
+    const StepGraph g = StepPlanner(p, runs, schedule).step_graph(d);
+    check_cover_and_execute(p, d, g);
+    for (const StepTask& t : g.tasks) BOOST_TEST(t.stages == (t.section == 0 || t.section == 4 ? 2 : 1));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(tp_above_one_and_impossible_pp_are_clear_errors) {
   Program p = tiny_mllm_like();
   p.sections[1].parallel.tp = 2;
   try {
@@ -129,7 +178,16 @@ BOOST_AUTO_TEST_CASE(tp_and_pp_above_one_are_clear_errors) {
     BOOST_TEST(std::string(e.what()).find("'vision_proj': tp = 2") != std::string::npos);
   }
   p.sections[1].parallel.tp = 1;
-  p.sections[4].parallel.pp = 2;
+  p.sections[4].parallel.pp = 3;  // 2 layers
+  try {
+    resolve_section_runs(p, 2);
+    BOOST_FAIL("expected an error");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find("'llm': pp = 3: 2 layers cannot be split into 3 pipeline stages") !=
+               std::string::npos);
+  }
+  p.sections[4].parallel.pp = 1;
+  p.sections[1].parallel.pp = 2;  // an mlp
   BOOST_CHECK_THROW(resolve_section_runs(p, 2), std::invalid_argument);
 }
 

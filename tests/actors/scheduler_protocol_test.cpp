@@ -98,12 +98,12 @@ caf::behavior linear_worker(caf::stateful_actor<LinearState>* self, int section,
         r.buffer = std::make_shared<Buffer>();
         r.buffer->data = {self->state.g};
         r.shape = {1};
-        return Grads{section, replica, r, {}};
+        return Grads{section, 0, replica, r, {}};
       },
       [=](const ApplyGrads& a) -> Applied {
         self->state.w -= float(a.lr * a.scale) * a.summed.values()[0];
         self->state.g = 0;
-        return Applied{section, replica, {}};
+        return Applied{section, 0, replica, {}};
       },
       [=](const SaveSection& s) -> Saved {
         std::ofstream(s.path) << self->state.w << "\n";
@@ -179,7 +179,7 @@ RunOutcome run_two_sections(unsigned seed, int steps, int fail_at_step = -1, std
   sc.lr_at = [](int64_t step) { return 0.1 / double(step + 1); };
   sc.grad_clip = 0;
   sc.checkpoint_every = ckpt_root.empty() ? 0 : 2;
-  sc.replicas = replicas;
+  sc.replicas = {{replicas[0]}, {replicas[1]}};  // one pipeline stage each
   sc.loader = loader;
   sc.checkpointer = checkpointer;
   sc.tracer = tracer;
