@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actors/step_data.h"
+#include "data/batch.h"
 #include "actors/step_graph.h"
 #include "dsl/program.h"
 #include "graph/section_graph.h"
@@ -24,11 +25,13 @@ struct SectionRun {
   int64_t micro_batch = 1;
 };
 
-// Resolves every `auto` for the cpu device with `devices` CPU slots.
+// Resolves every `auto` (dp, pp, micro_batch) with the planner
+// (plan/planner.h) for the `cpu` device with `devices` CPU slots, tp = 1,
+// sizing work with `sample` (step 0's batch); explicit values are kept.
 // Throws std::invalid_argument (exit 2) naming the section for a plan this
 // runtime can't execute (tp > 1; pp more than the model's layers, or > 1
-// for an mlp).
-std::vector<SectionRun> resolve_section_runs(const Program& program, int64_t devices);
+// for an mlp) or one the planner can't fit.
+std::vector<SectionRun> resolve_section_runs(const Program& program, int64_t devices, const Batch& sample);
 
 // Each step's Schedule from the planner (plan/schedule.h: the same object
 // the simulator runs), wavefront or monolithic, turned into the StepGraph

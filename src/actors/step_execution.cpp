@@ -93,25 +93,45 @@ void add_data_dependencies(const Program& program, StepGraph& graph) {
   }
 }
 
+namespace {
+
+// The StepGraph in the plan's terms (tasks, each section's micro-batches and
+// replicas, the cap): what Frontier reads. Samples are not needed there.
+Schedule as_schedule(const StepGraph& g, size_t sections, const std::vector<bool>& backward) {
+  Schedule sch;
+  sch.sections.resize(sections);
+  for (size_t s = 0; s < sections; ++s) sch.sections[s].backward = backward[s];
+  for (const StepTask& t : g.tasks) {
+    if (t.id != int64_t(&t - g.tasks.data())) throw std::logic_error("StepGraph task ids must be their index");
+    if (t.section < 0 || size_t(t.section) >= sections || t.micro_batch < 0)
+      throw std::logic_error(fmt::format("task {}: section or micro-batch out of range", t.id));
+    for (int64_t d : t.deps)
+      if (d < 0 || d >= int64_t(g.tasks.size())) throw std::logic_error(fmt::format("task {}: dependency {} out of range", t.id, d));
+    auto& mbs = sch.sections[size_t(t.section)].micro_batches;
+    while (int64_t(mbs.size()) <= t.micro_batch) mbs.push_back(MicroBatch{int64_t(mbs.size()), 0, {}});
+    mbs[size_t(t.micro_batch)].replica = t.replica;
+    sch.tasks.push_back(Task{t.id, t.section, t.replica, t.stage,
+                             t.kind == TaskKind::Forward ? Task::Kind::Forward : Task::Kind::Backward, t.micro_batch,
+                             t.deps});
+  }
+  sch.in_flight_cap = g.in_flight_cap;
+  return sch;
+}
+
+}  // namespace
+
 StepExecution::StepExecution(const Program& program, StepGraph graph, std::shared_ptr<const StepData> data,
                              int64_t step)
     : program_(program),
       graph_(std::move(graph)),
       data_(std::move(data)),
       step_(step),
-      backward_(sections_with_backward(program)) {
+      backward_(sections_with_backward(program)),
+      frontier_(as_schedule(graph_, program.sections.size(), backward_)) {
   for (const Flow& f : program_.flows) flow_from_.push_back(section_index(program_, f.from));
-  const size_t n = graph_.tasks.size();
-  pending_deps_.assign(n, 0);
-  dependents_.assign(n, {});
-  released_.assign(n, false);
-  loss_of_task_.assign(n, 0.0);
-  for (const StepTask& t : graph_.tasks) {
-    if (t.id != int64_t(&t - graph_.tasks.data())) throw std::logic_error("StepGraph task ids must be their index");
-    pending_deps_[t.id] = int32_t(t.deps.size());
-    for (int64_t d : t.deps) dependents_.at(d).push_back(t.id);
-    if (t.deps.empty()) frontier_.push_back(t.id);
-  }
+  released_.assign(graph_.tasks.size(), false);
+  done_.assign(graph_.tasks.size(), false);
+  loss_of_task_.assign(graph_.tasks.size(), 0.0);
 }
 
 std::vector<FlowTensor> StepExecution::inputs_of(const StepTask& t) {
@@ -133,30 +153,10 @@ std::vector<FlowTensor> StepExecution::inputs_of(const StepTask& t) {
 }
 
 std::vector<RunTask> StepExecution::release() {
-  std::sort(frontier_.begin(), frontier_.end());  // schedule order
-  std::vector<int64_t> held, go;
-  for (int64_t id : frontier_) {
-    const StepTask& t = graph_.tasks[id];
-    const bool opens = t.kind == TaskKind::Forward && t.stage == 0;  // a micro-batch enters the replica
-    const bool capped = graph_.in_flight_cap > 0 && opens && in_flight_[{t.section, t.replica}] >= graph_.in_flight_cap;
-    if (capped) {
-      held.push_back(id);
-      continue;
-    }
-    go.push_back(id);
-    if (opens) in_flight_[{t.section, t.replica}]++;
-  }
-  if (go.empty() && running() == 0 && !held.empty()) {  // the cap must not stall the step
-    go.push_back(held.front());
-    held.erase(held.begin());
-    const StepTask& t = graph_.tasks[go.back()];
-    in_flight_[{t.section, t.replica}]++;
-  }
-  frontier_ = std::move(held);
   std::vector<RunTask> out;
-  for (int64_t id : go) {
-    const StepTask& t = graph_.tasks[id];
-    released_[id] = true;
+  for (int64_t id : frontier_.take_ready()) {  // issue order
+    const StepTask& t = graph_.tasks[size_t(id)];
+    released_[size_t(id)] = true;
     ++released_count_;
     RunTask rt{step_, t, inputs_of(t), data_, {}};
     auto& stage_table = t.kind == TaskKind::Forward ? stage_forward_ : stage_backward_;
@@ -171,12 +171,11 @@ std::vector<RunTask> StepExecution::release() {
 
 void StepExecution::complete(const TaskDone& done) {
   const StepTask& t = graph_.tasks.at(done.task);
-  if (!released_[t.id]) throw std::logic_error(fmt::format("task {} finished before it was released", t.id));
+  if (!released_[size_t(t.id)] || done_[size_t(t.id)])
+    throw std::logic_error(fmt::format("task {} finished before it was released, or twice", t.id));
+  done_[size_t(t.id)] = true;
   ++done_count_;
   loss_of_task_[t.id] = done.loss;
-  // A micro-batch leaves the replica with its last task: backward stage 0, or a frozen section's last forward.
-  const bool closes = t.kind == TaskKind::Backward ? t.stage == 0 : !backward_[t.section] && t.stage == t.stages - 1;
-  if (closes) in_flight_[{t.section, t.replica}]--;
   // The hand-off to the next stage: forward on, backward back.
   const int next_stage = t.kind == TaskKind::Forward ? t.stage + 1 : t.stage - 1;
   if (next_stage >= 0 && next_stage < t.stages && (t.kind == TaskKind::Forward || backward_[t.section])) {
@@ -191,8 +190,7 @@ void StepExecution::complete(const TaskDone& done) {
     if (t.kind == TaskKind::Backward && !backward_[flow_from_.at(ft.flow)]) continue;
     table[{ft.flow, ft.sample}] = ft.tensor;
   }
-  for (int64_t d : dependents_[t.id])
-    if (--pending_deps_[d] == 0) frontier_.push_back(d);
+  frontier_.complete(t.id);
 }
 
 double StepExecution::loss() const {

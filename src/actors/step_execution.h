@@ -8,10 +8,10 @@
 // are met as one frontier, and routes each finished task's output handles
 // into the tasks that read them: flow tensors between sections, and each
 // stage's hand-off (hidden states forward, their gradient backward) to the
-// neighbouring stage. The in-flight cap (micro-batches entered at stage 0
-// whose backward has not finished, per replica) holds forwards back to bound
-// activation memory; it yields when nothing else is running, so it can
-// never stall a step.
+// neighbouring stage. Which tasks may start is the plan's own release logic
+// (Frontier, plan/schedule.h — the simulator's): dependencies met and the
+// micro-batch admitted under the in-flight cap, which bounds activation
+// memory and never stalls a step.
 //
 // Determinism: a replica's backwards run in schedule order, one after the
 // other, so each replica accumulates gradients in the same order on every
@@ -28,6 +28,7 @@
 
 #include "actors/messages.h"
 #include "dsl/program.h"
+#include "plan/schedule.h"
 
 namespace maestro {
 
@@ -65,12 +66,9 @@ class StepExecution {
   int64_t step_;
   std::vector<bool> backward_;              // per section
   std::vector<int> flow_from_;              // per flow: the producer's section index
-  std::vector<int32_t> pending_deps_;       // per task
-  std::vector<std::vector<int64_t>> dependents_;  // per task
-  std::vector<bool> released_;              // per task
+  Frontier frontier_;                       // the plan's release logic, over graph_
+  std::vector<bool> released_, done_;       // per task
   std::vector<double> loss_of_task_;        // per task
-  std::vector<int64_t> frontier_;           // ready, not yet released
-  std::map<std::pair<int, int>, int64_t> in_flight_;  // (section, replica) -> forwards awaiting their backward
   int64_t released_count_ = 0, done_count_ = 0;
   // (flow, sample) -> the producer's output / the consumer's input gradient.
   std::map<std::pair<int32_t, int32_t>, TensorRef> outputs_, grads_;

@@ -25,7 +25,7 @@ struct StepTask {
 
 struct StepGraph {
   std::vector<StepTask> tasks;  // schedule order
-  int64_t in_flight_cap = 0;    // forwards in flight per replica before their backward; 0 = unbounded
+  int64_t in_flight_cap = 0;    // Schedule::in_flight_cap (Frontier, plan/schedule.h); 0 = unbounded
 };
 
 }  // namespace maestro

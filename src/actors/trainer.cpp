@@ -42,10 +42,14 @@ TrainResult train(const Program& program, const TrainOptions& options,
     return failure(2, fmt::format("unknown schedule '{}' (wavefront or monolithic)", options.schedule));
   if (last_step < 0) return failure(2, fmt::format("--steps must be >= 0, got {}", last_step));
 
-  // -------------------------------------------------------------- the plan
+  // --------------------------------------------------- the data, the plan
+  std::unique_ptr<StepInputs> inputs;
   std::vector<SectionRun> runs;
   try {
-    runs = resolve_section_runs(program, devices);
+    inputs = std::make_unique<StepInputs>(program, program.data.seed);
+    runs = resolve_section_runs(program, devices, inputs->step(0)->batch);  // auto: sized on step 0, as the planner does
+  } catch (const DataError& e) {
+    return failure(2, e.what());
   } catch (const std::invalid_argument& e) {
     return failure(2, e.what());
   }
@@ -86,13 +90,7 @@ TrainResult train(const Program& program, const TrainOptions& options,
     }
   }
 
-  // ------------------------------------------------------- data and models
-  std::unique_ptr<StepInputs> inputs;
-  try {
-    inputs = std::make_unique<StepInputs>(program, program.data.seed);
-  } catch (const DataError& e) {
-    return failure(2, e.what());
-  }
+  // ---------------------------------------------------------------- models
   LocalTransport transport;
   // One runner per section × pipeline stage × dp replica.
   std::vector<std::vector<std::vector<std::shared_ptr<SectionRunner>>>> runners(program.sections.size());

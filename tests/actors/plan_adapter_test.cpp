@@ -15,6 +15,9 @@
 #include "actors/plan_adapter.h"
 #include "actors/sample_shape.h"
 #include "actors/step_execution.h"
+#include "config/runtime_config.h"
+#include "plan/planner.h"
+#include "plan/roofline_cost.h"
 
 using namespace maestro;
 
@@ -137,19 +140,45 @@ BOOST_AUTO_TEST_CASE(sample_geometry) {
 BOOST_AUTO_TEST_CASE(wavefront_and_monolithic_graphs_are_complete) {
   const Program p = tiny_mllm_like();
   const StepData d = batch_of_ten();
-  const std::vector<SectionRun> runs = resolve_section_runs(p, 2);
+  const std::vector<SectionRun> runs = resolve_section_runs(p, 2, batch_of_ten().batch);
   BOOST_TEST(runs[4].dp == 2);
   BOOST_TEST(runs[0].micro_batch == 3);
   const StepGraph w = StepPlanner(p, runs, "wavefront").step_graph(d);
   check_cover_and_execute(p, d, w);
   const StepGraph m = StepPlanner(p, runs, "monolithic").step_graph(d);
   check_cover_and_execute(p, d, m);
+  int64_t lanes = runs[0].dp, chain_heads = 0;  // one chain per lane: the smallest dp
+  for (const SectionRun& r : runs) lanes = std::min(lanes, r.dp);
   for (const StepTask& t : m.tasks) {
     // One size (the llm's) for every section, in loader order: the llm runs on every sample.
     if (t.section == 4) BOOST_TEST(t.micro_batch == t.samples.front() / 4);
     BOOST_TEST(t.samples.front() / 4 == t.samples.back() / 4);
-    if (t.id > 0) BOOST_TEST(!t.deps.empty());
+    chain_heads += t.deps.empty();
   }
+  BOOST_TEST(chain_heads == lanes);
+}
+
+BOOST_AUTO_TEST_CASE(auto_is_the_planners_choice_and_explicit_values_stay) {
+  Program p = tiny_mllm_like();
+  const Batch b = batch_of_ten().batch;
+  const std::vector<SectionRun> runs = resolve_section_runs(p, 2, b);
+  // What the planner resolves on 2 cpu slots with tp = 1, explicit values kept.
+  for (Section& s : p.sections) s.parallel.tp = 1;
+  RuntimeConfig config;
+  config.cluster.device = "cpu";
+  config.cluster.devices = 2;
+  config.cluster.devices_per_node = 2;
+  const SectionGraph g = build_graph(p);
+  const Cluster cl = make_cluster(config);
+  const Plan plan = plan_program(g, cl, RooflineCost(g, cl), b);
+  for (size_t s = 0; s < runs.size(); ++s) {
+    BOOST_TEST(runs[s].dp == plan.sections[s].dp);
+    BOOST_TEST(runs[s].pp == plan.sections[s].pp);
+    BOOST_TEST(runs[s].micro_batch == plan.sections[s].micro_batch);
+  }
+  BOOST_TEST(runs[0].micro_batch == 3);  // explicit
+  BOOST_TEST(runs[4].dp == 2);           // explicit
+  BOOST_TEST(runs[4].micro_batch == 4);  // explicit
 }
 
 BOOST_AUTO_TEST_CASE(pipeline_stages_run_as_chains_with_hand_offs) {
@@ -157,7 +186,7 @@ BOOST_AUTO_TEST_CASE(pipeline_stages_run_as_chains_with_hand_offs) {
   p.sections[0].parallel.pp = 2;  // vit, 2 layers
   p.sections[4].parallel.pp = 2;  // the llm, dp 2
   const StepData d = batch_of_ten();
-  const std::vector<SectionRun> runs = resolve_section_runs(p, 2);
+  const std::vector<SectionRun> runs = resolve_section_runs(p, 2, batch_of_ten().batch);
   BOOST_TEST(runs[0].pp == 2);
   BOOST_TEST(runs[4].pp == 2);
   BOOST_TEST(runs[1].pp == 1);
@@ -172,7 +201,7 @@ BOOST_AUTO_TEST_CASE(tp_above_one_and_impossible_pp_are_clear_errors) {
   Program p = tiny_mllm_like();
   p.sections[1].parallel.tp = 2;
   try {
-    resolve_section_runs(p, 2);
+    resolve_section_runs(p, 2, batch_of_ten().batch);
     BOOST_FAIL("expected an error");
   } catch (const std::invalid_argument& e) {
     BOOST_TEST(std::string(e.what()).find("'vision_proj': tp = 2") != std::string::npos);
@@ -180,7 +209,7 @@ BOOST_AUTO_TEST_CASE(tp_above_one_and_impossible_pp_are_clear_errors) {
   p.sections[1].parallel.tp = 1;
   p.sections[4].parallel.pp = 3;  // 2 layers
   try {
-    resolve_section_runs(p, 2);
+    resolve_section_runs(p, 2, batch_of_ten().batch);
     BOOST_FAIL("expected an error");
   } catch (const std::invalid_argument& e) {
     BOOST_TEST(std::string(e.what()).find("'llm': pp = 3: 2 layers cannot be split into 3 pipeline stages") !=
@@ -188,7 +217,7 @@ BOOST_AUTO_TEST_CASE(tp_above_one_and_impossible_pp_are_clear_errors) {
   }
   p.sections[4].parallel.pp = 1;
   p.sections[1].parallel.pp = 2;  // an mlp
-  BOOST_CHECK_THROW(resolve_section_runs(p, 2), std::invalid_argument);
+  BOOST_CHECK_THROW(resolve_section_runs(p, 2, batch_of_ten().batch), std::invalid_argument);
 }
 
 #endif  // MAESTRO_HAVE_TRAINER

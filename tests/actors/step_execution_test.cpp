@@ -104,15 +104,20 @@ BOOST_AUTO_TEST_CASE(frontier_and_routing) {
 }
 
 BOOST_AUTO_TEST_CASE(in_flight_cap_holds_forwards_but_never_stalls) {
+  // The plan's Frontier: with cap 1, head (the window section: nothing reads
+  // it) admits one micro-batch at a time; enc, which feeds it, runs ahead.
   const Program p = enc_head();
   StepExecution x(p, graph(p, 1), std::make_shared<StepData>(), 0);
   auto wave = x.release();
-  BOOST_TEST(ids(wave) == (std::vector<int64_t>{0}));  // enc mb 1 held: one forward in flight
-  x.complete(done_with(wave[0], 0));
-  // enc mb 0 waits for its backward, which needs head: the cap would stall,
-  // so with nothing running it yields.
+  BOOST_TEST(ids(wave) == (std::vector<int64_t>{0, 1}));  // both enc mbs feed head mb 0
+  for (const RunTask& t : wave) x.complete(done_with(t, 0));
   wave = x.release();
-  BOOST_TEST(ids(wave) == (std::vector<int64_t>{1}));
+  BOOST_TEST(ids(wave) == (std::vector<int64_t>{2}));  // head mb 1's forward (3) held by the cap
+  x.complete(done_with(wave[0], 0));
+  // head mb 0's backward (5) waits for the replica's previous backward (4,
+  // head mb 1's): the cap would stall, so with nothing running it yields.
+  wave = x.release();
+  BOOST_TEST(ids(wave) == (std::vector<int64_t>{3}));
   int64_t steps = 0;
   x.complete(done_with(wave[0], 0));
   while (!x.finished() && steps++ < 20) {
@@ -121,4 +126,15 @@ BOOST_AUTO_TEST_CASE(in_flight_cap_holds_forwards_but_never_stalls) {
     for (const RunTask& t : wave) x.complete(done_with(t, 0));
   }
   BOOST_TEST(x.finished());
+}
+
+BOOST_AUTO_TEST_CASE(a_task_finished_twice_or_unreleased_is_an_error) {
+  const Program p = enc_head();
+  StepExecution x(p, graph(p, 0), std::make_shared<StepData>(), 0);
+  auto wave = x.release();
+  TaskDone early;
+  early.task = 2;  // not released yet
+  BOOST_CHECK_THROW(x.complete(early), std::logic_error);
+  x.complete(done_with(wave[0], 0));
+  BOOST_CHECK_THROW(x.complete(done_with(wave[0], 0)), std::logic_error);
 }
