@@ -143,10 +143,7 @@ class AudioEncoder final : public ModelImpl {
       }
       b_.layernorm_backward(dxL, norm_w_.g, norm_b_.g, dout, a.stack.xs.back(), norm_w_.w, a.mean, a.rstd, N, C);
     } else {
-      if (int64_t(stage_grad.size()) != N * C)
-        input_error(section_, fmt::format("the gradient of the stage's output has {} floats, expected [{}, {}]",
-                                          stage_grad.size(), N, C));
-      b_.copy(dxL, stage_grad.data(), N * C);
+      copy_stage_grad(section_, b_, dxL, stage_grad, N, C);
     }
     float* dx0 = stack_.backward(b_, ctx, g.pk, a.stack, dxL);
     if (!part_.first) {

@@ -114,6 +114,9 @@ std::unique_ptr<ModelImpl> make_mlp(const Section& s, Backend& b, const ParamLoo
 
 [[noreturn]] void input_error(const Section& s, const std::string& what);  // std::invalid_argument naming the section
 
+// dst[rows, cols] = a stage's output gradient, checked for its size.
+void copy_stage_grad(const Section& s, Backend& b, float* dst, std::span<const float> grad, int64_t rows, int64_t cols);
+
 // A later stage's input, checked: geometry of the model's own type G (which
 // has the micro-batch's Packing `pk`), hidden of [pk.tokens(), width].
 template <class G>

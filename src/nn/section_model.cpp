@@ -20,6 +20,14 @@ void input_error(const Section& s, const std::string& what) {
   throw std::invalid_argument(fmt::format("section '{}': {}", s.name, what));
 }
 
+void copy_stage_grad(const Section& s, Backend& b, float* dst, std::span<const float> grad, int64_t rows,
+                     int64_t cols) {
+  if (int64_t(grad.size()) != rows * cols)
+    input_error(s, fmt::format("the gradient of the stage's output has {} floats, expected [{}, {}]", grad.size(),
+                               rows, cols));
+  b.copy(dst, grad.data(), size_t(rows * cols));
+}
+
 struct SectionModel::Impl {
   explicit Impl(Backend& b) : pool(b) {}
   ActivationPool pool;  // declared first: contexts give buffers back to it, the model below may hold some

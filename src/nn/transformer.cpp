@@ -180,10 +180,7 @@ class Transformer final : public ModelImpl {
       b_.rmsnorm_backward(dtext, norm_.g, dnormed, a.text_in, norm_.w, a.rstd_f, Nt, C);
       scatter_text(g, dx, dtext);
     } else {
-      if (int64_t(stage_grad.size()) != N * C)
-        input_error(section_, fmt::format("the gradient of the stage's output has {} floats, expected [{}, {}]",
-                                          stage_grad.size(), N, C));
-      b_.copy(dx, stage_grad.data(), N * C);
+      copy_stage_grad(section_, b_, dx, stage_grad, N, C);
     }
     // Layers, last to first.
     DecoderScratch s = DecoderScratch::take(ctx, dims_, N);

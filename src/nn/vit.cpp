@@ -156,10 +156,7 @@ class Vit final : public ModelImpl {
       b_.layernorm_backward(dlast, post_w_.g, post_b_.g, dout, a.last, post_w_.w, a.post_mean, a.post_rstd, I * P, C);
       for (int64_t img = 0; img < I; ++img) b_.copy(dhL + (img * T + 1) * C, dlast + img * P * C, P * C);
     } else {
-      if (int64_t(stage_grad.size()) != N * C)
-        input_error(section_, fmt::format("the gradient of the stage's output has {} floats, expected [{}, {}]",
-                                          stage_grad.size(), N, C));
-      b_.copy(dhL, stage_grad.data(), N * C);
+      copy_stage_grad(section_, b_, dhL, stage_grad, N, C);
     }
     float* dh0 = stack_.backward(b_, ctx, g.pk, a.stack, dhL);
     if (!part_.first) {

@@ -46,30 +46,6 @@ void check_against_torch(SectionModel& m, const std::vector<std::vector<float>>&
                   "dinput.x" + std::to_string(i));
 }
 
-ModelSpec small_vit() {
-  VitSpec v;
-  v.layers = 2;
-  v.hidden = 24;
-  v.heads = 3;
-  v.ffn = 40;
-  v.patch = 4;
-  v.image = 12;
-  v.channels = 3;
-  return {"vit", v};
-}
-
-ModelSpec small_audio() {
-  AudioEncoderSpec a;
-  a.layers = 2;
-  a.hidden = 24;
-  a.heads = 2;
-  a.ffn = 32;
-  a.mel_bins = 10;
-  a.frames_per_token = 2;
-  a.max_frames = 64;
-  return {"audio_encoder", a};
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(encoders)

@@ -38,6 +38,30 @@ std::string temp_dir(const std::string& tag) {
   return dir.string();
 }
 
+ModelSpec small_vit(int64_t layers) {
+  VitSpec v;
+  v.layers = layers;
+  v.hidden = 24;
+  v.heads = 3;
+  v.ffn = 40;
+  v.patch = 4;
+  v.image = 12;
+  v.channels = 3;
+  return {"vit", v};
+}
+
+ModelSpec small_audio(int64_t layers) {
+  AudioEncoderSpec a;
+  a.layers = layers;
+  a.hidden = 24;
+  a.heads = 2;
+  a.ffn = 32;
+  a.mel_bins = 10;
+  a.frames_per_token = 2;
+  a.max_frames = 64;
+  return {"audio_encoder", a};
+}
+
 Section make_section(const std::string& name, ModelSpec model, Mode mode, bool recompute, std::vector<LossTerm> loss) {
   Section s;
   s.name = name;

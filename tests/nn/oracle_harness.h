@@ -27,6 +27,12 @@ bool torch_available();
 // A fresh empty folder under the system temp directory.
 std::string temp_dir(const std::string& tag);
 
+// Small encoders for the suite: vit (hidden 24, 3 heads, 12×12 images of
+// 4×4 patches), audio_encoder (hidden 24, 2 heads, 10 mel bins, 2 frames
+// per token, max 64 frames).
+ModelSpec small_vit(int64_t layers = 2);
+ModelSpec small_audio(int64_t layers = 2);
+
 Section make_section(const std::string& name, ModelSpec model, Mode mode = Mode::Train, bool recompute = false,
                      std::vector<LossTerm> loss = {});
 

@@ -45,6 +45,18 @@ void check_grads_equal(SectionModel& whole, SectionModel& stage) {
   }
 }
 
+ModelSpec llama(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn, int64_t vocab) {
+  TransformerSpec t;
+  t.layers = layers;
+  t.hidden = hidden;
+  t.heads = heads;
+  t.kv_heads = kv_heads;
+  t.ffn = ffn;
+  t.vocab = vocab;
+  t.max_seq = 16;
+  return {"transformer", t};
+}
+
 bool same_rows(const RowsView& a, const RowsView& b) {
   return a.rows == b.rows && a.cols == b.cols && std::equal(a.data, a.data + a.rows * a.cols, b.data);
 }
@@ -117,14 +129,7 @@ void check_split(const Section& sec, int64_t stages, const std::vector<SampleInp
 BOOST_AUTO_TEST_SUITE(pipeline_stages)
 
 BOOST_AUTO_TEST_CASE(stage_layers_split_by_layer_count) {
-  TransformerSpec t;
-  t.layers = 5;
-  t.hidden = 8;
-  t.heads = 2;
-  t.kv_heads = 2;
-  t.ffn = 8;
-  t.vocab = 11;
-  const ModelSpec m{"transformer", t};
+  const ModelSpec m = llama(5, 8, 2, 2, 8, 11);
   BOOST_CHECK_EQUAL(stage_layers(m, 0, 2).first, 0);
   BOOST_CHECK_EQUAL(stage_layers(m, 0, 2).last, 2);
   BOOST_CHECK_EQUAL(stage_layers(m, 1, 2).first, 2);
@@ -144,14 +149,7 @@ BOOST_AUTO_TEST_CASE(stage_layers_split_by_layer_count) {
 }
 
 BOOST_AUTO_TEST_CASE(transformer_stages_equal_the_whole_model) {
-  TransformerSpec t;
-  t.layers = 3;
-  t.hidden = 32;
-  t.heads = 4;
-  t.kv_heads = 2;
-  t.ffn = 48;
-  t.vocab = 37;
-  t.max_seq = 16;
+  const ModelSpec m = llama(3, 32, 4, 2, 48, 37);
   std::vector<std::vector<int32_t>> tokens{random_tokens(7, 1, 37), random_tokens(5, 2, 37), random_tokens(20, 3, 37)};
   std::vector<float> splice_a = random_floats(3 * 32, 4), splice_b = random_floats(2 * 32, 5);
   std::vector<SampleInput> in(3);
@@ -159,53 +157,31 @@ BOOST_AUTO_TEST_CASE(transformer_stages_equal_the_whole_model) {
   in[1].spliced = {span_of(splice_a), span_of(splice_b)};
   const std::vector<std::vector<float>> g{random_floats(7 * 37, 6, 0.05f), {}, {}};
   for (bool recompute : {false, true}) {
-    const Section sec = make_section("llm", {"transformer", t}, Mode::Train, recompute, {{LossKind::CrossEntropy, 1.0, 1.0}});
+    const Section sec = make_section("llm", m, Mode::Train, recompute, {{LossKind::CrossEntropy, 1.0, 1.0}});
     check_split(sec, 2, in, g);
     check_split(sec, 3, in, g);
   }
 }
 
 BOOST_AUTO_TEST_CASE(encoder_stages_equal_the_whole_model) {
-  VitSpec v;
-  v.layers = 2;
-  v.hidden = 24;
-  v.heads = 3;
-  v.ffn = 40;
-  v.patch = 4;
-  v.image = 12;
   std::vector<float> two_images = random_floats(2 * 3 * 12 * 12, 1), one_image = random_floats(3 * 12 * 12, 2);
   std::vector<SampleInput> vin(2);
   vin[0].values = span_of(two_images);
   vin[1].values = span_of(one_image);
-  check_split(make_section("vision", {"vit", v}, Mode::Train), 2, vin,
+  check_split(make_section("vision", small_vit(2), Mode::Train), 2, vin,
               {random_floats(2 * 9 * 24, 3), random_floats(9 * 24, 4)});
 
-  AudioEncoderSpec a;
-  a.layers = 3;
-  a.hidden = 24;
-  a.heads = 2;
-  a.ffn = 32;
-  a.mel_bins = 10;
-  a.frames_per_token = 2;
-  a.max_frames = 64;
   std::vector<float> clip_a = random_floats(9 * 10, 5), clip_b = random_floats(4 * 10, 6);  // 4 and 2 tokens
   std::vector<SampleInput> ain(2);
   ain[0].values = span_of(clip_a);
   ain[1].values = span_of(clip_b);
   for (int64_t stages : {2, 3})
-    check_split(make_section("audio", {"audio_encoder", a}, Mode::Train), stages, ain,
+    check_split(make_section("audio", small_audio(3), Mode::Train), stages, ain,
                 {random_floats(4 * 24, 7), random_floats(2 * 24, 8)});
 }
 
 BOOST_AUTO_TEST_CASE(a_later_stage_without_its_input_is_an_error) {
-  TransformerSpec t;
-  t.layers = 2;
-  t.hidden = 8;
-  t.heads = 2;
-  t.kv_heads = 2;
-  t.ffn = 8;
-  t.vocab = 11;
-  const Section sec = make_section("llm", {"transformer", t});
+  const Section sec = make_section("llm", llama(2, 8, 2, 2, 8, 11));
   SectionModel second(sec, cpu(), 1, 1, 2);
   std::vector<int32_t> tok{1, 2, 3};
   std::vector<SampleInput> in(1);
