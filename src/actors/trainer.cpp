@@ -120,6 +120,10 @@ TrainResult train(const Program& program, const TrainOptions& options,
                                             program.sections[s].mode == Mode::Frozen ? " (frozen)" : ""));
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", size_t(devices));
+  // CAF's default work-stealing workers spin-poll for messages, taking the
+  // cores the compute workers need: the sharing policy's workers sleep on a
+  // condition variable instead (docs/PERFORMANCE.md §4: 1.36× faster steps).
+  cfg.set("scheduler.policy", caf::atom("sharing"));
   caf::actor_system sys{cfg};
   std::vector<caf::actor> all;
   caf::actor tracer = spawn_tracer(sys, !options.trace_path.empty());
