@@ -48,7 +48,8 @@ std::vector<SectionRun> resolve_section_runs(const Program& program, int64_t dev
                                                 e.what()));
       }
     }
-    if (s.parallel.dp && *s.parallel.dp < 1) throw std::invalid_argument(fmt::format("{}: section '{}': dp must be >= 1", where(s), s.name));
+    if (s.parallel.dp && *s.parallel.dp < 1)
+      throw std::invalid_argument(fmt::format("{}: section '{}': dp must be >= 1", where(s), s.name));
     if (s.micro_batch && *s.micro_batch < 1)
       throw std::invalid_argument(fmt::format("{}: section '{}': micro_batch must be >= 1", where(s), s.name));
     any_auto = any_auto || !s.parallel.dp || !s.parallel.pp || !s.micro_batch;
@@ -58,7 +59,8 @@ std::vector<SectionRun> resolve_section_runs(const Program& program, int64_t dev
   if (any_auto) {
     // Sections share the CPU slots; an explicit dp·pp may ask for more replicas than slots.
     int64_t slots = devices;
-    for (const Section& s : fixed.sections) slots = std::max(slots, s.parallel.dp.value_or(1) * s.parallel.pp.value_or(1));
+    for (const Section& s : fixed.sections)
+      slots = std::max(slots, s.parallel.dp.value_or(1) * s.parallel.pp.value_or(1));
     const SectionGraph graph = build_graph(fixed);
     const Cluster cluster = cpu_cluster(slots);
     const RooflineCost cost(graph, cluster);

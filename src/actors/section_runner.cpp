@@ -94,7 +94,8 @@ SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
   const bool last = stage_ == stages_ - 1;
   StageInput stage_in;
   if (stage_ > 0) {
-    if (rt.stage_in.empty()) throw std::logic_error(fmt::format("stage {} forward without stage {}'s output", stage_, stage_ - 1));
+    if (rt.stage_in.empty())
+      throw std::logic_error(fmt::format("stage {} forward without stage {}'s output", stage_, stage_ - 1));
     stage_in = {rt.stage_in.tensor.values(), rt.stage_in.geometry};
   }
   ForwardOutput out = model_->forward(in, stage_ > 0 ? &stage_in : nullptr);
@@ -152,7 +153,8 @@ SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
     if (!summed[k].empty()) output_grads[k] = summed[k].values();
   std::span<const float> stage_grad;
   if (stage_ < stages_ - 1) {
-    if (rt.stage_in.empty()) throw std::logic_error(fmt::format("stage {} backward without stage {}'s gradient", stage_, stage_ + 1));
+    if (rt.stage_in.empty())
+      throw std::logic_error(fmt::format("stage {} backward without stage {}'s gradient", stage_, stage_ + 1));
     stage_grad = rt.stage_in.tensor.values();
   }
   const std::vector<std::vector<RowsView>> in_grads = model_->backward(*pending.context, output_grads, stage_grad);

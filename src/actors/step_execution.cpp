@@ -23,10 +23,6 @@ int section_index(const Program& p, const std::string& name) {
   throw std::logic_error(fmt::format("unknown section '{}'", name));
 }
 
-}  // namespace
-
-namespace {
-
 using StageKey = std::tuple<int, int, int, int64_t>;  // (section, replica, stage, micro-batch)
 StageKey key_of(const StepTask& t, int stage) { return {t.section, t.replica, stage, t.micro_batch}; }
 
@@ -75,7 +71,8 @@ void add_data_dependencies(const Program& program, StepGraph& graph) {
       deps.insert(task(forward_of, t, t.stage, "forward"));
       if (t.stage < t.stages - 1) deps.insert(task(backward_of, t, t.stage + 1, "backward"));
       for (const Flow& f : program.flows) {
-        if (f.kind != FlowKind::Activations || section_index(program, f.from) != t.section || !reads_flow(f, t)) continue;
+        if (f.kind != FlowKind::Activations || section_index(program, f.from) != t.section || !reads_flow(f, t))
+          continue;
         const int consumer = section_index(program, f.to);
         if (!backward[consumer]) continue;
         const auto& cons = task_of[int(TaskKind::Backward)][consumer];
@@ -106,7 +103,8 @@ Schedule as_schedule(const StepGraph& g, size_t sections, const std::vector<bool
     if (t.section < 0 || size_t(t.section) >= sections || t.micro_batch < 0)
       throw std::logic_error(fmt::format("task {}: section or micro-batch out of range", t.id));
     for (int64_t d : t.deps)
-      if (d < 0 || d >= int64_t(g.tasks.size())) throw std::logic_error(fmt::format("task {}: dependency {} out of range", t.id, d));
+      if (d < 0 || d >= int64_t(g.tasks.size()))
+        throw std::logic_error(fmt::format("task {}: dependency {} out of range", t.id, d));
     auto& mbs = sch.sections[size_t(t.section)].micro_batches;
     while (int64_t(mbs.size()) <= t.micro_batch) mbs.push_back(MicroBatch{int64_t(mbs.size()), 0, {}});
     mbs[size_t(t.micro_batch)].replica = t.replica;

@@ -47,7 +47,7 @@ TrainResult train(const Program& program, const TrainOptions& options,
   std::vector<SectionRun> runs;
   try {
     inputs = std::make_unique<StepInputs>(program, program.data.seed);
-    runs = resolve_section_runs(program, devices, inputs->step(0)->batch);  // auto: sized on step 0, as the planner does
+    runs = resolve_section_runs(program, devices, inputs->step(0)->batch);  // auto: sized on step 0, as --print plan
   } catch (const DataError& e) {
     return failure(2, e.what());
   } catch (const std::invalid_argument& e) {
