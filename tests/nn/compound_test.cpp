@@ -9,22 +9,6 @@
 using namespace maestro;
 using namespace maestro::test;
 
-namespace {
-
-ModelSpec llama(int64_t layers, int64_t hidden, int64_t heads, int64_t kv, int64_t ffn, int64_t vocab) {
-  TransformerSpec t;
-  t.layers = layers;
-  t.hidden = hidden;
-  t.heads = heads;
-  t.kv_heads = kv;
-  t.ffn = ffn;
-  t.vocab = vocab;
-  t.max_seq = 64;
-  return {"transformer", t};
-}
-
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(compound)
 
 BOOST_AUTO_TEST_CASE(mllm_gradients_reach_the_encoders) {

@@ -38,6 +38,19 @@ std::string temp_dir(const std::string& tag) {
   return dir.string();
 }
 
+ModelSpec llama(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn, int64_t vocab,
+                int64_t max_seq) {
+  TransformerSpec t;
+  t.layers = layers;
+  t.hidden = hidden;
+  t.heads = heads;
+  t.kv_heads = kv_heads;
+  t.ffn = ffn;
+  t.vocab = vocab;
+  t.max_seq = max_seq;
+  return {"transformer", t};
+}
+
 ModelSpec small_vit(int64_t layers) {
   VitSpec v;
   v.layers = layers;

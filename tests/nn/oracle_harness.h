@@ -27,9 +27,11 @@ bool torch_available();
 // A fresh empty folder under the system temp directory.
 std::string temp_dir(const std::string& tag);
 
-// Small encoders for the suite: vit (hidden 24, 3 heads, 12×12 images of
-// 4×4 patches), audio_encoder (hidden 24, 2 heads, 10 mel bins, 2 frames
-// per token, max 64 frames).
+// Small models for the suite: a Llama transformer of these sizes; vit
+// (hidden 24, 3 heads, 12×12 images of 4×4 patches); audio_encoder (hidden
+// 24, 2 heads, 10 mel bins, 2 frames per token, max 64 frames).
+ModelSpec llama(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn, int64_t vocab,
+                int64_t max_seq = 64);
 ModelSpec small_vit(int64_t layers = 2);
 ModelSpec small_audio(int64_t layers = 2);
 

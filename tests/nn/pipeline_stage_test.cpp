@@ -45,18 +45,6 @@ void check_grads_equal(SectionModel& whole, SectionModel& stage) {
   }
 }
 
-ModelSpec llama(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn, int64_t vocab) {
-  TransformerSpec t;
-  t.layers = layers;
-  t.hidden = hidden;
-  t.heads = heads;
-  t.kv_heads = kv_heads;
-  t.ffn = ffn;
-  t.vocab = vocab;
-  t.max_seq = 16;
-  return {"transformer", t};
-}
-
 bool same_rows(const RowsView& a, const RowsView& b) {
   return a.rows == b.rows && a.cols == b.cols && std::equal(a.data, a.data + a.rows * a.cols, b.data);
 }
@@ -129,7 +117,7 @@ void check_split(const Section& sec, int64_t stages, const std::vector<SampleInp
 BOOST_AUTO_TEST_SUITE(pipeline_stages)
 
 BOOST_AUTO_TEST_CASE(stage_layers_split_by_layer_count) {
-  const ModelSpec m = llama(5, 8, 2, 2, 8, 11);
+  const ModelSpec m = llama(5, 8, 2, 2, 8, 11, 16);
   BOOST_CHECK_EQUAL(stage_layers(m, 0, 2).first, 0);
   BOOST_CHECK_EQUAL(stage_layers(m, 0, 2).last, 2);
   BOOST_CHECK_EQUAL(stage_layers(m, 1, 2).first, 2);
@@ -149,7 +137,7 @@ BOOST_AUTO_TEST_CASE(stage_layers_split_by_layer_count) {
 }
 
 BOOST_AUTO_TEST_CASE(transformer_stages_equal_the_whole_model) {
-  const ModelSpec m = llama(3, 32, 4, 2, 48, 37);
+  const ModelSpec m = llama(3, 32, 4, 2, 48, 37, 16);
   std::vector<std::vector<int32_t>> tokens{random_tokens(7, 1, 37), random_tokens(5, 2, 37), random_tokens(20, 3, 37)};
   std::vector<float> splice_a = random_floats(3 * 32, 4), splice_b = random_floats(2 * 32, 5);
   std::vector<SampleInput> in(3);
@@ -181,7 +169,7 @@ BOOST_AUTO_TEST_CASE(encoder_stages_equal_the_whole_model) {
 }
 
 BOOST_AUTO_TEST_CASE(a_later_stage_without_its_input_is_an_error) {
-  const Section sec = make_section("llm", llama(2, 8, 2, 2, 8, 11));
+  const Section sec = make_section("llm", llama(2, 8, 2, 2, 8, 11, 16));
   SectionModel second(sec, cpu(), 1, 1, 2);
   std::vector<int32_t> tok{1, 2, 3};
   std::vector<SampleInput> in(1);
