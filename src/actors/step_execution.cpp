@@ -56,24 +56,29 @@ void add_data_dependencies(const Program& program, StepGraph& graph) {
     return it->second;
   };
   const std::vector<bool> backward = sections_with_backward(program);
+  std::vector<int> from, to;  // per flow: its sections' indices
+  for (const Flow& f : program.flows) {
+    from.push_back(section_index(program, f.from));
+    to.push_back(section_index(program, f.to));
+  }
   std::map<std::tuple<int, int, int>, int64_t> previous_backward;  // (section, replica, stage) -> last backward task
   for (StepTask& t : graph.tasks) {
     std::set<int64_t> deps(t.deps.begin(), t.deps.end());
     if (t.kind == TaskKind::Forward) {
       if (t.stage > 0) deps.insert(task(forward_of, t, t.stage - 1, "forward"));
-      for (const Flow& f : program.flows) {
-        if (section_index(program, f.to) != t.section || !reads_flow(f, t)) continue;
-        const auto& producer = task_of[int(TaskKind::Forward)][section_index(program, f.from)];
+      for (size_t fi = 0; fi < program.flows.size(); ++fi) {
+        if (to[fi] != t.section || !reads_flow(program.flows[fi], t)) continue;
+        const auto& producer = task_of[int(TaskKind::Forward)][from[fi]];
         for (int32_t s : t.samples)
           if (auto it = producer.find(s); it != producer.end()) deps.insert(it->second);
       }
     } else {
       deps.insert(task(forward_of, t, t.stage, "forward"));
       if (t.stage < t.stages - 1) deps.insert(task(backward_of, t, t.stage + 1, "backward"));
-      for (const Flow& f : program.flows) {
-        if (f.kind != FlowKind::Activations || section_index(program, f.from) != t.section || !reads_flow(f, t))
-          continue;
-        const int consumer = section_index(program, f.to);
+      for (size_t fi = 0; fi < program.flows.size(); ++fi) {
+        const Flow& f = program.flows[fi];
+        if (f.kind != FlowKind::Activations || from[fi] != t.section || !reads_flow(f, t)) continue;
+        const int consumer = to[fi];
         if (!backward[consumer]) continue;
         const auto& cons = task_of[int(TaskKind::Backward)][consumer];
         for (int32_t s : t.samples)

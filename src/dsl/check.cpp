@@ -771,9 +771,7 @@ class Checker {
             ok = false;
             return c;
           }
-          c.kind = Condition::Kind::Has;
-          c.modality = *m;
-          return c;
+          return Condition::has(*m);
         }
         break;
       default:
@@ -910,9 +908,7 @@ class Checker {
     } else {
       for (Modality m : sec.consumes) {
         if (m == Modality::Text) continue;
-        Condition has;
-        has.kind = Condition::Kind::Has;
-        has.modality = m;
+        const Condition has = Condition::has(m);
         if (sec.when.kind == Condition::Kind::True) {
           sec.when = has;
         } else {

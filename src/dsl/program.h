@@ -91,6 +91,12 @@ struct Condition {
   std::vector<Condition> args;         // And/Or: two; Not: one
   bool eval(ModalitySet s) const;
   std::string str() const;  // "has(image) and not has(audio)"; "always" for True
+  static Condition has(Modality m) {
+    Condition c;
+    c.kind = Kind::Has;
+    c.modality = m;
+    return c;
+  }
 };
 
 // Parallel degrees; std::nullopt means `auto` (the planner decides).

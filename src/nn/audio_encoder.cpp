@@ -89,8 +89,7 @@ class AudioEncoder final : public ModelImpl {
       }
       a.geo = std::move(g);
     } else {
-      stage_geometry<Geometry>(section_, stage_input, C);
-      a.geo = std::static_pointer_cast<const Geometry>(stage_input->geometry);
+      a.geo = stage_geometry<Geometry>(section_, stage_input, C);
     }
     const Geometry& g = *a.geo;
     const int64_t N = g.pk.tokens();

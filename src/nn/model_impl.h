@@ -120,12 +120,12 @@ void copy_stage_grad(const Section& s, Backend& b, float* dst, std::span<const f
 // A later stage's input, checked: geometry of the model's own type G (which
 // has the micro-batch's Packing `pk`), hidden of [pk.tokens(), width].
 template <class G>
-const G& stage_geometry(const Section& s, const StageInput* in, int64_t width) {
-  const G* g = in ? dynamic_cast<const G*>(in->geometry.get()) : nullptr;
+std::shared_ptr<const G> stage_geometry(const Section& s, const StageInput* in, int64_t width) {
+  auto g = in ? std::dynamic_pointer_cast<const G>(in->geometry) : nullptr;
   if (!g) input_error(s, "a pipeline stage after the first needs the previous stage's hidden states and geometry");
   if (int64_t(in->hidden.size()) != g->pk.tokens() * width)
     input_error(s, "the previous stage's hidden states have the wrong size");
-  return *g;
+  return g;
 }
 
 }  // namespace maestro

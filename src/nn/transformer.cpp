@@ -93,12 +93,7 @@ class Transformer final : public ModelImpl {
     const int64_t C = spec_.hidden, V = spec_.vocab, L = int64_t(layers_.size());
     auto acts = std::make_unique<Acts>();
     Acts& a = *acts;
-    if (part_.first) {
-      a.geo = geometry(samples);
-    } else {
-      stage_geometry<Geometry>(section_, stage_input, C);
-      a.geo = std::static_pointer_cast<const Geometry>(stage_input->geometry);
-    }
+    a.geo = part_.first ? geometry(samples) : stage_geometry<Geometry>(section_, stage_input, C);
     const Geometry& g = *a.geo;
     ctx.text_offsets = g.text_offsets;
     ctx.targets = g.targets;

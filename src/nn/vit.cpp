@@ -73,8 +73,7 @@ class Vit final : public ModelImpl {
       for (int64_t img = 0; img < g->images; ++img) g->pk.add_sequence(P + 1);
       a.geo = std::move(g);
     } else {
-      stage_geometry<Geometry>(section_, stage_input, C);
-      a.geo = std::static_pointer_cast<const Geometry>(stage_input->geometry);
+      a.geo = stage_geometry<Geometry>(section_, stage_input, C);
     }
     const Geometry& g = *a.geo;
     const int64_t I = g.images, T = P + 1, N = I * T;

@@ -18,33 +18,19 @@
 #include "config/runtime_config.h"
 #include "plan/planner.h"
 #include "plan/roofline_cost.h"
+#include "support/test_programs.h"
 
 using namespace maestro;
+using namespace maestro::test;
 
 namespace {
-
-Condition has(Modality m) {
-  Condition c;
-  c.kind = Condition::Kind::Has;
-  c.modality = m;
-  return c;
-}
-
-Section section(std::string name, ModelSpec model, std::vector<Modality> consumes, Condition when) {
-  Section s;
-  s.name = std::move(name);
-  s.model = std::move(model);
-  s.consumes = std::move(consumes);
-  s.when = when;
-  return s;
-}
 
 Program tiny_mllm_like() {
   Program p;
   p.sections = {
-      section("vision", {"vit", VitSpec{2, 64, 4, 256, 4, 16}}, {Modality::Image}, has(Modality::Image)),
+      section("vision", {"vit", VitSpec{2, 64, 4, 256, 4, 16}}, {Modality::Image}, Condition::has(Modality::Image)),
       section("vision_proj", {"mlp", MlpSpec{64, 128, 128}}, {}, Condition{}),
-      section("audio", {"audio_encoder", AudioEncoderSpec{2, 64, 4, 256, 16}}, {Modality::Audio}, has(Modality::Audio)),
+      section("audio", {"audio_encoder", AudioEncoderSpec{2, 64, 4, 256, 16}}, {Modality::Audio}, Condition::has(Modality::Audio)),
       section("audio_proj", {"mlp", MlpSpec{64, 128, 128}}, {}, Condition{}),
       section("llm", {"transformer", TransformerSpec{2, 128, 4, 4, 384, 256, 100}}, {Modality::Text}, Condition{}),
   };

@@ -8,16 +8,12 @@
 
 #include "dsl/frontend.h"
 #include "graph/section_graph.h"
+#include "support/test_programs.h"
 
 using namespace maestro;
+using namespace maestro::test;
 
 namespace {
-Program load(const std::string& path) {
-  Diagnostics diags;
-  std::optional<Program> p = load_program(path, diags);
-  BOOST_TEST_REQUIRE(p.has_value(), path);
-  return std::move(*p);
-}
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(example_models)

@@ -4,26 +4,12 @@
 
 #include "graph/model_tensors.h"
 #include "graph/section_graph.h"
+#include "support/test_programs.h"
 
 using namespace maestro;
+using namespace maestro::test;
 
 namespace {
-
-Condition has(Modality m) {
-  Condition c;
-  c.kind = Condition::Kind::Has;
-  c.modality = m;
-  return c;
-}
-
-Section section(std::string name, ModelSpec model, std::vector<Modality> consumes, Condition when) {
-  Section s;
-  s.name = std::move(name);
-  s.model = std::move(model);
-  s.consumes = std::move(consumes);
-  s.when = std::move(when);
-  return s;
-}
 
 ModelSpec mlp(int64_t in, int64_t out) {
   MlpSpec m;
@@ -48,9 +34,9 @@ Program tiny_mllm() {
   Program p;
   p.sections.push_back(section("llm", {"transformer", llm}, {Modality::Text}, {}));
   p.sections.back().loss.push_back({});
-  p.sections.push_back(section("vision", {"vit", vision}, {Modality::Image}, has(Modality::Image)));
+  p.sections.push_back(section("vision", {"vit", vision}, {Modality::Image}, Condition::has(Modality::Image)));
   p.sections.push_back(section("vision_proj", mlp(64, 128), {}, {}));
-  p.sections.push_back(section("audio", {"audio_encoder", audio}, {Modality::Audio}, has(Modality::Audio)));
+  p.sections.push_back(section("audio", {"audio_encoder", audio}, {Modality::Audio}, Condition::has(Modality::Audio)));
   p.sections.push_back(section("audio_proj", mlp(64, 128), {}, {}));
   for (auto [from, to] : {std::pair{"vision", "vision_proj"}, {"vision_proj", "llm"}, {"audio", "audio_proj"},
                           {"audio_proj", "llm"}})

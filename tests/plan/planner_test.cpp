@@ -13,16 +13,11 @@
 #include "plan/roofline_cost.h"
 #include "plan/schedule.h"
 #include "plan/simulator.h"
+#include "support/test_programs.h"
 
 namespace maestro {
+using namespace maestro::test;
 namespace {
-
-Program load(const std::string& path) {
-  Diagnostics diags;
-  std::optional<Program> p = load_program(path, diags);
-  BOOST_REQUIRE_MESSAGE(p, "cannot load " + path);
-  return std::move(*p);
-}
 
 Program parse(const std::string& text) {
   Diagnostics diags;

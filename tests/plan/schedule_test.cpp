@@ -15,19 +15,14 @@
 #include "plan/schedule.h"
 #include "plan/simulator.h"
 #include "token_cost.h"
+#include "support/test_programs.h"
 
 namespace maestro {
+using namespace maestro::test;
 namespace {
 
 using Rng = std::mt19937_64;
 int64_t pick(Rng& rng, int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
-
-Condition has(Modality m) {
-  Condition c;
-  c.kind = Condition::Kind::Has;
-  c.modality = m;
-  return c;
-}
 
 Section make_section(std::string name, ModelSpec model) {
   Section s;
@@ -52,7 +47,7 @@ Program random_program(Rng& rng) {
                         : make_section("audio", {"audio_encoder", AudioEncoderSpec{1, 8, 2, 16, 8, 2, 3000}});
     const Modality m = image ? Modality::Image : Modality::Audio;
     enc.consumes = {m};
-    enc.when = has(m);
+    enc.when = Condition::has(m);
     if (pick(rng, 0, 3) == 0) enc.mode = Mode::Frozen;
     const std::string name = enc.name;
     p.sections.push_back(std::move(enc));
@@ -82,7 +77,7 @@ Program random_program(Rng& rng) {
   if (pick(rng, 0, 3) == 0) {
     Condition no_audio;
     no_audio.kind = Condition::Kind::Not;
-    no_audio.args = {has(Modality::Audio)};
+    no_audio.args = {Condition::has(Modality::Audio)};
     llm.when = no_audio;
   }
   p.sections.push_back(std::move(llm));
@@ -319,7 +314,7 @@ BOOST_AUTO_TEST_CASE(in_flight_cap_bounds_and_never_stalls) {
   Program p;
   Section enc = make_section("vision", {"vit", VitSpec{1, 8, 2, 16, 4, 8}});
   enc.consumes = {Modality::Image};
-  enc.when = has(Modality::Image);
+  enc.when = Condition::has(Modality::Image);
   Section llm = make_section("llm", transformer(8));
   llm.consumes = {Modality::Text};
   llm.loss = {LossTerm{}};
