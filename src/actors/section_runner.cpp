@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "cpu/cpu_backend.h"
 #include "nn/section_model.h"
 
 namespace maestro {
@@ -21,13 +20,13 @@ struct SectionRunner::Pending {
 };
 
 SectionRunner::SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed,
-                             LocalTransport& transport, int threads)
+                             LocalTransport& transport, std::unique_ptr<Backend> backend)
     : program_(program),
       section_(section),
       stage_(stage),
       stages_(stages),
       transport_(transport),
-      backend_(make_cpu_backend(threads)) {
+      backend_(std::move(backend)) {
   model_ = std::make_unique<SectionModel>(program.sections[size_t(section)], *backend_, seed, stage, stages);
 }
 
@@ -47,6 +46,13 @@ std::string SectionRunner::part_name() const { return maestro::part_name(section
 namespace {
 
 // Index of a sample within the task's micro-batch.
+// A host tensor holding a copy of n floats of backend memory.   [shape]
+TensorRef host_copy(LocalTransport& transport, Backend& backend, std::vector<int64_t> shape, const float* src) {
+  TensorRef t = transport.allocate(std::move(shape));
+  if (t.numel() > 0) backend.copy_to_host(t.values().data(), src, size_t(t.numel()) * sizeof(float));
+  return t;
+}
+
 size_t position_of(const StepTask& t, int32_t sample) {
   auto it = std::find(t.samples.begin(), t.samples.end(), sample);
   if (it == t.samples.end()) throw std::logic_error(fmt::format("sample {} is not in micro-batch {}", sample, t.micro_batch));
@@ -101,7 +107,8 @@ SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
   ForwardOutput out = model_->forward(in, stage_ > 0 ? &stage_in : nullptr);
   Result result;
   if (!last) {
-    result.stage_out = {transport_.copy_of({out.hidden.rows, out.hidden.cols}, out.hidden.data), out.geometry};
+    result.stage_out = {host_copy(transport_, *backend_, {out.hidden.rows, out.hidden.cols}, out.hidden.data),
+                        out.geometry};
   } else if (!sec.loss.empty()) {
     if (!has_teacher) teacher.clear();
     result.loss = model_->loss(*out.context, teacher, rt.data->loss_positions.at(size_t(section_)));
@@ -111,7 +118,7 @@ SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
     if (program_.flows[fi].from != sec.name) continue;
     for (size_t k = 0; k < n; ++k) {
       const RowsView& v = out.outputs[k];
-      result.outputs.push_back({int32_t(fi), t.samples[k], transport_.copy_of({v.rows, v.cols}, v.data)});
+      result.outputs.push_back({int32_t(fi), t.samples[k], host_copy(transport_, *backend_, {v.rows, v.cols}, v.data)});
     }
   }
   if (sec.mode == Mode::Train) {
@@ -161,20 +168,21 @@ SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
   Result out;
   if (stage_ > 0) {
     const RowsView d = SectionModel::stage_input_grad(*pending.context);
-    out.stage_out.tensor = transport_.copy_of({d.rows, d.cols}, d.data);
+    out.stage_out.tensor = host_copy(transport_, *backend_, {d.rows, d.cols}, d.data);
     return out;
   }
   for (size_t k = 0; k < n && k < in_grads.size(); ++k)
     for (size_t b = 0; b < in_grads[k].size() && b < pending.spliced_flows[k].size(); ++b) {
       const RowsView& v = in_grads[k][b];
-      out.outputs.push_back({pending.spliced_flows[k][b], t.samples[k], transport_.copy_of({v.rows, v.cols}, v.data)});
+      out.outputs.push_back(
+          {pending.spliced_flows[k][b], t.samples[k], host_copy(transport_, *backend_, {v.rows, v.cols}, v.data)});
     }
   return out;
 }
 
 TensorRef SectionRunner::grads() {
   if (model_->grad_count() == 0) return {};
-  return transport_.copy_of({int64_t(model_->grad_count())}, model_->grads());
+  return host_copy(transport_, *backend_, {int64_t(model_->grad_count())}, model_->grads());
 }
 
 void SectionRunner::apply(const TensorRef& summed, double scale, double lr) {
@@ -182,7 +190,7 @@ void SectionRunner::apply(const TensorRef& summed, double scale, double lr) {
   if (!g) return;
   std::span<const float> s = summed.values();
   if (s.size() != model_->grad_count()) throw std::logic_error("summed gradient of the wrong size");
-  std::copy(s.begin(), s.end(), g);
+  backend_->copy_from_host(g, s.data(), s.size() * sizeof(float));
   if (scale != 1.0) model_->scale_grads(float(scale));
   model_->adamw_step(program_.train.optimizer, lr);
   model_->zero_grads();

@@ -3,7 +3,9 @@
 // tensors and step data into the engine's per-sample inputs, keeps each
 // micro-batch's forward context until its backward, and turns the engine's
 // outputs back into TensorRefs from the transport. Plain C++: the worker
-// actor calls it, nothing here knows about CAF.
+// actor calls it, nothing here knows about CAF. The Backend is injected
+// (chosen by gpu/backend_factory.h); host data crosses into and out of it
+// only by the backend's explicit copies.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +32,11 @@ class SectionRunner {
   // Creates the section's model: random init from `seed`, then the
   // section's `weights` file when it names one. Throws std::runtime_error
   // naming the section on a missing or mismatched weights file.
-  // `threads`: the section's CPU backend's thread count (0 = all cores).
-  // Pipeline stage `stage` of `stages` holds that stage's layers only
-  // (nn/section_model.h); stages = 1 is the whole section.
+  // `backend`: this replica's own (make_backend). Pipeline stage `stage` of
+  // `stages` holds that stage's layers only (nn/section_model.h); stages = 1
+  // is the whole section.
   SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, LocalTransport& transport,
-                int threads);
+                std::unique_ptr<Backend> backend);
   ~SectionRunner();
 
   struct Result {

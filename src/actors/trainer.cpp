@@ -100,7 +100,7 @@ TrainResult train(const Program& program, const TrainOptions& options,
       for (int64_t r = 0; r < runs[s].dp; ++r) {
         try {
           auto runner = std::make_shared<SectionRunner>(program, int(s), int(k), int(runs[s].pp), seed, transport,
-                                                        int(devices));
+                                                        make_backend(options.backend, int(devices)));
           if (!resume_dir.empty() && program.sections[s].mode == Mode::Train)
             runner->load(fmt::format("{}/{}.safetensors", resume_dir, runner->part_name()));
           runners[s][k].push_back(std::move(runner));

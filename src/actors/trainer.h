@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dsl/program.h"
+#include "gpu/backend_factory.h"
 
 namespace maestro {
 
@@ -24,6 +25,7 @@ struct TrainOptions {
   std::string checkpoint_dir;          // "" = the program's train.checkpoint.dir
   std::optional<uint64_t> seed;        // overrides train.seed
   int64_t threads = 0;                 // CAF scheduler threads; 0 = all cores
+  BackendKind backend = BackendKind::Cpu;  // every section replica's (gpu/backend_factory.h)
   const std::atomic<bool>* interrupt = nullptr;  // SIGINT: checkpoint and stop
 };
 

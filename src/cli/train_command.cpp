@@ -47,8 +47,11 @@ void show_progress(const StepProgress& p, bool tty) {
 }
 
 int train_command(const Program& program, const RuntimeConfig& config, const CliOptions& cli) {
-  if (config.runtime.backend == "cuda") {
-    std::fprintf(stderr, "error: runtime.backend = \"cuda\": this build trains on the CPU only\n");
+  BackendChoice backend;
+  try {
+    backend = choose_backend(config.runtime.backend);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s%s\n", config.file.empty() ? "" : (config.file + ": ").c_str(), e.what());
     return 2;
   }
   if (config.transport.kind != "auto" && config.transport.kind != "local") {
@@ -64,6 +67,7 @@ int train_command(const Program& program, const RuntimeConfig& config, const Cli
   opt.checkpoint_dir = config.checkpoint.dir;
   opt.seed = config.runtime.seed;
   opt.threads = config.runtime.threads;
+  opt.backend = backend.kind;
   opt.interrupt = &g_interrupt;
   std::signal(SIGINT, on_sigint);
 
@@ -92,7 +96,7 @@ int train_command(const Program& program, const RuntimeConfig& config, const Cli
                         {"samples_per_s", rate},
                         {"first_loss", first},
                         {"final_loss", last},
-                        {"backend", "cpu"},
+                        {"backend", backend_kind_name(backend.kind)},
                         {"transport", r.transport},
                         {"schedule", cli.schedule},
                         {"sched_share", r.sched_share},
