@@ -12,7 +12,7 @@
 
 #include "actors/messages.h"
 #include "dsl/program.h"
-#include "transport/local_transport.h"
+#include "transport/transport.h"
 
 namespace maestro {
 
@@ -63,7 +63,7 @@ struct SchedulerConfig {
   int64_t checkpoint_every = 0;         // 0 = never
   std::vector<std::vector<std::vector<caf::actor>>> replicas;  // [section][pp stage][dp replica]
   caf::actor loader, checkpointer, tracer;        // checkpointer may be null
-  LocalTransport* transport = nullptr;
+  Transport* transport = nullptr;
   std::vector<double> losses;           // losses of the steps before first_step (resume)
   int64_t global_batch = 0;
   const std::atomic<bool>* interrupt = nullptr;  // set by SIGINT: checkpoint and stop

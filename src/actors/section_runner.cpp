@@ -20,7 +20,7 @@ struct SectionRunner::Pending {
 };
 
 SectionRunner::SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed,
-                             LocalTransport& transport, std::unique_ptr<Backend> backend)
+                             Transport& transport, std::unique_ptr<Backend> backend)
     : program_(program),
       section_(section),
       stage_(stage),
@@ -47,7 +47,7 @@ namespace {
 
 // Index of a sample within the task's micro-batch.
 // A host tensor holding a copy of n floats of backend memory.   [shape]
-TensorRef host_copy(LocalTransport& transport, Backend& backend, std::vector<int64_t> shape, const float* src) {
+TensorRef host_copy(Transport& transport, Backend& backend, std::vector<int64_t> shape, const float* src) {
   TensorRef t = transport.allocate(std::move(shape));
   if (t.numel() > 0) backend.copy_to_host(t.values().data(), src, size_t(t.numel()) * sizeof(float));
   return t;

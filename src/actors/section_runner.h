@@ -16,7 +16,7 @@
 
 #include "actors/messages.h"
 #include "dsl/program.h"
-#include "transport/local_transport.h"
+#include "transport/transport.h"
 
 namespace maestro {
 
@@ -35,7 +35,7 @@ class SectionRunner {
   // `backend`: this replica's own (make_backend). Pipeline stage `stage` of
   // `stages` holds that stage's layers only (nn/section_model.h); stages = 1
   // is the whole section.
-  SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, LocalTransport& transport,
+  SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, Transport& transport,
                 std::unique_ptr<Backend> backend);
   ~SectionRunner();
 
@@ -67,7 +67,7 @@ class SectionRunner {
  private:
   const Program& program_;
   int section_, stage_, stages_;
-  LocalTransport& transport_;
+  Transport& transport_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<SectionModel> model_;
   struct Pending;

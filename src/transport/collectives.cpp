@@ -5,7 +5,7 @@
 
 namespace maestro {
 
-TensorRef sum_in_order(LocalTransport& transport, const std::vector<TensorRef>& parts) {
+TensorRef sum_in_order(Transport& transport, const std::vector<TensorRef>& parts) {
   if (parts.empty()) throw std::invalid_argument("sum_in_order: no inputs");
   if (parts.size() == 1) return parts[0];
   for (const TensorRef& p : parts)

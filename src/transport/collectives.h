@@ -6,13 +6,13 @@
 
 #include <vector>
 
-#include "transport/local_transport.h"
+#include "transport/transport.h"
 
 namespace maestro {
 
 // Elementwise sum of same-shaped tensors, in the order given. With one
 // input it returns that input's handle (no copy).         [shape of inputs]
-TensorRef sum_in_order(LocalTransport& transport, const std::vector<TensorRef>& parts);
+TensorRef sum_in_order(Transport& transport, const std::vector<TensorRef>& parts);
 
 // Sum of squares of every element, accumulated in double.
 double sum_of_squares(const TensorRef& t);

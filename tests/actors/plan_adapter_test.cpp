@@ -94,8 +94,7 @@ void check_cover_and_execute(const Program& p, const StepData& d, const StepGrap
       }
       TaskDone done{0, t.task.id, {}, 0, 0, 0, {}};
       if (fwd ? t.task.stage < t.task.stages - 1 : t.task.stage > 0) {
-        done.stage_out.tensor.buffer = std::make_shared<Buffer>();
-        done.stage_out.tensor.buffer->data = {float(t.task.id)};
+        done.stage_out.tensor = TensorRef::of({float(t.task.id)});
         done.stage_out.tensor.shape = {1};
       }
       x.complete(done);

@@ -21,6 +21,7 @@
 #include "actors/actors.h"
 #include "actors/checkpoint.h"
 #include "actors/step_execution.h"
+#include "transport/local_transport.h"
 
 using namespace maestro;
 
@@ -65,8 +66,7 @@ caf::behavior linear_worker(caf::stateful_actor<LinearState>* self, int section,
           if (section == 0) {
             for (int32_t i : t.task.samples) {
               TensorRef r;
-              r.buffer = std::make_shared<Buffer>();
-              r.buffer->data = {st.w * 0.1f * float(i + 1)};
+              r = TensorRef::of({st.w * 0.1f * float(i + 1)});
               r.shape = {1};
               d.outputs.push_back({0, i, r});
             }
@@ -83,8 +83,7 @@ caf::behavior linear_worker(caf::stateful_actor<LinearState>* self, int section,
           for (size_t k = 0; k < xs.size(); ++k) {
             st.g += xs[k] / n;
             TensorRef r;
-            r.buffer = std::make_shared<Buffer>();
-            r.buffer->data = {st.w / n};
+            r = TensorRef::of({st.w / n});
             r.shape = {1};
             d.outputs.push_back({0, t.task.samples[k], r});
           }
@@ -95,8 +94,7 @@ caf::behavior linear_worker(caf::stateful_actor<LinearState>* self, int section,
       },
       [=](const GetGrads&) -> Grads {
         TensorRef r;
-        r.buffer = std::make_shared<Buffer>();
-        r.buffer->data = {self->state.g};
+        r = TensorRef::of({self->state.g});
         r.shape = {1};
         return Grads{section, 0, replica, r, {}};
       },

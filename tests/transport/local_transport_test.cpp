@@ -32,7 +32,7 @@ BOOST_AUTO_TEST_CASE(buffers_return_to_pool_and_are_reused_zeroed) {
     a = TensorRef{};
     BOOST_TEST(t.stats().live == 1);  // b still holds it
   }
-  PoolStats s = t.stats();
+  TransportStats s = t.stats();
   BOOST_TEST(s.live == 0);
   BOOST_TEST(s.pooled == 1);
   TensorRef c = t.allocate({90});  // same power-of-two class (128)
@@ -63,7 +63,7 @@ BOOST_AUTO_TEST_CASE(concurrent_allocate_release) {
       }
     });
   for (auto& th : threads) th.join();
-  PoolStats s = t.stats();
+  TransportStats s = t.stats();
   BOOST_TEST(s.live == 0);
   BOOST_TEST(s.allocations + s.reuses == 8000);
   BOOST_TEST(s.allocations <= 4 * 4);  // at most a few buffers per size class per thread
