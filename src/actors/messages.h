@@ -55,27 +55,34 @@ struct TaskDone {
   int64_t step = 0;
   int64_t task = 0;
   std::vector<FlowTensor> outputs;  // forward: outputs per outgoing flow; backward: input gradients per incoming flow
-  double loss = 0;                  // forward of a loss section: its share of the step's loss
   int64_t begin_us = 0, duration_us = 0;
   std::string error;
   StageTensor stage_out;  // forward before the last stage / backward after the first: for the neighbouring stage
 };
 
-// scheduler -> replica: hand over the summed gradient buffer (end of step).
-struct GetGrads {
+// scheduler -> every replica, once every task of the step is done: sum the
+// gradients over the section's data-parallel group (each replica through
+// its Communicator, transport/collectives.h) and report what the step
+// left in the replica's scalar accumulators, read back in one go.
+struct ReduceGrads {
   int64_t step = 0;
 };
-struct Grads {
+// A forward task's share of the step's loss (loss sections only).
+struct TaskLoss {
+  int64_t task = 0;
+  double loss = 0;
+};
+struct GradsReduced {
   int section = 0, stage = 0, replica = 0;
-  TensorRef grads;  // [section's parameter count], flat in the engine's order
+  double grad_sq_norm = 0;      // Σ g² of the reduced gradients (train sections; equal on every replica of a group)
+  std::vector<TaskLoss> losses; // this replica's forward tasks of the step
   std::string error;
 };
 
-// scheduler -> replica: set grads to the all-reduced sum, scale by the clip
-// coefficient, take one AdamW step at this learning rate, zero the grads.
+// scheduler -> replica of a train section: scale the reduced gradients by
+// the clip coefficient, take one AdamW step at this learning rate, zero them.
 struct ApplyGrads {
   int64_t step = 0;
-  TensorRef summed;  // [parameter count]
   double scale = 1;
   double lr = 0;
 };
@@ -83,6 +90,29 @@ struct Applied {
   int section = 0, stage = 0, replica = 0;
   std::string error;
 };
+
+// The end-of-step messages carry no handles: serialisable, so the replicas
+// of a section may live in other processes.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ReduceGrads& x) {
+  return f(caf::meta::type_name("ReduceGrads"), x.step);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TaskLoss& x) {
+  return f(caf::meta::type_name("TaskLoss"), x.task, x.loss);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, GradsReduced& x) {
+  return f(caf::meta::type_name("GradsReduced"), x.section, x.stage, x.replica, x.grad_sq_norm, x.losses, x.error);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ApplyGrads& x) {
+  return f(caf::meta::type_name("ApplyGrads"), x.step, x.scale, x.lr);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Applied& x) {
+  return f(caf::meta::type_name("Applied"), x.section, x.stage, x.replica, x.error);
+}
 
 // checkpointer -> replica 0 of a section: write parameters + AdamW state.
 struct SaveSection {
@@ -142,10 +172,6 @@ struct FlushTrace {
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::RunTask)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::TaskDone)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::GetGrads)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::Grads)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::ApplyGrads)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::Applied)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::SaveSection)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::Saved)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::GetBatch)

@@ -178,7 +178,6 @@ void StepExecution::complete(const TaskDone& done) {
     throw std::logic_error(fmt::format("task {} finished before it was released, or twice", t.id));
   done_[size_t(t.id)] = true;
   ++done_count_;
-  loss_of_task_[t.id] = done.loss;
   // The hand-off to the next stage: forward on, backward back.
   const int next_stage = t.kind == TaskKind::Forward ? t.stage + 1 : t.stage - 1;
   if (next_stage >= 0 && next_stage < t.stages && (t.kind == TaskKind::Forward || backward_[t.section])) {
@@ -194,6 +193,12 @@ void StepExecution::complete(const TaskDone& done) {
     table[{ft.flow, ft.sample}] = ft.tensor;
   }
   frontier_.complete(t.id);
+}
+
+void StepExecution::set_loss(int64_t task, double loss) {
+  if (task < 0 || size_t(task) >= graph_.tasks.size() || graph_.tasks[size_t(task)].kind != TaskKind::Forward)
+    throw std::logic_error(fmt::format("a loss for task {}, which is not a forward of this step", task));
+  loss_of_task_[size_t(task)] = loss;
 }
 
 double StepExecution::loss() const {

@@ -56,6 +56,9 @@ class StepExecution {
   const StepGraph& graph() const { return graph_; }
   // Sum of the forward tasks' loss shares, in schedule order.
   double loss() const;
+  // A forward task's loss share, reported at the end of the step (the
+  // replicas read their losses back once per step, not per task).
+  void set_loss(int64_t task, double loss);
 
  private:
   std::vector<FlowTensor> inputs_of(const StepTask& t);

@@ -92,15 +92,19 @@ TrainResult train(const Program& program, const TrainOptions& options,
 
   // ---------------------------------------------------------------- models
   LocalTransport transport;
-  // One runner per section × pipeline stage × dp replica.
+  // One runner per section × pipeline stage × dp replica; the dp replicas
+  // of a section's stage form one collective group (gradient all-reduce).
   std::vector<std::vector<std::vector<std::shared_ptr<SectionRunner>>>> runners(program.sections.size());
+  std::vector<std::shared_ptr<Communicator>> dp_groups;  // rank 0 of each, to abort them at the end
   for (size_t s = 0; s < program.sections.size(); ++s)
     for (int64_t k = 0; k < runs[s].pp; ++k) {
       runners[s].emplace_back();
+      const std::vector<std::shared_ptr<Communicator>> group = make_local_group(int(runs[s].dp));
+      dp_groups.push_back(group[0]);
       for (int64_t r = 0; r < runs[s].dp; ++r) {
         try {
           auto runner = std::make_shared<SectionRunner>(program, int(s), int(k), int(runs[s].pp), seed, transport,
-                                                        make_backend(options.backend, int(devices)));
+                                                        make_backend(options.backend, int(devices)), group[size_t(r)]);
           if (!resume_dir.empty() && program.sections[s].mode == Mode::Train)
             runner->load(fmt::format("{}/{}.safetensors", resume_dir, runner->part_name()));
           runners[s][k].push_back(std::move(runner));
@@ -172,7 +176,6 @@ TrainResult train(const Program& program, const TrainOptions& options,
   sc.lr_at = [&program](int64_t step) { return lr_at(program.train, step); };
   sc.grad_clip = program.train.grad_clip;
   sc.tracer = tracer;
-  sc.transport = &transport;
   sc.losses = past_losses;
   sc.global_batch = program.train.global_batch;
   sc.interrupt = options.interrupt;
@@ -226,8 +229,11 @@ TrainResult train(const Program& program, const TrainOptions& options,
               [&](caf::error&) {});
     }
   }
-  // Shutdown: every actor, detached workers included, gets an exit message;
-  // ~actor_system then waits for all of them.
+  // Shutdown: a worker still waiting in a collective for a peer (the run
+  // ended on another replica's error) is released; every actor, detached
+  // workers included, gets an exit message; ~actor_system then waits for
+  // all of them.
+  for (const auto& group : dp_groups) group->abort("the run ended");
   for (const caf::actor& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   return result;
 }

@@ -92,7 +92,7 @@ void check_cover_and_execute(const Program& p, const StepData& d, const StepGrap
         BOOST_TEST(int(from.kind) == int(t.task.kind));
         ++handed;
       }
-      TaskDone done{0, t.task.id, {}, 0, 0, 0, {}};
+      TaskDone done{0, t.task.id, {}, 0, 0, {}, {}};
       if (fwd ? t.task.stage < t.task.stages - 1 : t.task.stage > 0) {
         done.stage_out.tensor = TensorRef::of({float(t.task.id)});
         done.stage_out.tensor.shape = {1};
