@@ -27,6 +27,13 @@ F rank_values(int rank, size_t n, unsigned seed) {
   return v;
 }
 
+// Every rank's values, [rank][n].
+std::vector<F> group_values(int size, size_t n, unsigned seed) {
+  std::vector<F> xs;
+  for (int r = 0; r < size; ++r) xs.push_back(rank_values(r, n, seed));
+  return xs;
+}
+
 // Element i summed in rank order: ((x0 + x1) + x2) + ...
 F fold(const std::vector<F>& xs) {
   F s = xs[0];
@@ -76,8 +83,7 @@ BOOST_AUTO_TEST_CASE(all_reduce_is_the_rank_order_fold_bitwise) {
   for (int size : kSizes)
     for (size_t n : kLengths)
       for (unsigned seed = 1; seed <= 3; ++seed) {
-        std::vector<F> xs;
-        for (int r = 0; r < size; ++r) xs.push_back(rank_values(r, n, seed));
+        const std::vector<F> xs = group_values(size, n, seed);
         const F expect = fold(xs);
         std::vector<F> got = xs;
         on_ranks(size, seed, [&](int r, Communicator& c) { c.all_reduce(got[size_t(r)].data(), n); });
@@ -89,8 +95,7 @@ BOOST_AUTO_TEST_CASE(reduce_scatter_gives_each_rank_its_shard_of_the_fold) {
   for (int size : kSizes)
     for (size_t n : kLengths)
       for (unsigned seed = 1; seed <= 2; ++seed) {
-        std::vector<F> xs;
-        for (int r = 0; r < size; ++r) xs.push_back(rank_values(r, n, seed));
+        const std::vector<F> xs = group_values(size, n, seed);
         const F expect = fold(xs);
         std::vector<F> out(static_cast<size_t>(size));
         for (int r = 0; r < size; ++r) out[size_t(r)].assign(shard_of(n, size, r).count, -1.0f);
@@ -121,8 +126,7 @@ BOOST_AUTO_TEST_CASE(broadcast_from_every_root) {
   for (int size : kSizes)
     for (size_t n : kLengths)
       for (int root = 0; root < size; ++root) {
-        std::vector<F> data;
-        for (int r = 0; r < size; ++r) data.push_back(rank_values(r, n, 9));
+        std::vector<F> data = group_values(size, n, 9);
         const F expect = data[size_t(root)];
         on_ranks(size, unsigned(root), [&](int r, Communicator& c) { c.broadcast(data[size_t(r)].data(), n, root); });
         for (int r = 0; r < size; ++r) BOOST_TEST(data[size_t(r)] == expect);
