@@ -57,14 +57,14 @@ std::string SectionRunner::part_name() const { return maestro::part_name(section
 
 namespace {
 
-// Index of a sample within the task's micro-batch.
-// A host tensor holding a copy of n floats of backend memory.   [shape]
+// A host tensor holding a copy of backend memory.   [shape]
 TensorRef host_copy(Transport& transport, Backend& backend, std::vector<int64_t> shape, const float* src) {
   TensorRef t = transport.allocate(std::move(shape));
-  if (t.numel() > 0) backend.copy_to_host(t.values().data(), src, size_t(t.numel()) * sizeof(float));
+  if (t.numel() > 0) backend.copy_to_host(t.values().data(), src, t.bytes());
   return t;
 }
 
+// Index of a sample within the task's micro-batch.
 size_t position_of(const StepTask& t, int32_t sample) {
   auto it = std::find(t.samples.begin(), t.samples.end(), sample);
   if (it == t.samples.end()) throw std::logic_error(fmt::format("sample {} is not in micro-batch {}", sample, t.micro_batch));
