@@ -50,7 +50,7 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
 
   // ---- memory ---------------------------------------------------------------
-  // Host memory: the copies in and out are memcpy, and nothing is queued, so
+  // Host memory: the copies in and out are memmoves, and nothing is queued, so
   // copy_to_host has nothing to wait for.
   void* allocate(size_t n, DType dtype) override { return aligned_zeroed(n * dtype_size(dtype)); }
   double* allocate_scalars(size_t n) override { return static_cast<double*>(aligned_zeroed(n * sizeof(double))); }

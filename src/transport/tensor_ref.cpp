@@ -15,7 +15,7 @@ TensorRef TensorRef::of(std::vector<float> values, std::vector<int64_t> shape) {
   t.shape = std::move(shape);
   t.buffer = std::make_shared<Buffer>();
   t.buffer->standalone.resize(values.size() * sizeof(float));
-  std::memcpy(t.buffer->standalone.data(), values.data(), values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(t.buffer->standalone.data(), values.data(), values.size() * sizeof(float));
   t.buffer->data = t.buffer->standalone.data();
   t.buffer->capacity = t.buffer->standalone.size();
   return t;
