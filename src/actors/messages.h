@@ -4,9 +4,10 @@
 // success) so that a failing task ends the run with a message naming the
 // section, replica and step instead of an actor crash.
 //
-// These types hold process-local handles, so they are whitelisted for local
-// messaging only (CAF_ALLOW_UNSAFE_MESSAGE_TYPE); a cross-process transport
-// serialises a TensorRef as (buffer id, offset, bytes) instead.
+// Types that hold process-local handles are whitelisted for local messaging
+// only (CAF_ALLOW_UNSAFE_MESSAGE_TYPE); across processes a tensor travels as
+// its TensorDescriptor (transport/transport.h, which has an `inspect`). The
+// end-of-step messages hold no handles and have `inspect` overloads.
 #pragma once
 
 #include <caf/all.hpp>
