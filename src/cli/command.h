@@ -27,7 +27,6 @@ struct CliOptions {
   std::optional<int64_t> steps;    // --steps
   std::string resume;              // --resume DIR
   std::string trace;               // --trace FILE (overrides [trace] path)
-  bool repl = false;               // --repl
   bool json = false;               // --json
   bool quiet = false;              // --quiet
   std::string calibrate;           // --calibrate OUT.toml
@@ -40,7 +39,8 @@ struct CommandRegistration {
   CommandRegistration(const char* name, CommandFn fn);
 };
 
-// nullptr when no command of that name is compiled in.
+// The command of that name; every command file is compiled into maestro-run,
+// so a missing one is a bug (std::logic_error).
 CommandFn find_command(const std::string& name);
 
 }  // namespace maestro

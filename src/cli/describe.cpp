@@ -71,7 +71,7 @@ std::string consumes_summary(const std::vector<Modality>& consumes) {
 
 std::string detected_backend(const RuntimeConfig& config) {
   if (config.runtime.backend != "auto") return config.runtime.backend;
-  return cuda_device_count() > 0 ? "cuda" : "cpu";
+  return cuda_device_count().value_or(0) > 0 ? "cuda" : "cpu";
 }
 
 }  // namespace maestro

@@ -42,7 +42,8 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   auto* steps_opt = app.add_option("--steps", steps, "override train.steps")->check(CLI::PositiveNumber);
   app.add_option("--resume", cli.resume, "continue from a checkpoint folder");
   app.add_option("--trace", cli.trace, "write a Chrome trace of the run to FILE");
-  app.add_flag("--repl", cli.repl, "open the debug REPL on this terminal while it runs");
+  bool repl = false;
+  app.add_flag("--repl", repl, "the debug REPL: not supported yet (exits with status 2)");
   app.add_flag("--json", cli.json, "print a machine-readable summary as the last line of stdout");
   app.add_flag("--quiet", cli.quiet, "no progress bar");
   auto* calibrate =
@@ -62,6 +63,10 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   }
   if (cli.model_path.empty() && cli.calibrate.empty()) {
     fmt::print(stderr, "maestro-run: error: a model file is required\n{}\n", kUsage);
+    return 2;
+  }
+  if (repl) {
+    fmt::print(stderr, "maestro-run: error: --repl: the debug REPL is not supported yet\n{}\n", kUsage);
     return 2;
   }
   if (*steps_opt) cli.steps = steps;
@@ -100,13 +105,7 @@ int run(int argc, char** argv) {
     program = std::move(*loaded);
   }
 
-  const std::string name = command_name(cli);
-  const CommandFn command = find_command(name);
-  if (!command) {
-    fmt::print(stderr, "maestro-run: '{}' is not available in this build\n", name);
-    return 1;
-  }
-  return command(program, config, cli);
+  return find_command(command_name(cli))(program, config, cli);
 }
 
 }  // namespace

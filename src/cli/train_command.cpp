@@ -3,8 +3,6 @@
 // plain lines otherwise, nothing with --quiet), prints a human summary, and
 // with --json the training summary of runtime-config.md as the last stdout
 // line. Ctrl-C asks the run to checkpoint and stop.
-// Compiled in only when maestro_actors carries the trainer (MAESTRO_HAVE_TRAINER).
-#if defined(MAESTRO_HAVE_TRAINER)
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -109,4 +107,3 @@ static CommandRegistration reg("train", &train_command);
 }  // namespace
 
 }  // namespace maestro
-#endif  // MAESTRO_HAVE_TRAINER

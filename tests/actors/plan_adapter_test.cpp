@@ -6,9 +6,6 @@
 // and the monolithic baseline runs as chains.
 #include <boost/test/unit_test.hpp>
 
-// The planner half of the runtime joins maestro_actors with the engine and the planner.
-#if defined(MAESTRO_HAVE_TRAINER)
-
 #include <map>
 #include <set>
 
@@ -206,4 +203,3 @@ BOOST_AUTO_TEST_CASE(tp_above_one_and_impossible_pp_are_clear_errors) {
   BOOST_CHECK_THROW(resolve_section_runs(p, 2, batch_of_ten().batch), std::invalid_argument);
 }
 
-#endif  // MAESTRO_HAVE_TRAINER

@@ -6,7 +6,6 @@
 // waits for every actor, so a leaked one would hang the test).
 #include <boost/test/unit_test.hpp>
 
-#if defined(MAESTRO_HAVE_TRAINER)
 #include <cmath>
 #include <string>
 
@@ -103,4 +102,3 @@ BOOST_AUTO_TEST_CASE(errors_name_the_section_and_set_the_exit_status) {
   BOOST_TEST(bad.exit_code == 2);
 }
 
-#endif  // MAESTRO_HAVE_TRAINER

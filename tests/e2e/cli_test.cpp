@@ -187,12 +187,15 @@ BOOST_AUTO_TEST_CASE(print_dot_on_every_model) {
   BOOST_TEST(kd.out.find("[style=dashed, label=\"logits\"]") != std::string::npos);
 }
 
-BOOST_AUTO_TEST_CASE(commands_not_built_in_exit_1) {
-  // print-plan is registered by plan/'s command file; until it is compiled in,
-  // asking for it is a clear runtime failure.
-  const ProcessResult r = maestro_run({"models/tiny_mllm.sect", "--print", "plan"});
-  if (r.status == 1) BOOST_TEST(r.first_err_line() == "maestro-run: 'print-plan' is not available in this build");
-  else BOOST_TEST(r.status == 0, r.err);
+BOOST_AUTO_TEST_CASE(repl_is_refused_until_it_exists) {
+  // --repl is not silently ignored: nothing runs, status 2, and it says why.
+  for (const auto& args : std::vector<std::vector<std::string>>{{"models/tiny_mllm.sect", "--repl"},
+                                                                {"models/tiny_mllm.sect", "--check", "--repl"}}) {
+    const ProcessResult r = maestro_run(args);
+    BOOST_TEST(r.status == 2);
+    BOOST_TEST(r.out.empty());
+    BOOST_TEST(r.first_err_line() == "maestro-run: error: --repl: the debug REPL is not supported yet");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
