@@ -36,11 +36,11 @@ TrainResult failure(int code, std::string message) {
 TrainResult train(const Program& program, const TrainOptions& options,
                   const std::function<void(const StepProgress&)>& on_step) {
   const uint64_t seed = options.seed.value_or(program.train.seed);
-  const int64_t last_step = options.steps.value_or(program.train.steps);
+  const int64_t last_step = std::min(options.stop_after.value_or(program.train.steps), program.train.steps);
   const int64_t devices = options.threads > 0 ? options.threads : int64_t(std::max(1u, std::thread::hardware_concurrency()));
   if (options.schedule != "wavefront" && options.schedule != "monolithic")
     return failure(2, fmt::format("unknown schedule '{}' (wavefront or monolithic)", options.schedule));
-  if (last_step < 0) return failure(2, fmt::format("--steps must be >= 0, got {}", last_step));
+  if (last_step < 0) return failure(2, fmt::format("--stop-after must be >= 0, got {}", last_step));
 
   // --------------------------------------------------- the data, the plan
   std::unique_ptr<StepInputs> inputs;

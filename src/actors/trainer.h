@@ -18,7 +18,7 @@ namespace maestro {
 
 struct TrainOptions {
   std::string schedule = "wavefront";  // wavefront | monolithic
-  std::optional<int64_t> steps;        // overrides train.steps (the step to stop at)
+  std::optional<int64_t> stop_after;   // stop once this many steps are done (the schedule runs over train.steps)
   std::string resume;                  // checkpoint folder (a step folder or a root with `latest`)
   std::string trace_path;              // Chrome trace, "" = none
   std::string checkpoint_dir;          // "" = the program's train.checkpoint.dir

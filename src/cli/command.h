@@ -24,7 +24,8 @@ struct CliOptions {
   bool simulate = false;           // --simulate
   std::string baseline;            // --baseline megatron|sequential
   std::string schedule = "wavefront";  // --schedule wavefront|monolithic
-  std::optional<int64_t> steps;    // --steps
+  std::optional<int64_t> steps;    // --steps (overrides train.steps, the schedule's length)
+  std::optional<int64_t> stop_after;  // --stop-after (train: stop there with a checkpoint)
   std::string resume;              // --resume DIR
   std::string trace;               // --trace FILE (overrides [trace] path)
   bool json = false;               // --json

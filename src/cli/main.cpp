@@ -39,7 +39,12 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   app.add_option("--schedule", cli.schedule, "how a real run executes a step")
       ->check(CLI::IsMember({"wavefront", "monolithic"}));
   int64_t steps = 0;
-  auto* steps_opt = app.add_option("--steps", steps, "override train.steps")->check(CLI::PositiveNumber);
+  auto* steps_opt =
+      app.add_option("--steps", steps, "override train.steps (the learning-rate schedule's length)")->check(CLI::PositiveNumber);
+  int64_t stop_after = 0;
+  auto* stop_opt = app.add_option("--stop-after", stop_after,
+                                  "stop after K steps with a checkpoint; the schedule still runs over train.steps")
+                       ->check(CLI::PositiveNumber);
   app.add_option("--resume", cli.resume, "continue from a checkpoint folder");
   app.add_option("--trace", cli.trace, "write a Chrome trace of the run to FILE");
   bool repl = false;
@@ -48,7 +53,8 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   app.add_flag("--quiet", cli.quiet, "no progress bar");
   auto* calibrate =
       app.add_option("--calibrate", cli.calibrate, "measure this machine and write a device profile to OUT.toml");
-  check->excludes(print, simulate, calibrate);
+  check->excludes(print, simulate, calibrate, stop_opt);
+  stop_opt->excludes(print, simulate, calibrate);
   print->excludes(simulate, calibrate);
   simulate->excludes(calibrate);
   try {
@@ -70,6 +76,7 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
     return 2;
   }
   if (*steps_opt) cli.steps = steps;
+  if (*stop_opt) cli.stop_after = stop_after;
   return -1;
 }
 

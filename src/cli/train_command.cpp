@@ -44,7 +44,15 @@ void show_progress(const StepProgress& p, bool tty) {
   std::fflush(stdout);
 }
 
-int train_command(const Program& program, const RuntimeConfig& config, const CliOptions& cli) {
+int train_command(const Program& model, const RuntimeConfig& config, const CliOptions& cli) {
+  Program program = model;
+  if (cli.steps) program.train.steps = *cli.steps;  // --steps: the schedule's length too
+  const std::string checkpoint_dir = config.checkpoint.dir.empty() ? program.train.checkpoint_dir : config.checkpoint.dir;
+  if (cli.stop_after && checkpoint_dir.empty()) {
+    std::fprintf(stderr, "error: --stop-after %lld: no checkpoint folder to stop into: set [checkpoint] dir in the "
+                 "config or train.checkpoint in the model\n", (long long)*cli.stop_after);
+    return 2;
+  }
   if (config.runtime.backend == "cuda") {
     std::fprintf(stderr, "error: runtime.backend = \"cuda\": this build trains on the CPU only\n");
     return 2;
@@ -56,10 +64,10 @@ int train_command(const Program& program, const RuntimeConfig& config, const Cli
   }
   TrainOptions opt;
   opt.schedule = cli.schedule;
-  opt.steps = cli.steps;
+  opt.stop_after = cli.stop_after;
   opt.resume = cli.resume;
   opt.trace_path = cli.trace.empty() ? config.trace.path : cli.trace;
-  opt.checkpoint_dir = config.checkpoint.dir;
+  opt.checkpoint_dir = checkpoint_dir;
   opt.seed = config.runtime.seed;
   opt.threads = config.runtime.threads;
   opt.interrupt = &g_interrupt;

@@ -45,7 +45,7 @@ BOOST_AUTO_TEST_CASE(help_lists_the_flags) {
   const ProcessResult r = maestro_run({"--help"});
   BOOST_TEST(r.status == 0);
   for (const char* flag : {"--config", "--check", "--print", "--simulate", "--baseline", "--schedule", "--steps",
-                           "--resume", "--trace", "--repl", "--json", "--quiet", "--calibrate", "--version"})
+                           "--stop-after", "--resume", "--trace", "--repl", "--json", "--quiet", "--calibrate", "--version"})
     BOOST_TEST(r.out.find(flag) != std::string::npos, flag);
 }
 
@@ -64,6 +64,9 @@ BOOST_AUTO_TEST_CASE(bad_command_lines_exit_2_with_usage) {
       {"models/tiny_mllm.sect", "--schedule", "random"},
       {"models/tiny_mllm.sect", "--steps", "0"},
       {"models/tiny_mllm.sect", "--steps", "ten"},
+      {"models/tiny_mllm.sect", "--stop-after", "0"},
+      {"models/tiny_mllm.sect", "--check", "--stop-after", "2"},
+      {"models/tiny_mllm.sect", "--simulate", "--stop-after", "2"},
       {"models/tiny_mllm.sect", "--check", "--simulate"},
       {"models/tiny_mllm.sect", "extra.sect"},
       {"--check"},
