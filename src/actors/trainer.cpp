@@ -53,15 +53,6 @@ TrainResult train(const Program& program, const TrainOptions& options,
   } catch (const std::invalid_argument& e) {
     return failure(2, e.what());
   }
-  for (size_t s = 0; s < program.sections.size(); ++s) {
-    const Section& sec = program.sections[s];
-    if (sec.mode != Mode::Frozen) continue;
-    for (const Flow& f : program.flows)
-      if (f.to == sec.name && f.kind == FlowKind::Activations && program.find_section(f.from)->mode == Mode::Train)
-        return failure(2, fmt::format("{}:{}:{}: section '{}' is frozen but trains on the output of '{}': gradients "
-                                      "through a frozen section are not supported",
-                                      sec.loc.file, sec.loc.line, sec.loc.col, sec.name, f.from));
-  }
 
   // ------------------------------------------------------------ the resume
   int64_t first_step = 0;

@@ -150,6 +150,7 @@ class Checker {
       if (stmt(d).kind == Stmt::Kind::Flow) read_flow(stmt(d));
     check_flow_cycles();
     check_sections_against_program();
+    check_frozen_sections();
     if (rep_.count() > 0) return std::nullopt;
     return std::move(program_);
   }
@@ -1085,6 +1086,21 @@ class Checker {
       if (sec.micro_batch && program_.train.global_batch > 0 && *sec.micro_batch > program_.train.global_batch)
         error(si.micro_batch_span, fmt::format("'micro_batch' ({}) of section '{}' is larger than 'global_batch' ({})",
                                                *sec.micro_batch, sec.name, program_.train.global_batch));
+    }
+  }
+
+  // A frozen section takes no gradient, so none can flow back through it to a
+  // trainable section feeding it activations: reported at that flow.
+  void check_frozen_sections() {
+    for (size_t f = 0; f < program_.flows.size(); ++f) {
+      const Flow& flow = program_.flows[f];
+      const Section* from = program_.find_section(flow.from);
+      const Section* to = program_.find_section(flow.to);
+      if (flow.kind == FlowKind::Activations && from && to && to->mode == Mode::Frozen && from->mode == Mode::Train)
+        error(flow_spans_[f], fmt::format("flow {} -> {}: section '{}' is frozen but takes activations from '{}', "
+                                          "which trains: gradients cannot pass back through a frozen section "
+                                          "(freeze '{}' too, or train '{}')",
+                                          flow.from, flow.to, flow.to, flow.from, flow.from, flow.to));
     }
   }
 
