@@ -39,8 +39,8 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   app.add_option("--schedule", cli.schedule, "how a real run executes a step")
       ->check(CLI::IsMember({"wavefront", "monolithic"}));
   int64_t steps = 0;
-  auto* steps_opt =
-      app.add_option("--steps", steps, "override train.steps (the learning-rate schedule's length)")->check(CLI::PositiveNumber);
+  auto* steps_opt = app.add_option("--steps", steps, "override train.steps (the learning-rate schedule's length)")
+                        ->check(CLI::PositiveNumber);
   int64_t stop_after = 0;
   auto* stop_opt = app.add_option("--stop-after", stop_after,
                                   "stop after K steps with a checkpoint; the schedule still runs over train.steps")

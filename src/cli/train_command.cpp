@@ -47,7 +47,8 @@ void show_progress(const StepProgress& p, bool tty) {
 int train_command(const Program& model, const RuntimeConfig& config, const CliOptions& cli) {
   Program program = model;
   if (cli.steps) program.train.steps = *cli.steps;  // --steps: the schedule's length too
-  const std::string checkpoint_dir = config.checkpoint.dir.empty() ? program.train.checkpoint_dir : config.checkpoint.dir;
+  const std::string& checkpoint_dir =
+      config.checkpoint.dir.empty() ? program.train.checkpoint_dir : config.checkpoint.dir;
   if (cli.stop_after && checkpoint_dir.empty()) {
     std::fprintf(stderr, "error: --stop-after %lld: no checkpoint folder to stop into: set [checkpoint] dir in the "
                  "config or train.checkpoint in the model\n", (long long)*cli.stop_after);

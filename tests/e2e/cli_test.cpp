@@ -45,7 +45,8 @@ BOOST_AUTO_TEST_CASE(help_lists_the_flags) {
   const ProcessResult r = maestro_run({"--help"});
   BOOST_TEST(r.status == 0);
   for (const char* flag : {"--config", "--check", "--print", "--simulate", "--baseline", "--schedule", "--steps",
-                           "--stop-after", "--resume", "--trace", "--repl", "--json", "--quiet", "--calibrate", "--version"})
+                           "--stop-after", "--resume", "--trace", "--repl", "--json", "--quiet", "--calibrate",
+                           "--version"})
     BOOST_TEST(r.out.find(flag) != std::string::npos, flag);
 }
 
