@@ -45,8 +45,10 @@ TrainResult train(const Program& program, const TrainOptions& options,
   // --------------------------------------------------- the data, the plan
   std::unique_ptr<StepInputs> inputs;
   std::vector<SectionRun> runs;
+  std::unique_ptr<const SectionGraph> graph;
   try {
-    inputs = std::make_unique<StepInputs>(program, program.data.seed);
+    graph = std::make_unique<const SectionGraph>(build_graph(program));
+    inputs = std::make_unique<StepInputs>(*graph, program.data, program.train.global_batch);
     runs = resolve_section_runs(program, devices, inputs->step(0)->batch);  // auto: sized on step 0, as --print plan
   } catch (const DataError& e) {
     return failure(2, e.what());

@@ -66,12 +66,12 @@ void check_cover_and_execute(const Program& p, const StepData& d, const StepGrap
     for (int32_t s : t.samples) BOOST_TEST_REQUIRE(seen.insert({int(t.kind), t.section, t.stage, s}).second);
   std::vector<int> stages(p.sections.size(), 1);
   for (const StepTask& t : g.tasks) stages[size_t(t.section)] = t.stages;
+  const SectionGraph graph = build_graph(p);
   for (size_t i = 0; i < d.batch.samples.size(); ++i) {
-    const std::vector<bool> a = active_sections(p, d.batch.samples[i]);
     for (int s = 0; s < 5; ++s)
       for (int k = 0; k < 2; ++k)
         for (int stage = 0; stage < stages[size_t(s)]; ++stage)
-          BOOST_TEST(seen.count({k, s, stage, int32_t(i)}) == size_t(a[s]));
+          BOOST_TEST(seen.count({k, s, stage, int32_t(i)}) == size_t(graph.active(s, d.batch.samples[i].modalities)));
   }
   // Execute in release order; a stage hands its neighbour a tensor tagged
   // with its task id, which must arrive at exactly that neighbour.
@@ -110,17 +110,19 @@ void check_cover_and_execute(const Program& p, const StepData& d, const StepGrap
 
 BOOST_AUTO_TEST_CASE(sample_geometry) {
   const Program p = tiny_mllm_like();
+  const SectionGraph g = build_graph(p);
   const StepData d = batch_of_ten();
   const Sample& img = d.batch.samples[0];  // image + text
-  BOOST_TEST(active_sections(p, img) == (std::vector<bool>{true, true, false, false, true}));
-  BOOST_TEST(output_rows(p, 0, img) == 16);  // (16 / 4)^2 patches
-  BOOST_TEST(output_rows(p, 1, img) == 16);
-  const SequenceShape s = sequence_shape(p, 4, img);
-  BOOST_TEST(s.spliced == 16);
+  const SequenceShape s = sequence_shape(g, 4, img);
+  BOOST_TEST(s.spliced == 16);  // (16 / 4)^2 patches through the projector
   BOOST_TEST(s.text == 20);
   const Sample& both = d.batch.samples[9];  // image (16) + audio (39 frames -> 19) + 83 text, max_seq 100
-  BOOST_TEST(sequence_shape(p, 4, both).spliced == 35);
-  BOOST_TEST(sequence_shape(p, 4, both).text == 65);  // text cut from the end
+  BOOST_TEST(sequence_shape(g, 4, both).spliced == 35);
+  BOOST_TEST(sequence_shape(g, 4, both).text == 65);  // text cut from the end
+  BOOST_TEST(sequence_shape(g, 0, img).text == 0);     // not a transformer
+  Program wide = p;  // spliced embeddings alone past max_seq: a clear error
+  std::get<TransformerSpec>(wide.sections[4].model.spec).max_seq = 20;
+  BOOST_CHECK_THROW(sequence_shape(build_graph(wide), 4, both), std::runtime_error);
 }
 
 BOOST_AUTO_TEST_CASE(wavefront_and_monolithic_graphs_are_complete) {
