@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "actors/step_data.h"
-#include "actors/step_graph.h"
 #include "actors/trace.h"
+#include "plan/schedule.h"
 #include "transport/tensor_ref.h"
 
 namespace maestro {
@@ -36,7 +36,7 @@ struct StageTensor {
 // One tensor crossing a flow for one sample: an upstream section's output
 // (forward) or the gradient of it (backward).
 struct FlowTensor {
-  int32_t flow = 0;    // index into Program::flows
+  int32_t flow = 0;    // index into SectionGraph::edges (= Program::flows)
   int32_t sample = 0;  // index into Batch::samples
   TensorRef tensor;
 };
@@ -44,7 +44,8 @@ struct FlowTensor {
 // scheduler -> replica -> worker: run one task.
 struct RunTask {
   int64_t step = 0;
-  StepTask task;
+  Task task;                       // the Schedule's task (its deps are the scheduler's business)
+  std::vector<int32_t> samples;    // its micro-batch: indices into Batch::samples, in micro-batch order
   std::vector<FlowTensor> inputs;  // forward: upstream outputs; backward: gradients of this section's outputs
   std::shared_ptr<const StepData> data;
   StageTensor stage_in;  // from the neighbouring stage: after the first (forward), before the last (backward)

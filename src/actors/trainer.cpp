@@ -13,7 +13,7 @@
 
 #include "actors/actors.h"
 #include "actors/checkpoint.h"
-#include "actors/plan_adapter.h"
+#include "actors/run_plan.h"
 #include "actors/section_runner.h"
 #include "actors/step_inputs.h"
 #include "data/manifest.h"
@@ -44,12 +44,14 @@ TrainResult train(const Program& program, const TrainOptions& options,
 
   // --------------------------------------------------- the data, the plan
   std::unique_ptr<StepInputs> inputs;
-  std::vector<SectionRun> runs;
-  std::unique_ptr<const SectionGraph> graph;
+  Program runnable;
+  SectionGraph graph;
+  Plan plan;
   try {
-    graph = std::make_unique<const SectionGraph>(build_graph(program));
-    inputs = std::make_unique<StepInputs>(*graph, program.data, program.train.global_batch);
-    runs = resolve_section_runs(program, devices, inputs->step(0)->batch);  // auto: sized on step 0, as --print plan
+    runnable = cpu_runnable(program);
+    graph = build_graph(runnable);
+    inputs = std::make_unique<StepInputs>(graph, program.data, program.train.global_batch);
+    plan = plan_cpu_run(graph, devices, inputs->step(0)->batch);  // auto: sized on step 0, as --print plan
   } catch (const DataError& e) {
     return failure(2, e.what());
   } catch (const std::invalid_argument& e) {
@@ -78,8 +80,8 @@ TrainResult train(const Program& program, const TrainOptions& options,
                                       st.global_batch, program.train.global_batch));
       // Every part this run's plan holds (a section, or each of its pipeline stages) must be in the checkpoint.
       for (size_t s = 0; s < program.sections.size(); ++s)
-        for (int64_t k = 0; k < runs[s].pp && program.sections[s].mode == Mode::Train; ++k) {
-          const std::string part = part_name(program.sections[s].name, int(k), int(runs[s].pp));
+        for (int64_t k = 0; k < plan.sections[s].pp && program.sections[s].mode == Mode::Train; ++k) {
+          const std::string part = part_name(program.sections[s].name, int(k), int(plan.sections[s].pp));
           if (std::find(st.sections.begin(), st.sections.end(), part) == st.sections.end())
             return failure(2, fmt::format("--resume {}: the checkpoint has no '{}' (it holds {}): section '{}' must be "
                                           "split into the same pipeline stages (pp) as when it was written",
@@ -97,17 +99,17 @@ TrainResult train(const Program& program, const TrainOptions& options,
   // One runner per section × pipeline stage × dp replica.
   std::vector<std::vector<std::vector<std::shared_ptr<SectionRunner>>>> runners(program.sections.size());
   for (size_t s = 0; s < program.sections.size(); ++s)
-    for (int64_t k = 0; k < runs[s].pp; ++k) {
+    for (int64_t k = 0; k < plan.sections[s].pp; ++k) {
       runners[s].emplace_back();
-      for (int64_t r = 0; r < runs[s].dp; ++r) {
+      for (int64_t r = 0; r < plan.sections[s].dp; ++r) {
         try {
-          auto runner = std::make_shared<SectionRunner>(program, int(s), int(k), int(runs[s].pp), seed, transport,
+          auto runner = std::make_shared<SectionRunner>(program, int(s), int(k), int(plan.sections[s].pp), seed, transport,
                                                         int(devices));
           if (!resume_dir.empty() && program.sections[s].mode == Mode::Train)
             runner->load(fmt::format("{}/{}.safetensors", resume_dir, runner->part_name()));
           runners[s][k].push_back(std::move(runner));
         } catch (const std::exception& e) {
-          const std::string stage = runs[s].pp > 1 ? fmt::format(", stage {}", k) : "";
+          const std::string stage = plan.sections[s].pp > 1 ? fmt::format(", stage {}", k) : "";
           return failure(1, fmt::format("section '{}'{}, replica {}: {}", program.sections[s].name, stage, r, e.what()));
         }
       }
@@ -117,8 +119,8 @@ TrainResult train(const Program& program, const TrainOptions& options,
   TrainResult result;
   result.first_step = first_step;
   for (size_t s = 0; s < program.sections.size(); ++s)
-    result.plan_lines.push_back(fmt::format("{}: dp {}, pp {}, micro_batch {}{}", program.sections[s].name, runs[s].dp,
-                                            runs[s].pp, runs[s].micro_batch,
+    result.plan_lines.push_back(fmt::format("{}: dp {}, pp {}, micro_batch {}{}", program.sections[s].name, plan.sections[s].dp,
+                                            plan.sections[s].pp, plan.sections[s].micro_batch,
                                             program.sections[s].mode == Mode::Frozen ? " (frozen)" : ""));
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", size_t(devices));
@@ -131,7 +133,8 @@ TrainResult train(const Program& program, const TrainOptions& options,
   caf::actor tracer = spawn_tracer(sys, !options.trace_path.empty());
   all.push_back(tracer);
   SchedulerConfig sc;
-  sc.program = &program;
+  sc.graph = &graph;
+  sc.plan = &plan;
   sc.replicas.resize(program.sections.size());
   for (size_t s = 0; s < program.sections.size(); ++s)
     for (size_t k = 0; k < runners[s].size(); ++k) {
@@ -154,9 +157,9 @@ TrainResult train(const Program& program, const TrainOptions& options,
   if (!ckpt_root.empty()) {
     CheckpointerConfig cc{ckpt_root, {}, {}, {}, seed, program.data.seed, program.train.global_batch, options.schedule};
     for (size_t s = 0; s < program.sections.size(); ++s)
-      for (int64_t k = 0; k < runs[s].pp && program.sections[s].mode == Mode::Train; ++k) {
+      for (int64_t k = 0; k < plan.sections[s].pp && program.sections[s].mode == Mode::Train; ++k) {
         cc.sections.push_back(int(s));
-        cc.names.push_back(part_name(program.sections[s].name, int(k), int(runs[s].pp)));
+        cc.names.push_back(part_name(program.sections[s].name, int(k), int(plan.sections[s].pp)));
         cc.replica0.push_back(sc.replicas[s][size_t(k)][0]);
       }
     sc.checkpointer = spawn_checkpointer(sys, std::move(cc), tracer);
@@ -164,13 +167,13 @@ TrainResult train(const Program& program, const TrainOptions& options,
     // Without `every`, one checkpoint at the end (and on Ctrl-C).
     sc.checkpoint_every = program.train.checkpoint_every > 0 ? program.train.checkpoint_every : last_step;
   }
-  std::shared_ptr<const StepPlanner> planner;
+  std::shared_ptr<const StepSchedules> schedules;
   try {
-    planner = std::make_shared<const StepPlanner>(program, runs, options.schedule);
+    schedules = std::make_shared<const StepSchedules>(graph, plan, options.schedule);
   } catch (const std::exception& e) {
     return failure(2, fmt::format("cannot plan the run: {}", e.what()));
   }
-  sc.make_graph = [planner](const StepData& d) { return planner->step_graph(d); };
+  sc.schedule_of = [schedules](const Batch& b) { return schedules->of(b); };
   sc.lr_at = [&program](int64_t step) { return lr_at(program.train, step); };
   sc.grad_clip = program.train.grad_clip;
   sc.tracer = tracer;
