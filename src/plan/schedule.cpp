@@ -267,6 +267,67 @@ Schedule monolithic_schedule(const SectionGraph& g, const Plan& plan, Batch batc
   return sch;
 }
 
+namespace {
+
+// The dependency rules of schedule.h checked from the samples up, written
+// apart from the builders' rule_deps so that a bug there can't hide itself:
+// for every task and every sample of its micro-batch, the task (section,
+// kind, stage) that must finish first — the sample's forward upstream, its
+// consumers' backward downstream, the neighbouring stage — has to be among
+// the task's deps. Extra deps (monolithic lanes, chained backwards) are
+// allowed. Expects ids, ranges and coverage already checked.
+std::vector<std::string> missing_dependencies(const SectionGraph& g, const Plan& plan, const Schedule& sch) {
+  const size_t n = sch.batch.samples.size();
+  // run[kind][section][stage * n + sample] = the task running the sample there, -1 when none.
+  std::vector<std::vector<std::vector<int64_t>>> run(2, std::vector<std::vector<int64_t>>(g.nodes.size()));
+  for (size_t s = 0; s < g.nodes.size(); ++s)
+    for (auto& kind : run) kind[s].assign(size_t(plan.sections[s].pp) * n, -1);
+  for (const Task& t : sch.tasks)
+    for (int32_t i : sch.micro_batch_of(t).samples)
+      run[size_t(t.kind)][size_t(t.section)][size_t(t.stage) * n + size_t(i)] = t.id;
+  auto task_at = [&](Task::Kind k, int s, int64_t stage, int32_t i) {
+    return run[size_t(k)][size_t(s)][size_t(stage) * n + size_t(i)];
+  };
+  std::vector<std::string> bad;
+  std::vector<int64_t> dep_of(sch.tasks.size(), -1);  // dep_of[d] == t.id: d is among t's deps
+  for (const Task& t : sch.tasks) {
+    for (int64_t d : t.deps) dep_of[size_t(d)] = t.id;
+    const int64_t last = plan.sections[size_t(t.section)].pp - 1;
+    const char* kind = t.kind == Task::Kind::Forward ? "forward" : "backward";
+    auto need = [&](Task::Kind k, int s, int64_t stage, int32_t i, const char* why) {
+      const int64_t d = task_at(k, s, stage, i);
+      if (d >= 0 && dep_of[size_t(d)] == t.id) return;
+      bad.push_back(fmt::format("task {} ({} '{}' mb {} stage {}) lacks its dependency on the {} of sample {} in '{}' "
+                                "stage {} ({}): task {}",
+                                t.id, kind, g.nodes[size_t(t.section)].name, t.micro_batch, t.stage,
+                                k == Task::Kind::Forward ? "forward" : "backward", i, g.nodes[size_t(s)].name, stage,
+                                why, d));
+      if (d >= 0) dep_of[size_t(d)] = t.id;  // reported once per task
+    };
+    for (int32_t i : sch.micro_batch_of(t).samples) {
+      const ModalitySet m = sch.batch.samples[size_t(i)].modalities;
+      if (t.kind == Task::Kind::Forward && t.stage > 0) {
+        need(Task::Kind::Forward, t.section, t.stage - 1, i, "previous stage");
+      } else if (t.kind == Task::Kind::Forward) {
+        for (const GraphEdge& e : g.edges)
+          if (e.to == t.section && g.carries(int(&e - g.edges.data()), m))
+            need(Task::Kind::Forward, e.from, plan.sections[size_t(e.from)].pp - 1, i, "producer");
+      } else if (t.stage < last) {
+        need(Task::Kind::Backward, t.section, t.stage + 1, i, "next stage");
+      } else {
+        need(Task::Kind::Forward, t.section, t.stage, i, "own forward");
+        for (const GraphEdge& e : g.edges)
+          if (e.from == t.section && e.kind == FlowKind::Activations && sch.sections[size_t(e.to)].backward &&
+              g.carries(int(&e - g.edges.data()), m))
+            need(Task::Kind::Backward, e.to, 0, i, "consumer");
+      }
+    }
+  }
+  return bad;
+}
+
+}  // namespace
+
 std::vector<std::string> validate(const SectionGraph& g, const Plan& plan, const Schedule& sch) {
   std::vector<std::string> bad;
   try {
@@ -340,14 +401,8 @@ std::vector<std::string> validate(const SectionGraph& g, const Plan& plan, const
                                   backward ? "backward" : "forward", count[s][slot]));
     }
   if (!bad.empty()) return bad;
-  // Every rule's dependency is present.
-  const auto required = rule_deps(g, plan, sch);
-  for (const Task& t : sch.tasks)
-    for (int64_t d : required[size_t(t.id)])
-      if (std::find(t.deps.begin(), t.deps.end(), d) == t.deps.end())
-        bad.push_back(fmt::format("task {} ({} '{}' mb {} stage {}) lacks its dependency on task {}", t.id,
-                                  t.kind == Task::Kind::Forward ? "forward" : "backward", g.nodes[size_t(t.section)].name,
-                                  t.micro_batch, t.stage, d));
+  // Every rule's dependency is present, restated per sample.
+  for (const std::string& line : missing_dependencies(g, plan, sch)) bad.push_back(line);
   // Waves: every task once, after all of its deps.
   std::vector<int64_t> wave_of(sch.tasks.size(), -1);
   for (size_t w = 0; w < sch.waves.size(); ++w)
