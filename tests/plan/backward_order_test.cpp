@@ -13,20 +13,11 @@
 #include "plan/backward_order.h"
 #include "plan/schedule.h"
 #include "support/test_programs.h"
+#include "staged_plan.h"
 #include "token_cost.h"
 
 namespace maestro {
 namespace {
-
-Plan two_replicas_two_stages(const Program& p) {
-  Plan plan;
-  for (const Section& s : p.sections) {
-    const int64_t pp = std::holds_alternative<MlpSpec>(s.model.spec) ? 1 : 2;
-    plan.sections.push_back(SectionPlan{0, 2 * pp, 1, pp, 2, 2});
-  }
-  plan.in_flight_cap = 2;
-  return plan;
-}
 
 // Completes running tasks in random order; per (section, replica, stage),
 // whether the backwards finished in issue order on every one of `runs` runs.
@@ -60,7 +51,7 @@ BOOST_AUTO_TEST_CASE(chained_backwards_finish_in_issue_order) {
     BOOST_TEST_CONTEXT(file) {
       const Program p = test::load(file);
       const SectionGraph g = build_graph(p);
-      const Plan plan = two_replicas_two_stages(p);
+      const Plan plan = test::staged_plan(p, 2, 2);
       const test::TokenCost cost(g);
       const Batch batch = Sampler(p.data, 32).batch(0);
       for (const Schedule& built : {wavefront_schedule(g, plan, cost, batch), monolithic_schedule(g, plan, batch, 4)}) {
@@ -98,7 +89,7 @@ BOOST_AUTO_TEST_CASE(unchained_backwards_do_reorder) {
   std::mt19937_64 rng(11);
   const Program p = test::load("models/tiny_mllm.sect");
   const SectionGraph g = build_graph(p);
-  const Plan plan = two_replicas_two_stages(p);
+  const Plan plan = test::staged_plan(p, 2, 2);
   const test::TokenCost cost(g);
   const Schedule built = wavefront_schedule(g, plan, cost, Sampler(p.data, 32).batch(0));
   BOOST_TEST(!backwards_finish_in_issue_order(built, rng, 20));

@@ -10,20 +10,11 @@
 #include "data/sampler.h"
 #include "plan/schedule.h"
 #include "support/test_programs.h"
+#include "staged_plan.h"
 #include "token_cost.h"
 
 namespace maestro {
 namespace {
-
-// Two pipeline stages on every section that has layers to split, dp 2.
-Plan staged(const Program& p) {
-  Plan plan;
-  for (const Section& s : p.sections) {
-    const int64_t pp = std::holds_alternative<MlpSpec>(s.model.spec) ? 1 : 2;
-    plan.sections.push_back(SectionPlan{0, 2 * pp, 1, pp, 2, 3});
-  }
-  return plan;
-}
 
 bool mentions(const std::vector<std::string>& bad, const std::string& what) {
   for (const std::string& line : bad)
@@ -40,7 +31,7 @@ BOOST_AUTO_TEST_CASE(every_removed_dependency_is_reported) {
     BOOST_TEST_CONTEXT(file) {
       const Program p = test::load(file);
       const SectionGraph g = build_graph(p);
-      const Plan plan = staged(p);
+      const Plan plan = test::staged_plan(p, 3, 0);
       const test::TokenCost cost(g);
       const Schedule good = wavefront_schedule(g, plan, cost, Sampler(p.data, 24).batch(1));
       BOOST_REQUIRE(validate(g, plan, good).empty());
@@ -68,7 +59,7 @@ BOOST_AUTO_TEST_CASE(every_removed_dependency_is_reported) {
 BOOST_AUTO_TEST_CASE(a_dependency_on_the_wrong_stage_is_reported) {
   const Program p = test::load("models/tiny_mllm.sect");
   const SectionGraph g = build_graph(p);
-  const Plan plan = staged(p);
+  const Plan plan = test::staged_plan(p, 3, 0);
   const test::TokenCost cost(g);
   Schedule sch = wavefront_schedule(g, plan, cost, Sampler(p.data, 24).batch(1));
   bool changed = false;
