@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <thread>
 
 #include "config/runtime_config.h"
 #include "graph/model_tensors.h"
@@ -27,6 +28,10 @@ Cluster cpu_cluster(int64_t devices) {
 }
 
 }  // namespace
+
+int64_t cpu_slots(int64_t threads) {
+  return threads > 0 ? threads : int64_t(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 Program cpu_runnable(const Program& program) {
   Program fixed = program;

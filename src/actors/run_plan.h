@@ -20,6 +20,9 @@
 
 namespace maestro {
 
+// CPU slots of a run: `threads`, or every core when it is 0.
+int64_t cpu_slots(int64_t threads);
+
 // The program as the CPU runtime runs it: tp fixed at 1 where it is auto.
 // Throws std::invalid_argument (exit 2) naming the section for what this
 // runtime can't execute: explicit tp > 1 (the engine has no tensor split),

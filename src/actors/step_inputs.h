@@ -27,6 +27,7 @@ class StepInputs {
   StepInputs(StepInputs&&) noexcept;
 
   std::shared_ptr<const StepData> step(int64_t step) const;
+  uint64_t data_seed() const { return data_seed_; }  // the data block's seed (checkpoints record it)
 
  private:
   Batch batch(int64_t step) const;
