@@ -4,9 +4,10 @@
 // success) so that a failing task ends the run with a message naming the
 // section, replica and step instead of an actor crash.
 //
-// These types hold process-local handles, so they are whitelisted for local
-// messaging only (CAF_ALLOW_UNSAFE_MESSAGE_TYPE); a cross-process transport
-// serialises a TensorRef as (buffer id, offset, bytes) instead.
+// Every message may cross a process: each has an `inspect` overload (below;
+// its payloads' in wire_format.h) and add_message_types() registers them by
+// name on an actor system. In process nothing is serialised: TensorRefs and
+// the StepData pointer are handed over as they are.
 #pragma once
 
 #include <caf/all.hpp>
@@ -17,6 +18,7 @@
 
 #include "actors/step_data.h"
 #include "actors/trace.h"
+#include "actors/wire_format.h"
 #include "plan/schedule.h"
 #include "transport/tensor_ref.h"
 
@@ -139,22 +141,134 @@ struct FlushTrace {
   std::string path;
 };
 
-}  // namespace maestro
+// ------------------------------------------------------------ serialising
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::RunTask)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::TaskDone)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::GetGrads)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::Grads)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::ApplyGrads)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::Applied)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::SaveSection)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::Saved)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::GetBatch)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::BatchReady)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::WriteCheckpoint)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::CheckpointWritten)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::StartTraining)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::StepReport)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::TrainingEnded)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::TraceEvent)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::FlushTrace)
+// A stage's hand-off: the tensor by value. The geometry is the engine's
+// opaque, polymorphic layout (nn/model_impl.h), shared between the stages of
+// one replica, which run in one process; serialising a hand-off that carries
+// one fails with a clear error rather than dropping it.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StageTensor& x) {
+  auto no_geometry = caf::meta::save_callback([&]() -> caf::error {
+    if (x.geometry)
+      return caf::make_error(caf::sec::state_not_serializable,
+                             "a pipeline stage's geometry does not cross processes (not supported yet)");
+    return caf::none;
+  });
+  return f(caf::meta::type_name("StageTensor"), x.tensor, no_geometry);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, FlowTensor& x) {
+  return f(caf::meta::type_name("FlowTensor"), x.flow, x.sample, x.tensor);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RunTask& x) {
+  return f(caf::meta::type_name("RunTask"), x.step, x.task, x.samples, x.inputs, x.data, x.stage_in);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TaskDone& x) {
+  return f(caf::meta::type_name("TaskDone"), x.step, x.task, x.outputs, x.loss, x.begin_us, x.duration_us, x.error,
+           x.stage_out);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, GetGrads& x) {
+  return f(caf::meta::type_name("GetGrads"), x.step);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Grads& x) {
+  return f(caf::meta::type_name("Grads"), x.section, x.stage, x.replica, x.grads, x.error);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ApplyGrads& x) {
+  return f(caf::meta::type_name("ApplyGrads"), x.step, x.summed, x.scale, x.lr);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Applied& x) {
+  return f(caf::meta::type_name("Applied"), x.section, x.stage, x.replica, x.error);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SaveSection& x) {
+  return f(caf::meta::type_name("SaveSection"), x.path);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Saved& x) {
+  return f(caf::meta::type_name("Saved"), x.section, x.error);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, GetBatch& x) {
+  return f(caf::meta::type_name("GetBatch"), x.step);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, BatchReady& x) {
+  return f(caf::meta::type_name("BatchReady"), x.data, x.error);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WriteCheckpoint& x) {
+  return f(caf::meta::type_name("WriteCheckpoint"), x.steps_done, x.samples, x.losses);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CheckpointWritten& x) {
+  return f(caf::meta::type_name("CheckpointWritten"), x.dir, x.error);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StartTraining& x) {
+  return f(caf::meta::type_name("StartTraining"), x.first_step, x.last_step);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepReport& x) {
+  return f(caf::meta::type_name("StepReport"), x.step, x.loss, x.samples, x.step_s, x.sched_s);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TrainingEnded& x) {
+  return f(caf::meta::type_name("TrainingEnded"), x.steps_done, x.checkpoint, x.error, x.interrupted);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TraceEvent& x) {
+  return f(caf::meta::type_name("TraceEvent"), x.track, x.name, x.category, x.begin_us, x.duration_us);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, FlushTrace& x) {
+  return f(caf::meta::type_name("FlushTrace"), x.path);
+}
+
+// Registers every message above by name ("maestro.RunTask", ...), as both
+// ends of a cross-process hop must.
+inline void add_message_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<RunTask>("maestro.RunTask")
+      .add_message_type<TaskDone>("maestro.TaskDone")
+      .add_message_type<GetGrads>("maestro.GetGrads")
+      .add_message_type<Grads>("maestro.Grads")
+      .add_message_type<ApplyGrads>("maestro.ApplyGrads")
+      .add_message_type<Applied>("maestro.Applied")
+      .add_message_type<SaveSection>("maestro.SaveSection")
+      .add_message_type<Saved>("maestro.Saved")
+      .add_message_type<GetBatch>("maestro.GetBatch")
+      .add_message_type<BatchReady>("maestro.BatchReady")
+      .add_message_type<WriteCheckpoint>("maestro.WriteCheckpoint")
+      .add_message_type<CheckpointWritten>("maestro.CheckpointWritten")
+      .add_message_type<StartTraining>("maestro.StartTraining")
+      .add_message_type<StepReport>("maestro.StepReport")
+      .add_message_type<TrainingEnded>("maestro.TrainingEnded")
+      .add_message_type<TraceEvent>("maestro.TraceEvent")
+      .add_message_type<FlushTrace>("maestro.FlushTrace");
+}
+
+}  // namespace maestro

@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/messages.h"
 #include "actors/train_phases.h"
 
 namespace maestro {
@@ -52,6 +53,7 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   // cores the compute workers need: the sharing policy's workers sleep on a
   // condition variable instead (docs/PERFORMANCE.md §4: 1.36× faster steps).
   cfg.set("scheduler.policy", caf::atom("sharing"));
+  add_message_types(cfg);
   caf::actor_system sys{cfg};
   const RunActors actors = spawn_run(sys, setup, graph, plan, inputs, train, options);
   drive_run(sys, actors, setup, options, on_step, result);

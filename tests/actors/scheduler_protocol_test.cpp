@@ -158,6 +158,7 @@ RunOutcome run_two_sections(unsigned seed, int steps, int fail_at_step = -1, std
   RunOutcome out;
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 2);
+  add_message_types(cfg);
   caf::actor_system sys{cfg};
   LocalTransport transport;
   std::vector<caf::actor> all;
