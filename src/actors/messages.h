@@ -158,96 +158,24 @@ typename Inspector::result_type inspect(Inspector& f, StageTensor& x) {
   return f(caf::meta::type_name("StageTensor"), x.tensor, no_geometry);
 }
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, FlowTensor& x) {
-  return f(caf::meta::type_name("FlowTensor"), x.flow, x.sample, x.tensor);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, RunTask& x) {
-  return f(caf::meta::type_name("RunTask"), x.step, x.task, x.samples, x.inputs, x.data, x.stage_in);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, TaskDone& x) {
-  return f(caf::meta::type_name("TaskDone"), x.step, x.task, x.outputs, x.loss, x.begin_us, x.duration_us, x.error,
-           x.stage_out);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, GetGrads& x) {
-  return f(caf::meta::type_name("GetGrads"), x.step);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, Grads& x) {
-  return f(caf::meta::type_name("Grads"), x.section, x.stage, x.replica, x.grads, x.error);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, ApplyGrads& x) {
-  return f(caf::meta::type_name("ApplyGrads"), x.step, x.summed, x.scale, x.lr);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, Applied& x) {
-  return f(caf::meta::type_name("Applied"), x.section, x.stage, x.replica, x.error);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, SaveSection& x) {
-  return f(caf::meta::type_name("SaveSection"), x.path);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, Saved& x) {
-  return f(caf::meta::type_name("Saved"), x.section, x.error);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, GetBatch& x) {
-  return f(caf::meta::type_name("GetBatch"), x.step);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, BatchReady& x) {
-  return f(caf::meta::type_name("BatchReady"), x.data, x.error);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, WriteCheckpoint& x) {
-  return f(caf::meta::type_name("WriteCheckpoint"), x.steps_done, x.samples, x.losses);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, CheckpointWritten& x) {
-  return f(caf::meta::type_name("CheckpointWritten"), x.dir, x.error);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, StartTraining& x) {
-  return f(caf::meta::type_name("StartTraining"), x.first_step, x.last_step);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, StepReport& x) {
-  return f(caf::meta::type_name("StepReport"), x.step, x.loss, x.samples, x.step_s, x.sched_s);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, TrainingEnded& x) {
-  return f(caf::meta::type_name("TrainingEnded"), x.steps_done, x.checkpoint, x.error, x.interrupted);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, TraceEvent& x) {
-  return f(caf::meta::type_name("TraceEvent"), x.track, x.name, x.category, x.begin_us, x.duration_us);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, FlushTrace& x) {
-  return f(caf::meta::type_name("FlushTrace"), x.path);
-}
+MAESTRO_INSPECT(FlowTensor, x.flow, x.sample, x.tensor)
+MAESTRO_INSPECT(RunTask, x.step, x.task, x.samples, x.inputs, x.data, x.stage_in)
+MAESTRO_INSPECT(TaskDone, x.step, x.task, x.outputs, x.loss, x.begin_us, x.duration_us, x.error, x.stage_out)
+MAESTRO_INSPECT(GetGrads, x.step)
+MAESTRO_INSPECT(Grads, x.section, x.stage, x.replica, x.grads, x.error)
+MAESTRO_INSPECT(ApplyGrads, x.step, x.summed, x.scale, x.lr)
+MAESTRO_INSPECT(Applied, x.section, x.stage, x.replica, x.error)
+MAESTRO_INSPECT(SaveSection, x.path)
+MAESTRO_INSPECT(Saved, x.section, x.error)
+MAESTRO_INSPECT(GetBatch, x.step)
+MAESTRO_INSPECT(BatchReady, x.data, x.error)
+MAESTRO_INSPECT(WriteCheckpoint, x.steps_done, x.samples, x.losses)
+MAESTRO_INSPECT(CheckpointWritten, x.dir, x.error)
+MAESTRO_INSPECT(StartTraining, x.first_step, x.last_step)
+MAESTRO_INSPECT(StepReport, x.step, x.loss, x.samples, x.step_s, x.sched_s)
+MAESTRO_INSPECT(TrainingEnded, x.steps_done, x.checkpoint, x.error, x.interrupted)
+MAESTRO_INSPECT(TraceEvent, x.track, x.name, x.category, x.begin_us, x.duration_us)
+MAESTRO_INSPECT(FlushTrace, x.path)
 
 // Registers every message above by name ("maestro.RunTask", ...), as both
 // ends of a cross-process hop must.

@@ -19,32 +19,21 @@
 #include "plan/schedule.h"
 #include "transport/tensor_ref.h"
 
+// inspect(f, x) for a plain struct: its name and the fields listed (as
+// `x.field`), in order.
+#define MAESTRO_INSPECT(Type, ...)                                     \
+  template <class Inspector>                                           \
+  typename Inspector::result_type inspect(Inspector& f, Type& x) {     \
+    return f(caf::meta::type_name(#Type), __VA_ARGS__);                \
+  }
+
 namespace maestro {
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, ModalitySet& x) {
-  return f(caf::meta::type_name("ModalitySet"), x.bits);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, Sample& x) {
-  return f(caf::meta::type_name("Sample"), x.id, x.modalities, x.text_tokens, x.images, x.audio_frames);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, Batch& x) {
-  return f(caf::meta::type_name("Batch"), x.step, x.samples);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, SampleInputs& x) {
-  return f(caf::meta::type_name("SampleInputs"), x.tokens, x.pixels, x.mel);
-}
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, StepData& x) {
-  return f(caf::meta::type_name("StepData"), x.batch, x.inputs, x.loss_positions);
-}
+MAESTRO_INSPECT(ModalitySet, x.bits)
+MAESTRO_INSPECT(Sample, x.id, x.modalities, x.text_tokens, x.images, x.audio_frames)
+MAESTRO_INSPECT(Batch, x.step, x.samples)
+MAESTRO_INSPECT(SampleInputs, x.tokens, x.pixels, x.mel)
+MAESTRO_INSPECT(StepData, x.batch, x.inputs, x.loss_positions)
 
 // The step's shared, read-only data: by value across a process (null stays null).
 template <class Inspector>
@@ -61,10 +50,7 @@ typename Inspector::result_type inspect(Inspector& f, std::shared_ptr<const Step
   return f(present, value, load);
 }
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, Task& x) {
-  return f(caf::meta::type_name("Task"), x.id, x.section, x.replica, x.stage, x.kind, x.micro_batch, x.deps);
-}
+MAESTRO_INSPECT(Task, x.id, x.section, x.replica, x.stage, x.kind, x.micro_batch, x.deps)
 
 // A tensor by value: present, shape, values [numel].
 template <class Inspector>
