@@ -1,5 +1,5 @@
 // The scheduler actor (see actors.h): one step at a time, it takes the
-// prefetched batch, turns the step's Schedule into a StepExecution and sends
+// prefetched batch, executes the step's Schedule through a StepExecution and sends
 // every ready task to its replica at once; each completion releases the next
 // frontier. When every task is done it syncs gradients — per section and
 // pipeline stage, the dp replicas' gradients summed in replica order; the
@@ -72,7 +72,7 @@ void checkpoint_then(Self* self, std::function<void()> next) {
 void finish_step(Self* self) {
   auto& st = self->state;
   const double loss = st.exec->loss();
-  const int64_t n = int64_t(st.exec->graph().tasks.empty() ? 0 : st.cfg.global_batch);
+  const int64_t n = int64_t(st.exec->schedule().tasks.empty() ? 0 : st.cfg.global_batch);
   st.samples += n;
   st.cfg.losses.push_back(loss);
   const double step_s = std::chrono::duration<double>(Clock::now() - st.step_begin).count();
@@ -90,11 +90,11 @@ void finish_step(Self* self) {
 void apply_grads(Self* self) {
   Busy busy{self};
   auto& st = self->state;
-  const Program& p = *st.cfg.program;
+  const size_t n_sections = st.cfg.graph->nodes.size();
   // Sum over replicas (replica order), then the global norm (section, stage order).
-  std::vector<std::vector<TensorRef>> summed(p.sections.size());  // [section][stage]
+  std::vector<std::vector<TensorRef>> summed(n_sections);  // [section][stage]
   double sq = 0;
-  for (size_t s = 0; s < p.sections.size(); ++s)
+  for (size_t s = 0; s < n_sections; ++s)
     for (const std::vector<TensorRef>& stage : st.grads[s]) {
       summed[s].push_back(sum_in_order(*st.cfg.transport, stage));
       sq += sum_of_squares(summed[s].back());
@@ -106,7 +106,7 @@ void apply_grads(Self* self) {
   const double scale = st.cfg.grad_clip > 0 ? std::min(1.0, st.cfg.grad_clip / (norm + 1e-6)) : 1.0;
   const double lr = st.cfg.lr_at(st.step);
   st.applies_pending = 0;
-  for (size_t s = 0; s < p.sections.size(); ++s)
+  for (size_t s = 0; s < n_sections; ++s)
     for (size_t k = 0; k < summed[s].size(); ++k)
       for (const caf::actor& r : st.cfg.replicas[s][k]) {
         ++st.applies_pending;
@@ -123,13 +123,13 @@ void apply_grads(Self* self) {
 
 void sync_grads(Self* self) {
   auto& st = self->state;
-  const Program& p = *st.cfg.program;
+  const SectionGraph& g = *st.cfg.graph;
   const double loss = st.exec->loss();
   if (!std::isfinite(loss)) return end_run(self, fmt::format("step {}: the loss is not finite ({})", st.step, loss));
-  st.grads.assign(p.sections.size(), {});
+  st.grads.assign(g.nodes.size(), {});
   st.grads_pending = 0;
-  for (size_t s = 0; s < p.sections.size(); ++s) {
-    if (p.sections[s].mode != Mode::Train) continue;
+  for (size_t s = 0; s < g.nodes.size(); ++s) {
+    if (g.section(int(s)).mode != Mode::Train) continue;
     st.grads[s].resize(st.cfg.replicas[s].size());
     for (size_t k = 0; k < st.cfg.replicas[s].size(); ++k) {
       st.grads[s][k].resize(st.cfg.replicas[s][k].size());
@@ -196,7 +196,7 @@ void begin_step(Self* self) {
             {
               Busy busy{self};
               try {
-                st.exec.emplace(*st.cfg.program, st.cfg.make_graph(*b.data), b.data, st.step);
+                st.exec.emplace(*st.cfg.graph, *st.cfg.plan, st.cfg.schedule_of(b.data->batch), b.data, st.step);
               } catch (const std::exception& e) {
                 return end_run(self, fmt::format("step {}: cannot schedule: {}", st.step, e.what()));
               }

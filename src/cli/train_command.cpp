@@ -2,7 +2,9 @@
 // actor runtime (actors/trainer.h). It shows progress (a bar on a terminal,
 // plain lines otherwise, nothing with --quiet), prints a human summary, and
 // with --json the training summary of runtime-config.md as the last stdout
-// line. Ctrl-C asks the run to checkpoint and stop.
+// line. Ctrl-C asks the run to checkpoint and stop. The Program is turned
+// into what the runtime runs here, once: the CPU runtime's program (tp = 1),
+// its SectionGraph, the step inputs and the run's Plan (actors/run_plan.h).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -11,8 +13,11 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "actors/run_plan.h"
+#include "actors/step_inputs.h"
 #include "actors/trainer.h"
 #include "cli/command.h"
+#include "data/manifest.h"
 
 namespace maestro {
 
@@ -72,10 +77,28 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
   opt.seed = config.runtime.seed;
   opt.threads = config.runtime.threads;
   opt.interrupt = &g_interrupt;
+
+  Program runnable;
+  SectionGraph graph;
+  std::unique_ptr<StepInputs> inputs;
+  Plan plan;
+  try {
+    runnable = cpu_runnable(program);
+    graph = build_graph(runnable);
+    inputs = std::make_unique<StepInputs>(graph, runnable.data, runnable.train.global_batch);
+    plan = plan_cpu_run(graph, cpu_slots(opt.threads), inputs->step(0)->batch);  // sized on step 0, as --print plan
+  } catch (const DataError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+
   std::signal(SIGINT, on_sigint);
 
   const bool tty = isatty(fileno(stdout)) != 0;
-  const TrainResult r = train(program, opt, [&](const StepProgress& p) {
+  const TrainResult r = train(graph, plan, *inputs, runnable.train, opt, [&](const StepProgress& p) {
     if (!cli.quiet) show_progress(p, tty);
   });
   std::signal(SIGINT, SIG_DFL);

@@ -13,11 +13,6 @@
 
 namespace maestro {
 
-SectionActivity::SectionActivity(const SectionGraph& g) : mask_(g.nodes.size(), 0) {
-  for (const GraphEdge& e : g.edges) edges_.emplace_back(e.from, e.to);
-  for (size_t s = 0; s < g.nodes.size(); ++s) mask_[s] = g.nodes[s].active_mask;
-}
-
 namespace {
 
 Mode mode_of(const SectionGraph& g, int s) { return g.section(s).mode; }
@@ -40,11 +35,10 @@ void check_plan(const SectionGraph& g, const Plan& plan) {
 
 // Per section: the batch indices of the samples it is active on, loader order.
 std::vector<std::vector<int32_t>> active_samples(const SectionGraph& g, const Batch& batch) {
-  const SectionActivity act(g);
   std::vector<std::vector<int32_t>> active(g.nodes.size());
   for (size_t i = 0; i < batch.samples.size(); ++i)
     for (size_t s = 0; s < g.nodes.size(); ++s)
-      if (act.active(int(s), batch.samples[i].modalities)) active[s].push_back(int32_t(i));
+      if (g.active(int(s), batch.samples[i].modalities)) active[s].push_back(int32_t(i));
   return active;
 }
 
@@ -75,7 +69,6 @@ struct TaskIndex {
 
 // The dependencies schedule.h's rules require, per task (sorted, unique).
 std::vector<std::vector<int64_t>> rule_deps(const SectionGraph& g, const Plan& plan, const Schedule& sch) {
-  const SectionActivity act(g);
   const auto mb_of = micro_batch_index(sch);
   const TaskIndex idx(sch, plan);
   std::vector<std::vector<int64_t>> deps(sch.tasks.size());
@@ -92,7 +85,7 @@ std::vector<std::vector<int64_t>> rule_deps(const SectionGraph& g, const Plan& p
           const int p = g.edges[e].from;
           const int64_t ppp = plan.sections[p].pp;
           for (int32_t i : mb.samples)
-            if (act.carries(e, sch.batch.samples[i].modalities) && mb_of[p][i] >= 0)
+            if (g.carries(e, sch.batch.samples[i].modalities) && mb_of[p][i] >= 0)
               d.push_back(idx.forward[p][size_t(mb_of[p][i] * ppp + ppp - 1)]);
         }
       }
@@ -104,7 +97,7 @@ std::vector<std::vector<int64_t>> rule_deps(const SectionGraph& g, const Plan& p
         const int c = g.edges[e].to;
         if (g.edges[e].kind != FlowKind::Activations || !sch.sections[c].backward) continue;
         for (int32_t i : mb.samples)
-          if (act.carries(e, sch.batch.samples[i].modalities) && mb_of[c][i] >= 0)
+          if (g.carries(e, sch.batch.samples[i].modalities) && mb_of[c][i] >= 0)
             d.push_back(idx.backward[c][size_t(mb_of[c][i] * plan.sections[c].pp)]);
       }
     }
@@ -146,7 +139,6 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
   Schedule sch = empty_schedule(g, plan, std::move(batch), Schedule::Policy::Wavefront);
   const auto& samples = sch.batch.samples;
   const size_t n = samples.size();
-  const SectionActivity act(g);
   const auto active = active_samples(g, sch.batch);
 
   // round[s][i]: the position, within its replica's sequence, of section s's
@@ -170,12 +162,12 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
       const ModalitySet mods = samples[i].modalities;
       bool needed = false;
       for (int e : g.nodes[s].consumers)
-        if (act.carries(e, mods)) {
+        if (g.carries(e, mods)) {
           const int32_t r = round[g.edges[e].to][i];
           k.need = needed ? std::min(k.need, r) : r;
           needed = true;
         }
-      for (int e : g.nodes[s].producers) fed = fed || act.carries(e, mods);
+      for (int e : g.nodes[s].producers) fed = fed || g.carries(e, mods);
       k.phase = fed ? 1 : 0;
       one[0] = &samples[i];
       k.cost = cost.forward_s(s, one, sp) + (sch.sections[s].backward ? cost.backward_s(s, one, sp) : 0.0);
@@ -244,7 +236,6 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
 Schedule monolithic_schedule(const SectionGraph& g, const Plan& plan, Batch batch, int64_t micro_batch) {
   if (micro_batch < 1) throw std::invalid_argument("monolithic schedule: micro_batch must be >= 1");
   Schedule sch = empty_schedule(g, plan, std::move(batch), Schedule::Policy::Monolithic);
-  const SectionActivity act(g);
   const int64_t n = int64_t(sch.batch.samples.size());
   int64_t lanes = plan.sections.empty() ? 1 : plan.sections[0].dp;
   for (const SectionPlan& p : plan.sections) lanes = std::min(lanes, p.dp);
@@ -260,7 +251,7 @@ Schedule monolithic_schedule(const SectionGraph& g, const Plan& plan, Batch batc
     for (int s : g.topo_order) {
       MicroBatch mb{int64_t(sch.sections[s].micro_batches.size()), lane % plan.sections[s].dp, {}};
       for (int64_t i = c * micro_batch; i < std::min(n, (c + 1) * micro_batch); ++i)
-        if (act.active(s, sch.batch.samples[size_t(i)].modalities)) mb.samples.push_back(int32_t(i));
+        if (g.active(s, sch.batch.samples[size_t(i)].modalities)) mb.samples.push_back(int32_t(i));
       if (mb.samples.empty()) continue;
       parts.emplace_back(s, mb.id);
       sch.sections[s].micro_batches.push_back(std::move(mb));
@@ -276,6 +267,67 @@ Schedule monolithic_schedule(const SectionGraph& g, const Plan& plan, Batch batc
   return sch;
 }
 
+namespace {
+
+// The dependency rules of schedule.h checked from the samples up, written
+// apart from the builders' rule_deps so that a bug there can't hide itself:
+// for every task and every sample of its micro-batch, the task (section,
+// kind, stage) that must finish first — the sample's forward upstream, its
+// consumers' backward downstream, the neighbouring stage — has to be among
+// the task's deps. Extra deps (monolithic lanes, chained backwards) are
+// allowed. Expects ids, ranges and coverage already checked.
+std::vector<std::string> missing_dependencies(const SectionGraph& g, const Plan& plan, const Schedule& sch) {
+  const size_t n = sch.batch.samples.size();
+  // run[kind][section][stage * n + sample] = the task running the sample there, -1 when none.
+  std::vector<std::vector<std::vector<int64_t>>> run(2, std::vector<std::vector<int64_t>>(g.nodes.size()));
+  for (size_t s = 0; s < g.nodes.size(); ++s)
+    for (auto& kind : run) kind[s].assign(size_t(plan.sections[s].pp) * n, -1);
+  for (const Task& t : sch.tasks)
+    for (int32_t i : sch.micro_batch_of(t).samples)
+      run[size_t(t.kind)][size_t(t.section)][size_t(t.stage) * n + size_t(i)] = t.id;
+  auto task_at = [&](Task::Kind k, int s, int64_t stage, int32_t i) {
+    return run[size_t(k)][size_t(s)][size_t(stage) * n + size_t(i)];
+  };
+  std::vector<std::string> bad;
+  std::vector<int64_t> dep_of(sch.tasks.size(), -1);  // dep_of[d] == t.id: d is among t's deps
+  for (const Task& t : sch.tasks) {
+    for (int64_t d : t.deps) dep_of[size_t(d)] = t.id;
+    const int64_t last = plan.sections[size_t(t.section)].pp - 1;
+    const char* kind = t.kind == Task::Kind::Forward ? "forward" : "backward";
+    auto need = [&](Task::Kind k, int s, int64_t stage, int32_t i, const char* why) {
+      const int64_t d = task_at(k, s, stage, i);
+      if (d >= 0 && dep_of[size_t(d)] == t.id) return;
+      bad.push_back(fmt::format("task {} ({} '{}' mb {} stage {}) lacks its dependency on the {} of sample {} in '{}' "
+                                "stage {} ({}): task {}",
+                                t.id, kind, g.nodes[size_t(t.section)].name, t.micro_batch, t.stage,
+                                k == Task::Kind::Forward ? "forward" : "backward", i, g.nodes[size_t(s)].name, stage,
+                                why, d));
+      if (d >= 0) dep_of[size_t(d)] = t.id;  // reported once per task
+    };
+    for (int32_t i : sch.micro_batch_of(t).samples) {
+      const ModalitySet m = sch.batch.samples[size_t(i)].modalities;
+      if (t.kind == Task::Kind::Forward && t.stage > 0) {
+        need(Task::Kind::Forward, t.section, t.stage - 1, i, "previous stage");
+      } else if (t.kind == Task::Kind::Forward) {
+        for (const GraphEdge& e : g.edges)
+          if (e.to == t.section && g.carries(int(&e - g.edges.data()), m))
+            need(Task::Kind::Forward, e.from, plan.sections[size_t(e.from)].pp - 1, i, "producer");
+      } else if (t.stage < last) {
+        need(Task::Kind::Backward, t.section, t.stage + 1, i, "next stage");
+      } else {
+        need(Task::Kind::Forward, t.section, t.stage, i, "own forward");
+        for (const GraphEdge& e : g.edges)
+          if (e.from == t.section && e.kind == FlowKind::Activations && sch.sections[size_t(e.to)].backward &&
+              g.carries(int(&e - g.edges.data()), m))
+            need(Task::Kind::Backward, e.to, 0, i, "consumer");
+      }
+    }
+  }
+  return bad;
+}
+
+}  // namespace
+
 std::vector<std::string> validate(const SectionGraph& g, const Plan& plan, const Schedule& sch) {
   std::vector<std::string> bad;
   try {
@@ -285,7 +337,6 @@ std::vector<std::string> validate(const SectionGraph& g, const Plan& plan, const
   }
   if (sch.sections.size() != g.nodes.size())
     return {fmt::format("schedule has {} sections, the program {}", sch.sections.size(), g.nodes.size())};
-  const SectionActivity act(g);
   const size_t n = sch.batch.samples.size();
   // Micro-batches: ids, replicas, and every active sample exactly once.
   for (size_t s = 0; s < g.nodes.size(); ++s) {
@@ -309,7 +360,7 @@ std::vector<std::string> validate(const SectionGraph& g, const Plan& plan, const
       }
     }
     for (size_t i = 0; i < n; ++i) {
-      const bool active = act.active(int(s), sch.batch.samples[i].modalities);
+      const bool active = g.active(int(s), sch.batch.samples[i].modalities);
       if (seen[i] != (active ? 1 : 0))
         bad.push_back(fmt::format("section '{}': sample {} ({}) is in {} micro-batches", name, i,
                                   active ? "active" : "inactive", seen[i]));
@@ -350,14 +401,8 @@ std::vector<std::string> validate(const SectionGraph& g, const Plan& plan, const
                                   backward ? "backward" : "forward", count[s][slot]));
     }
   if (!bad.empty()) return bad;
-  // Every rule's dependency is present.
-  const auto required = rule_deps(g, plan, sch);
-  for (const Task& t : sch.tasks)
-    for (int64_t d : required[size_t(t.id)])
-      if (std::find(t.deps.begin(), t.deps.end(), d) == t.deps.end())
-        bad.push_back(fmt::format("task {} ({} '{}' mb {} stage {}) lacks its dependency on task {}", t.id,
-                                  t.kind == Task::Kind::Forward ? "forward" : "backward", g.nodes[size_t(t.section)].name,
-                                  t.micro_batch, t.stage, d));
+  // Every rule's dependency is present, restated per sample.
+  for (const std::string& line : missing_dependencies(g, plan, sch)) bad.push_back(line);
   // Waves: every task once, after all of its deps.
   std::vector<int64_t> wave_of(sch.tasks.size(), -1);
   for (size_t w = 0; w < sch.waves.size(); ++w)

@@ -8,7 +8,8 @@
 //  - a consumer's forward of a micro-batch depends on the producer's forward
 //    tasks (last stage) whose micro-batch holds any of its samples, for every
 //    `activations` or `logits` flow into it; a flow carries a sample only
-//    when both ends are active on it;
+//    when both ends are active on it (SectionGraph::active / carries, the
+//    one activation rule);
 //  - a section's backward of a micro-batch (last stage) depends on its own
 //    forward (last stage) and on the backward (stage 0) of every consumer
 //    micro-batch, over `activations` flows into consumers that have a
@@ -31,24 +32,6 @@
 #include "plan/plan.h"
 
 namespace maestro {
-
-// Which sections run on a sample, from its modalities: the section's `when`
-// holds, and a section that reads nothing from the sample (`consumes = []`,
-// a projector) and has inflows runs only when one of its producers does —
-// the runtime's rule (actors/sample_shape.h). A flow carries a sample when
-// both ends run on it. A table over the 16 modality sets.
-class SectionActivity {
- public:
-  explicit SectionActivity(const SectionGraph& graph);
-  bool active(int section, ModalitySet m) const { return (mask_[size_t(section)] >> m.bits) & 1u; }
-  bool carries(int edge, ModalitySet m) const {
-    return active(edges_[size_t(edge)].first, m) && active(edges_[size_t(edge)].second, m);
-  }
-
- private:
-  std::vector<uint32_t> mask_;               // per section: bit b = active on modality set b
-  std::vector<std::pair<int, int>> edges_;  // (from, to) per flow edge
-};
 
 struct MicroBatch {
   int64_t id = 0;                // index in SectionSchedule::micro_batches

@@ -30,13 +30,13 @@ std::vector<std::vector<int>> edge_table(const SectionGraph& g) {
 }
 
 // Samples both micro-batches hold that the edge carries, in `a`'s order.
-std::vector<const Sample*> carried(const SectionActivity& act, int edge, const Batch& batch, const MicroBatch& a,
+std::vector<const Sample*> carried(const SectionGraph& g, int edge, const Batch& batch, const MicroBatch& a,
                                    const MicroBatch& b) {
   std::vector<int32_t> in_b(b.samples);
   std::sort(in_b.begin(), in_b.end());
   std::vector<const Sample*> out;
   for (int32_t i : a.samples)
-    if (std::binary_search(in_b.begin(), in_b.end(), i) && act.carries(edge, batch.samples[size_t(i)].modalities))
+    if (std::binary_search(in_b.begin(), in_b.end(), i) && g.carries(edge, batch.samples[size_t(i)].modalities))
       out.push_back(&batch.samples[size_t(i)]);
   return out;
 }
@@ -51,7 +51,6 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     throw std::invalid_argument("simulate: invalid schedule: " + bad.front());
   const int64_t devices = plan.device_count();
   const auto edges = edge_table(g);
-  const SectionActivity act(g);
   const size_t n_tasks = sch.tasks.size();
 
   SimResult r;
@@ -150,7 +149,7 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
         const int from = forward ? t.section : u.section, to = forward ? u.section : t.section;
         const int e = edges[size_t(from)][size_t(to)];
         if (e >= 0) {
-          const auto moved = carried(act, e, sch.batch, sch.micro_batch_of(u), mb);
+          const auto moved = carried(g, e, sch.batch, sch.micro_batch_of(u), mb);
           if (!moved.empty()) {
             const double transfer = cost.transfer_s(g.program->flows[size_t(e)], moved, plan.sections[size_t(from)],
                                                     plan.sections[size_t(to)]);
@@ -220,7 +219,6 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
 }
 
 double lower_bound_s(const SectionGraph& g, const Plan& plan, const Batch& batch, const CostModel& cost) {
-  const SectionActivity act(g);
   const size_t n_sections = g.nodes.size();
   double work = 0, critical = 0;
   std::vector<double> forward_end(n_sections), backward_end(n_sections);
@@ -230,12 +228,12 @@ double lower_bound_s(const SectionGraph& g, const Plan& plan, const Batch& batch
     std::fill(forward_end.begin(), forward_end.end(), 0.0);
     std::fill(backward_end.begin(), backward_end.end(), 0.0);
     for (int s : g.topo_order) {
-      if (!act.active(s, sample.modalities)) continue;
+      if (!g.active(s, sample.modalities)) continue;
       const SectionPlan& sp = plan.sections[size_t(s)];
       work += cost.peak_device_s(s, sample);
       double start = 0;
       for (int e : g.nodes[size_t(s)].producers)
-        if (act.carries(e, sample.modalities)) {
+        if (g.carries(e, sample.modalities)) {
           const int p = g.edges[size_t(e)].from;
           start = std::max(start, forward_end[size_t(p)] +
                                       cost.transfer_s(g.program->flows[size_t(e)], one, plan.sections[size_t(p)], sp));
@@ -245,13 +243,13 @@ double lower_bound_s(const SectionGraph& g, const Plan& plan, const Batch& batch
     }
     for (auto it = g.topo_order.rbegin(); it != g.topo_order.rend(); ++it) {
       const int s = *it;
-      if (!act.active(s, sample.modalities) || g.section(s).mode != Mode::Train) continue;
+      if (!g.active(s, sample.modalities) || g.section(s).mode != Mode::Train) continue;
       const SectionPlan& sp = plan.sections[size_t(s)];
       double start = forward_end[size_t(s)];
       for (int e : g.nodes[size_t(s)].consumers) {
         const int c = g.edges[size_t(e)].to;
         if (g.edges[size_t(e)].kind == FlowKind::Activations && g.section(c).mode == Mode::Train &&
-            act.carries(e, sample.modalities))
+            g.carries(e, sample.modalities))
           start = std::max(start, backward_end[size_t(c)] +
                                       cost.transfer_s(g.program->flows[size_t(e)], one, sp, plan.sections[size_t(c)]));
       }

@@ -130,8 +130,6 @@ struct Checker {
   const SectionGraph& g;
   const Plan& plan;
   const Schedule& sch;
-  SectionActivity act{g};
-
   // task id of (section, kind, sample, stage), -1 when none.
   std::map<std::tuple<int, int, int32_t, int64_t>, int64_t> task_of;
 
@@ -154,7 +152,7 @@ struct Checker {
     for (size_t s = 0; s < g.nodes.size(); ++s)
       for (size_t i = 0; i < sch.batch.samples.size(); ++i)
         for (int64_t st = 0; st < plan.sections[s].pp; ++st) {
-          const bool on = act.active(int(s), sch.batch.samples[i].modalities);
+          const bool on = g.active(int(s), sch.batch.samples[i].modalities);
           const bool train = g.section(int(s)).mode == Mode::Train;
           BOOST_CHECK_EQUAL(find(int(s), Task::Kind::Forward, int32_t(i), st) >= 0, on);
           BOOST_CHECK_EQUAL(find(int(s), Task::Kind::Backward, int32_t(i), st) >= 0, on && train);
@@ -171,14 +169,14 @@ struct Checker {
         if (t.stage > 0) out.push_back(find(t.section, Task::Kind::Forward, i, t.stage - 1));
         else
           for (const GraphEdge& e : g.edges)
-            if (e.to == t.section && act.active(e.from, m))
+            if (e.to == t.section && g.active(e.from, m))
               out.push_back(find(e.from, Task::Kind::Forward, i, plan.sections[size_t(e.from)].pp - 1));
       } else {
         out.push_back(find(t.section, Task::Kind::Forward, i, t.stage));
         if (t.stage < pp - 1) out.push_back(find(t.section, Task::Kind::Backward, i, t.stage + 1));
         else
           for (const GraphEdge& e : g.edges)
-            if (e.from == t.section && e.kind == FlowKind::Activations && act.active(e.to, m) &&
+            if (e.from == t.section && e.kind == FlowKind::Activations && g.active(e.to, m) &&
                 g.section(e.to).mode == Mode::Train)
               out.push_back(find(e.to, Task::Kind::Backward, i, 0));
       }
@@ -195,7 +193,7 @@ struct Checker {
         bool fed_on = false;
         for (const GraphEdge& e : g.edges)
           for (int32_t i : mb.samples)
-            fed_on = fed_on || (e.from == int(s) && act.carries(int(&e - g.edges.data()), sch.batch.samples[size_t(i)].modalities));
+            fed_on = fed_on || (e.from == int(s) && g.carries(int(&e - g.edges.data()), sch.batch.samples[size_t(i)].modalities));
         window[s].push_back(!fed_on);
       }
     return window;
@@ -359,11 +357,10 @@ BOOST_AUTO_TEST_CASE(consumers_lead_producers_follow) {
   test::TokenCost cost(g);
   const Schedule sch = wavefront_schedule(g, plan, cost, batch);
   BOOST_REQUIRE(validate(g, plan, sch).empty());
-  const SectionActivity act(g);
   const int llm = g.find("llm"), vision = g.find("vision");
   auto fed = [&](int32_t i) {
     for (int e : g.nodes[size_t(llm)].producers)
-      if (act.carries(e, batch.samples[size_t(i)].modalities)) return true;
+      if (g.carries(e, batch.samples[size_t(i)].modalities)) return true;
     return false;
   };
   // The LLM's order: unfed*, fed*, unfed*, with the unfed split in halves.
