@@ -82,11 +82,11 @@ BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const Co
   std::optional<MegatronConfig> best;
   double best_s = std::numeric_limits<double>::infinity();
   std::string last_problem;
-  for (int64_t tp : {1, 2, 4, 8}) {
+  for (int64_t tp : kDegreeChoices) {
     if (tp > std::min(cl.devices_per_node, cl.devices)) continue;
-    for (int64_t pp : {1, 2, 4, 8}) {
+    for (int64_t pp : kDegreeChoices) {
       if (tp * pp > cl.devices || pp > max_layers(g)) continue;
-      for (int64_t mb : {1, 2, 4, 8, 16}) {
+      for (int64_t mb : kMicroBatchChoices) {
         const MegatronConfig c{tp, pp, cl.devices / (tp * pp), mb};
         if (const std::string p = megatron_memory_problem(g, cl, cost, c, batches.front()); !p.empty()) {
           last_problem = c.str() + ": " + p;

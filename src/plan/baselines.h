@@ -49,8 +49,9 @@ struct BaselineResult {
   std::optional<MegatronConfig> megatron;
 };
 
-// Searches tp ∈ {1,2,4,8} (within a node), pp ∈ {1,2,4,8}, micro_batch ∈
-// {1,2,4,8,16}, dp filling the devices, on batches[0]; reports the fastest
+// Searches the planner's grid (planner.h): tp ∈ kDegreeChoices (within a
+// node), pp ∈ kDegreeChoices, micro_batch ∈ kMicroBatchChoices, dp filling
+// the devices, on batches[0]; reports the fastest
 // feasible one's mean over all batches. Throws PlanError when none fits.
 BaselineResult tuned_megatron(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost,
                               const std::vector<Batch>& batches);

@@ -13,8 +13,6 @@ namespace maestro {
 
 namespace {
 
-constexpr int64_t kDegrees[] = {1, 2, 4, 8};
-constexpr int64_t kMicroBatches[] = {1, 2, 4, 8, 16, 32};
 
 double gb(int64_t bytes) { return double(bytes) / 1e9; }
 
@@ -59,11 +57,11 @@ SectionPlan shape_section(const SectionGraph& g, const Cluster& cl, const CostMo
   const Section& sec = g.section(s);
   const int64_t active = std::max<int64_t>(1, active_count(g, s, batch));
   std::vector<SectionPlan> candidates;  // fewest devices first
-  for (int64_t tp : kDegrees)
-    for (int64_t pp : kDegrees) {
+  for (int64_t tp : kDegreeChoices)
+    for (int64_t pp : kDegreeChoices) {
       if (sec.parallel.tp ? tp != *sec.parallel.tp : tp > std::min(cl.devices_per_node, cl.devices)) continue;
       if (sec.parallel.pp ? pp != *sec.parallel.pp : pp > layers_of(sec.model) || tp * pp > cl.devices) continue;
-      for (int64_t mb : kMicroBatches)
+      for (int64_t mb : kMicroBatchChoices)
         if (sec.micro_batch ? mb == 1 : mb <= active) candidates.push_back({0, tp * pp, tp, pp, 1, sec.micro_batch.value_or(mb)});
     }
   if (sec.parallel.tp && sec.parallel.pp && candidates.empty())

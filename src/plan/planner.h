@@ -17,6 +17,11 @@
 
 namespace maestro {
 
+// The choices the planner searches for an `auto` degree or micro-batch
+// size; the tuned Megatron baseline searches the same (baselines.h).
+inline constexpr int64_t kDegreeChoices[] = {1, 2, 4, 8};
+inline constexpr int64_t kMicroBatchChoices[] = {1, 2, 4, 8, 16, 32};
+
 // Micro-batches whose activations stage 0 of a replica keeps alive at once
 // under 1F1B: pp (Plan::in_flight_cap is the largest pp of the plan).
 inline int64_t in_flight_micro_batches(int64_t pp) { return pp; }

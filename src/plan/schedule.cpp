@@ -244,10 +244,16 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
 Schedule monolithic_schedule(const SectionGraph& g, const Plan& plan, Batch batch, int64_t micro_batch) {
   if (micro_batch < 1) throw std::invalid_argument("monolithic schedule: micro_batch must be >= 1");
   Schedule sch = empty_schedule(g, plan, std::move(batch), Schedule::Policy::Monolithic);
+  // The lanes bound what is in flight (one chunk per lane, ⌈L / dp_s⌉ per
+  // replica of section s); a window cap on top would count a chunk's
+  // chained, data-free forward links as feeds.
+  sch.in_flight_cap = 0;
   const SectionActivity act(g);
   const int64_t n = int64_t(sch.batch.samples.size());
-  int64_t lanes = plan.sections.empty() ? 1 : plan.sections[0].dp;
-  for (const SectionPlan& p : plan.sections) lanes = std::min(lanes, p.dp);
+  // As many lanes as the largest dp, so that every section spreads its
+  // chunks over all of its own replicas (chunk c on replica c mod dp).
+  int64_t lanes = 1;
+  for (const SectionPlan& p : plan.sections) lanes = std::max(lanes, p.dp);
   std::vector<int64_t> last_of_lane(size_t(lanes), -1);
   auto chain = [&](int s, int64_t lane, int64_t stage, Task::Kind kind, int64_t mb) {
     add_task(sch, s, sch.sections[s].micro_batches[size_t(mb)].replica, stage, kind, mb);
@@ -258,7 +264,7 @@ Schedule monolithic_schedule(const SectionGraph& g, const Plan& plan, Batch batc
     const int64_t lane = c % lanes;
     std::vector<std::pair<int, int64_t>> parts;  // (section, its micro-batch of this chunk), producers first
     for (int s : g.topo_order) {
-      MicroBatch mb{int64_t(sch.sections[s].micro_batches.size()), lane % plan.sections[s].dp, {}};
+      MicroBatch mb{int64_t(sch.sections[s].micro_batches.size()), c % plan.sections[s].dp, {}};
       for (int64_t i = c * micro_batch; i < std::min(n, (c + 1) * micro_batch); ++i)
         if (act.active(s, sch.batch.samples[size_t(i)].modalities)) mb.samples.push_back(int32_t(i));
       if (mb.samples.empty()) continue;

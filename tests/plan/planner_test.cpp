@@ -175,6 +175,21 @@ BOOST_AUTO_TEST_CASE(megatron_pipelines_its_micro_batches) {
   BOOST_TEST(problem.find("exceeds h100's 80 GB") != std::string::npos, problem);
 }
 
+// Issue 10: the tuned Megatron searches the planner's micro-batch sizes,
+// 32 included. Short samples on 8 × H100, 32 per replica: one micro-batch
+// of 32 per replica makes the largest GEMMs, which the cost model rewards.
+BOOST_AUTO_TEST_CASE(tuned_megatron_searches_the_planners_micro_batches) {
+  const Program program = parse(text_only(kLlama7b, "tp = auto; pp = auto; dp = auto;", 256, "128"));
+  const SectionGraph g = build_graph(program);
+  const Cluster cl = make_cluster(load_runtime_config("configs/h100x8.toml"));
+  const RooflineCost cost(g, cl);
+  const std::vector<Batch> batches = {Sampler(program.data, 256).batch(0)};
+  const BaselineResult tuned = tuned_megatron(g, cl, cost, batches);
+  BOOST_REQUIRE(tuned.megatron.has_value());
+  BOOST_TEST_MESSAGE("tuned megatron: " << tuned.config);
+  BOOST_TEST(tuned.megatron->micro_batch == 32);
+}
+
 BOOST_AUTO_TEST_CASE(sequential_is_sum_of_sections_on_all_devices) {
   const Program program = load("models/llava15_7b.sect");
   const SectionGraph g = build_graph(program);

@@ -307,6 +307,33 @@ BOOST_AUTO_TEST_CASE(example_models) {
   }
 }
 
+// Issue 10: the monolithic baseline runs as many lanes as the largest dp,
+// and every section spreads its chunks over all of its own replicas (with
+// the smallest dp as lane count, tiny_mllm's LLM replica 1 sat idle behind
+// the vision encoder's dp 1).
+BOOST_AUTO_TEST_CASE(monolithic_uses_every_replica_of_every_section) {
+  const Program p = load("models/tiny_mllm.sect");
+  const SectionGraph g = build_graph(p);
+  Plan plan;
+  for (const Section& s : p.sections) {
+    const int64_t dp = s.name == "vision" ? 1 : (s.name == "llm" ? 2 : 3);
+    plan.sections.push_back({0, dp, 1, 1, dp, 4});
+  }
+  const Batch batch = Sampler(p.data, 64).batch(0);
+  const Schedule sch = monolithic_schedule(g, plan, batch, 4);
+  BOOST_REQUIRE(validate(g, plan, sch).empty());
+  for (size_t s = 0; s < p.sections.size(); ++s) {
+    std::vector<int64_t> per_replica(size_t(plan.sections[s].dp), 0);
+    for (const MicroBatch& mb : sch.sections[s].micro_batches) per_replica[size_t(mb.replica)]++;
+    BOOST_TEST_CONTEXT(p.sections[s].name) {
+      BOOST_REQUIRE(int64_t(sch.sections[s].micro_batches.size()) >= 2 * plan.sections[s].dp);
+      for (int64_t n : per_replica) BOOST_TEST(n > 0);
+      const auto [lo, hi] = std::minmax_element(per_replica.begin(), per_replica.end());
+      BOOST_TEST(*hi - *lo <= int64_t(sch.sections[s].micro_batches.size()) / 2);
+    }
+  }
+}
+
 // A consumer whose micro-batch spans more producer micro-batches than the
 // cap allows must still finish (the cap never stalls), and the cap holds
 // otherwise.
