@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "plan/schedule.h"
@@ -47,16 +48,24 @@ int64_t active_count(const SectionGraph& g, int s, const Batch& batch) {
   return n;
 }
 
-// tp, pp and micro_batch of one section: explicit values kept; among the
-// auto choices that fit in memory, the fastest: with no device budget, the
-// fewest device-seconds per step (section_step_s on one replica × its tp·pp
-// devices); with a budget, the shortest step with dp = budget / (tp·pp)
-// (or the explicit dp). Fewer devices per replica on a tie.
-SectionPlan shape_section(const SectionGraph& g, const Cluster& cl, const CostModel& cost, int s, const Batch& batch,
-                          int64_t budget) {
+struct Shape {
+  SectionPlan plan;
+  Fit memory;
+  double score = 0;  // section_step_s, × devices with no device budget
+};
+
+// The shapes of one section that fit `memory` bytes per device, best first:
+// explicit values kept; tp, pp, micro_batch over the planner's choices; with
+// no device budget, dp = 1 (or the explicit dp) ranked by device-seconds per
+// step (section_step_s × tp·pp·dp); with a budget, dp = budget / (tp·pp),
+// and when dp is auto also every smaller power of two (a smaller dp may
+// sync gradients inside a node), ranked by section_step_s. Fewer devices
+// first on a tie. Throws PlanError naming what ran out when none fits.
+std::vector<Shape> ranked_shapes(const SectionGraph& g, const Cluster& cl, const CostModel& cost, int s,
+                                 const Batch& batch, int64_t budget, int64_t memory) {
   const Section& sec = g.section(s);
   const int64_t active = std::max<int64_t>(1, active_count(g, s, batch));
-  std::vector<SectionPlan> candidates;  // fewest devices first
+  std::vector<SectionPlan> candidates;
   for (int64_t tp : kDegreeChoices)
     for (int64_t pp : kDegreeChoices) {
       if (sec.parallel.tp ? tp != *sec.parallel.tp : tp > std::min(cl.devices_per_node, cl.devices)) continue;
@@ -70,38 +79,55 @@ SectionPlan shape_section(const SectionGraph& g, const Cluster& cl, const CostMo
   std::stable_sort(candidates.begin(), candidates.end(), [](const SectionPlan& a, const SectionPlan& b) {
     return a.devices < b.devices;
   });
-  std::optional<SectionPlan> best;
-  double best_s = 0;
-  std::optional<std::pair<SectionPlan, Fit>> first_miss;
-  for (SectionPlan p : candidates) {
-    if (budget > 0) {
-      p.dp = sec.parallel.dp.value_or(budget / p.devices);
-      if (p.dp < 1) continue;
-      p.devices *= p.dp;
+  std::vector<Shape> shapes;
+  std::optional<Shape> first_miss;  // the error names the first that missed, fewest devices first
+  for (const SectionPlan& c : candidates) {
+    std::vector<int64_t> dps{sec.parallel.dp.value_or(budget > 0 ? budget / c.devices : 1)};
+    if (budget > 0 && !sec.parallel.dp)
+      for (int64_t d = 1; d < dps.front(); d *= 2) dps.push_back(d);
+    for (int64_t dp : dps) {
+      if (dp < 1) continue;
+      SectionPlan p = c;
+      p.dp = dp;
+      p.devices = c.devices * dp;
+      const Fit f = memory_of(g, cost, s, p, batch);
+      if (f.total() > memory) {
+        if (!first_miss) first_miss = Shape{p, f, 0};
+        continue;
+      }
+      const double step = section_step_s(g, cost, s, p, batch);
+      shapes.push_back({p, f, budget > 0 ? step : step * double(p.devices)});
     }
-    const Fit f = memory_of(g, cost, s, p, batch);
-    if (f.total() > cl.device.memory_bytes) {
-      if (!first_miss) first_miss = {p, f};
-      continue;
-    }
-    const double score = section_step_s(g, cost, s, p, batch) * (budget > 0 ? 1.0 : double(p.devices));
-    if (!best || score < best_s) best = p, best_s = score;
   }
-  if (best) return *best;
+  std::stable_sort(shapes.begin(), shapes.end(), [](const Shape& a, const Shape& b) {
+    return a.score != b.score ? a.score < b.score : a.plan.devices < b.plan.devices;
+  });
+  if (!shapes.empty()) return shapes;
   if (!first_miss)
     throw PlanError(fmt::format("section '{}': no tp × pp fits {} {} devices", sec.name, cl.devices, cl.device.name));
-  const auto [p, f] = *first_miss;
-  if (f.weights > cl.device.memory_bytes)
+  const SectionPlan& p = first_miss->plan;
+  const Fit& f = first_miss->memory;
+  if (f.weights > memory)
     throw PlanError(fmt::format("section '{}': {:.1f} GB of weights per device with tp={}, pp={} exceeds {}'s {:.0f} GB",
-                                sec.name, gb(f.weights), p.tp, p.pp, cl.device.name, gb(cl.device.memory_bytes)));
+                                sec.name, gb(f.weights), p.tp, p.pp, cl.device.name, gb(memory)));
   throw PlanError(fmt::format(
       "section '{}': {:.1f} GB of weights + {:.1f} GB of activations per device with tp={}, pp={}, micro_batch={} "
       "exceeds {}'s {:.0f} GB",
-      sec.name, gb(f.weights), gb(f.activations), p.tp, p.pp, p.micro_batch, cl.device.name,
-      gb(cl.device.memory_bytes)));
+      sec.name, gb(f.weights), gb(f.activations), p.tp, p.pp, p.micro_batch, cl.device.name, gb(memory)));
+}
+
+// The best shape of one section (ranked_shapes' first) on the whole device.
+SectionPlan shape_section(const SectionGraph& g, const Cluster& cl, const CostModel& cost, int s, const Batch& batch,
+                          int64_t budget) {
+  return ranked_shapes(g, cl, cost, s, batch, budget, cl.device.memory_bytes).front().plan;
 }
 
 }  // namespace
+
+SectionPlan best_shape_alone(const SectionGraph& g, const Cluster& cl, const CostModel& cost, int s,
+                             const Batch& batch) {
+  return shape_section(g, cl, cost, s, batch, cl.devices);
+}
 
 std::vector<std::vector<const Sample*>> loader_order_micro_batches(const SectionGraph& g, int s, const Batch& batch,
                                                                     int64_t micro_batch) {
@@ -135,18 +161,51 @@ void finish_plan(Plan& plan) {
   plan.in_flight_cap = in_flight_micro_batches(max_pp);
 }
 
-// Every section on the whole cluster, each shaped for all of it; their work
-// serialises on the shared devices.
-Plan co_located_plan(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch) {
+// Every section on the whole cluster (from device 0), each shaped for all
+// of it; their work serialises on the shared devices and so must their
+// memory: sections are fitted largest first, each within what the others'
+// smallest shapes leave. nullopt when they cannot share a device.
+std::optional<Plan> co_located_plan(const SectionGraph& g, const Cluster& cl,
+                                    const std::vector<std::vector<Shape>>& ranked) {
+  const size_t n = g.nodes.size();
+  std::vector<int64_t> least(n);
+  for (size_t s = 0; s < n; ++s) {
+    least[s] = ranked[s].front().memory.total();
+    for (const Shape& x : ranked[s]) least[s] = std::min(least[s], x.memory.total());
+  }
+  std::vector<size_t> order(n);
+  for (size_t s = 0; s < n; ++s) order[s] = s;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return ranked[a].front().memory.total() > ranked[b].front().memory.total();
+  });
+  int64_t left = cl.device.memory_bytes;
+  for (size_t s = 0; s < n; ++s) left -= least[s];
+  if (left < 0) return std::nullopt;
   Plan plan;
   plan.cluster_devices = cl.devices;
-  for (int s = 0; s < int(g.nodes.size()); ++s) {
-    SectionPlan p = shape_section(g, cl, cost, s, batch, cl.devices);
-    p.first_device = 0;
-    plan.sections.push_back(p);
+  plan.sections.resize(n);
+  for (size_t s : order) {
+    left += least[s];  // this section's share, plus what the others' least leaves
+    const auto it = std::find_if(ranked[s].begin(), ranked[s].end(),
+                                 [&](const Shape& x) { return x.memory.total() <= left; });
+    plan.sections[s] = it->plan;  // exists: its least fits
+    left -= it->memory.total();
   }
   finish_plan(plan);
   return plan;
+}
+
+// Bytes per device of a shared plan: every section's state and activations.
+int64_t co_located_memory(const std::vector<std::vector<Shape>>& ranked, const Plan& plan) {
+  int64_t total = 0;
+  for (size_t s = 0; s < ranked.size(); ++s)
+    for (const Shape& x : ranked[s])
+      if (x.plan.tp == plan.sections[s].tp && x.plan.pp == plan.sections[s].pp && x.plan.dp == plan.sections[s].dp &&
+          x.plan.micro_batch == plan.sections[s].micro_batch) {
+        total += x.memory.total();
+        break;
+      }
+  return total;
 }
 
 // Each section on its own devices: start from the minimal shapes, then
@@ -196,9 +255,72 @@ double simulated_s(const SectionGraph& g, const Plan& plan, const CostModel& cos
   return simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost).iteration_s;
 }
 
+// Shapes the planner simulates per section beyond the estimate's best: the
+// estimate (section_step_s) misses replica balance, pipeline fill under the
+// in-flight cap and the other sections on shared devices. Bounded so that
+// planning stays fast on large steps (omni_7b, 4,096 samples: estimate only).
+int64_t simulated_alternatives(const SectionGraph& g, const Batch& batch) {
+  return int64_t(batch.samples.size() * g.nodes.size()) <= 4096 ? 7 : 0;
+}
+
+// Coordinate search on a shared plan: section by section (the longest
+// estimated step first), the next-ranked shapes that keep the plan within
+// device memory, each simulated, the fastest kept.
+Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
+                       const std::vector<std::vector<Shape>>& ranked, Plan plan, double& best_s) {
+  const int64_t alternatives = simulated_alternatives(g, batch);
+  std::vector<size_t> order(ranked.size());
+  for (size_t s = 0; s < order.size(); ++s) order[s] = s;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return ranked[a].front().score > ranked[b].front().score;
+  });
+  auto same = [](const SectionPlan& a, const SectionPlan& b) {
+    return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.micro_batch == b.micro_batch;
+  };
+  // One thing changed: tp or pp doubled or halved, dp doubled, halved or
+  // the largest, or any other micro-batch size (time is not unimodal in it:
+  // token micro-batches).
+  auto neighbour = [](const SectionPlan& a, const SectionPlan& b) {
+    const int64_t x[] = {a.tp, a.pp, a.micro_batch}, y[] = {b.tp, b.pp, b.micro_batch};
+    int changed = 0;
+    bool near = true;
+    for (int k = 0; k < 3; ++k)
+      if (x[k] != y[k]) ++changed, near = near && (k == 2 || x[k] == 2 * y[k] || y[k] == 2 * x[k]);
+    const bool dp_near = a.dp == b.dp || a.dp == 2 * b.dp || b.dp == 2 * a.dp || a.devices == b.devices;
+    return near && dp_near && changed + (a.dp != b.dp) == 1;
+  };
+  std::vector<std::vector<char>> seen(ranked.size());
+  for (size_t s = 0; s < ranked.size(); ++s) seen[s].assign(ranked[s].size(), 0);
+  auto try_shape = [&](size_t s, size_t k) {
+    if (seen[s][k]) return false;
+    seen[s][k] = 1;
+    Plan candidate = plan;
+    candidate.sections[s] = ranked[s][k].plan;
+    if (same(candidate.sections[s], plan.sections[s]) || co_located_memory(ranked, candidate) > cl.device.memory_bytes)
+      return false;
+    finish_plan(candidate);
+    if (const double t = simulated_s(g, candidate, cost, batch); t < best_s) {
+      best_s = t, plan = std::move(candidate);
+      return true;
+    }
+    return false;
+  };
+  for (size_t s : order) {
+    // The estimate's next best, then a hill climb over neighbouring shapes.
+    for (size_t k = 0; k < ranked[s].size() && k <= size_t(alternatives); ++k) try_shape(s, k);
+    for (bool moved = alternatives > 0; moved;) {
+      moved = false;
+      for (size_t k = 0; k < ranked[s].size() && !moved; ++k)
+        if (neighbour(ranked[s][k].plan, plan.sections[s])) moved = try_shape(s, k);
+    }
+  }
+  return plan;
+}
+
 }  // namespace
 
-Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch) {
+Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
+                  const PlannerOptions& options) {
   std::vector<SectionPlan> minimal;
   int64_t wanted = 0;
   for (int s = 0; s < int(g.nodes.size()); ++s) {
@@ -219,10 +341,32 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   // Sharing the cluster avoids idle devices and moving tensors between
   // sections; separate devices let sections overlap. Both are simulated on
   // this batch and the faster kept.
-  Plan shared = co_located_plan(g, cl, cost, batch);
-  if (wanted > cl.devices) return shared;
-  Plan separate = disjoint_plan(g, cl, cost, batch, std::move(minimal));
-  return simulated_s(g, separate, cost, batch) <= simulated_s(g, shared, cost, batch) ? separate : shared;
+  std::vector<std::vector<Shape>> ranked;
+  for (int s = 0; s < int(g.nodes.size()); ++s)
+    ranked.push_back(ranked_shapes(g, cl, cost, s, batch, cl.devices, cl.device.memory_bytes));
+  std::optional<Plan> best;
+  double best_s = std::numeric_limits<double>::infinity();
+  auto consider = [&](Plan plan) {
+    plan.levers = options.levers;
+    if (const double t = simulated_s(g, plan, cost, batch); t < best_s) best_s = t, best = std::move(plan);
+  };
+  if (std::optional<Plan> shared = co_located_plan(g, cl, ranked)) {
+    shared->levers = options.levers;
+    consider(*shared);
+    best = refine_co_located(g, cl, cost, batch, ranked, *best, best_s);
+  }
+  if (options.disjoint_placement && wanted <= cl.devices) consider(disjoint_plan(g, cl, cost, batch, std::move(minimal)));
+  if (!best) {
+    // Neither fits side by side nor together: each section shaped for the
+    // whole cluster on its own (the simulator reports the summed memory).
+    Plan shared;
+    shared.cluster_devices = cl.devices;
+    for (const auto& r : ranked) shared.sections.push_back(r.front().plan);
+    finish_plan(shared);
+    shared.levers = options.levers;
+    best = shared;
+  }
+  return *best;
 }
 
 }  // namespace maestro
