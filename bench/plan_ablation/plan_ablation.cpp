@@ -1,7 +1,8 @@
 // The planner's and wavefront scheduler's levers switched off one at a time
 // (docs/PERFORMANCE.md §3): for one model and cluster, the mean simulated
 // iteration of the full plan, of the plan with sample reordering off, with
-// per-step token micro-batches off, with disjoint placement off, and the
+// per-step token micro-batches off, with disjoint placement off, with the
+// in-flight cap left at the largest pp, all of them off, and the
 // sequential baseline (each section alone on all devices). Each variant is
 // planned with its lever off, so the planner adapts to it.
 // Usage: bench_plan_ablation MODEL.sect CLUSTER.toml [STEPS]
@@ -61,12 +62,13 @@ int main(int argc, char** argv) {
       const char* name;
       PlannerOptions options;
     };
-    std::vector<Variant> variants{{"full", {}}, {"reorder off", {}}, {"token mb off", {}}, {"disjoint off", {}},
-                                  {"all off", {}}};
+    std::vector<Variant> variants{{"full", {}},         {"reorder off", {}}, {"token mb off", {}},
+                                  {"disjoint off", {}}, {"cap = pp", {}},    {"all off", {}}};
     variants[1].options.levers.reorder = false;
     variants[2].options.levers.token_micro_batches = false;
     variants[3].options.disjoint_placement = false;
-    variants[4].options = {false, {false, false}};
+    variants[4].options.raise_in_flight_cap = false;
+    variants[5].options = {false, false, {false, false}};
     fmt::print("{} on {} × {}, mean of {} steps; sequential {:.4f} s\n", argv[1], cl.devices, cl.device.name, steps,
                sequential);
     for (const Variant& v : variants) {

@@ -21,12 +21,15 @@ int64_t layers_of(const ModelSpec& m) {
   return std::visit([](const auto& s) { return s.layers; }, m.spec);
 }
 
+int64_t sample_tokens(const SectionGraph& g, int s, const Sample& x) {
+  return g.tokens(s, {x.modalities, x.text_tokens, x.images, x.audio_frames});
+}
+
 // The `n` largest active samples of section s: the worst micro-batch of size n.
 std::vector<const Sample*> largest(const SectionGraph& g, int s, const Batch& batch, int64_t n) {
   std::vector<std::pair<int64_t, const Sample*>> by_tokens;
   for (const Sample& x : batch.samples)
-    if (const int64_t t = g.tokens(s, {x.modalities, x.text_tokens, x.images, x.audio_frames}); t > 0)
-      by_tokens.push_back({t, &x});
+    if (const int64_t t = sample_tokens(g, s, x); t > 0) by_tokens.push_back({t, &x});
   std::sort(by_tokens.begin(), by_tokens.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<const Sample*> out;
   for (int64_t i = 0; i < std::min<int64_t>(n, int64_t(by_tokens.size())); ++i) out.push_back(by_tokens[size_t(i)].second);
@@ -161,6 +164,52 @@ void finish_plan(Plan& plan) {
   plan.in_flight_cap = in_flight_micro_batches(max_pp);
 }
 
+// The in-flight cap raised from the largest pp to what memory allows (at
+// most 4 × the largest pp): every section's parameter state plus `cap`
+// (at least its pp) micro-batches of its largest samples, summed over the
+// sections whose devices overlap, fit one device. More micro-batches in
+// flight fill the pipeline bubbles and the waits for producers that a cap
+// of pp leaves (docs/scheduler.md, "Diagnosis").
+void raise_in_flight_cap(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
+                         Plan& plan) {
+  const size_t n = plan.sections.size();
+  std::vector<int64_t> weights(n), per_mb(n);
+  for (size_t s = 0; s < n; ++s) {
+    const SectionPlan& p = plan.sections[s];
+    weights[s] = cost.weights_bytes_per_device(int(s), p);
+    const std::vector<const Sample*> big = largest(g, int(s), batch, p.micro_batch);
+    per_mb[s] = cost.activation_bytes(int(s), big, p);
+    if (plan.levers.token_micro_batches && !big.empty()) {
+      // Token micro-batches hold at most micro_batch × the mean tokens, or
+      // one larger sample alone (activations grow with tokens).
+      int64_t sum = 0, count = 0, big_tokens = 0;
+      for (const Sample& x : batch.samples)
+        if (const int64_t t = sample_tokens(g, int(s), x); t > 0) sum += t, ++count;
+      for (const Sample* x : big) big_tokens += sample_tokens(g, int(s), *x);
+      const double share = std::min(1.0, double(p.micro_batch) * double(sum) / double(count) / double(big_tokens));
+      per_mb[s] = std::max(cost.activation_bytes(int(s), {big.front()}, p), int64_t(double(per_mb[s]) * share));
+    }
+  }
+  auto fits = [&](int64_t cap) {
+    for (size_t s = 0; s < n; ++s) {
+      const SectionPlan& a = plan.sections[s];
+      int64_t bytes = 0;
+      for (size_t t = 0; t < n; ++t) {
+        const SectionPlan& b = plan.sections[t];
+        if (a.first_device < b.first_device + b.devices && b.first_device < a.first_device + a.devices)
+          bytes += weights[t] + std::max(cap, b.pp) * per_mb[t];
+      }
+      if (bytes > cl.device.memory_bytes) return false;
+    }
+    return true;
+  };
+  for (int64_t cap = 4 * plan.in_flight_cap; cap > plan.in_flight_cap; --cap)
+    if (fits(cap)) {
+      plan.in_flight_cap = cap;
+      return;
+    }
+}
+
 // Every section on the whole cluster (from device 0), each shaped for all
 // of it; their work serialises on the shared devices and so must their
 // memory: sections are fitted largest first, each within what the others'
@@ -267,7 +316,7 @@ int64_t simulated_alternatives(const SectionGraph& g, const Batch& batch) {
 // estimated step first), the next-ranked shapes that keep the plan within
 // device memory, each simulated, the fastest kept.
 Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
-                       const std::vector<std::vector<Shape>>& ranked, Plan plan, double& best_s) {
+                       const std::vector<std::vector<Shape>>& ranked, Plan plan, double& best_s, bool raise_cap) {
   const int64_t alternatives = simulated_alternatives(g, batch);
   std::vector<size_t> order(ranked.size());
   for (size_t s = 0; s < order.size(); ++s) order[s] = s;
@@ -299,6 +348,7 @@ Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel
     if (same(candidate.sections[s], plan.sections[s]) || co_located_memory(ranked, candidate) > cl.device.memory_bytes)
       return false;
     finish_plan(candidate);
+    if (raise_cap) raise_in_flight_cap(g, cl, cost, batch, candidate);
     if (const double t = simulated_s(g, candidate, cost, batch); t < best_s) {
       best_s = t, plan = std::move(candidate);
       return true;
@@ -348,12 +398,13 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   double best_s = std::numeric_limits<double>::infinity();
   auto consider = [&](Plan plan) {
     plan.levers = options.levers;
+    if (options.raise_in_flight_cap) raise_in_flight_cap(g, cl, cost, batch, plan);
     if (const double t = simulated_s(g, plan, cost, batch); t < best_s) best_s = t, best = std::move(plan);
   };
   if (std::optional<Plan> shared = co_located_plan(g, cl, ranked)) {
     shared->levers = options.levers;
     consider(*shared);
-    best = refine_co_located(g, cl, cost, batch, ranked, *best, best_s);
+    best = refine_co_located(g, cl, cost, batch, ranked, *best, best_s, options.raise_in_flight_cap);
   }
   if (options.disjoint_placement && wanted <= cl.devices) consider(disjoint_plan(g, cl, cost, batch, std::move(minimal)));
   if (!best) {

@@ -48,6 +48,7 @@ SectionPlan best_shape_alone(const SectionGraph& graph, const Cluster& cluster, 
 // (bench/plan_ablation). `levers` is copied into the plan.
 struct PlannerOptions {
   bool disjoint_placement = true;  // also try sections on separate device groups
+  bool raise_in_flight_cap = true; // in-flight cap up to what memory allows, not just the largest pp
   ScheduleLevers levers;
 };
 
