@@ -36,15 +36,33 @@ std::vector<const Sample*> largest(const SectionGraph& g, int s, const Batch& ba
   return out;
 }
 
+// A step's forward + backward seconds of one stage, summed over section s's
+// loader-order micro-batches, and the largest micro-batch's: they depend on
+// tp, pp and micro_batch, not on dp.
+struct StepWork {
+  double work = 0, largest_mb = 0;
+};
+StepWork step_work(const SectionGraph& g, const CostModel& cost, int s, const SectionPlan& p, const Batch& batch) {
+  StepWork w;
+  for (const auto& mb : loader_order_micro_batches(g, s, batch, p.micro_batch)) {
+    const double t = cost.forward_s(s, mb, p) + cost.backward_s(s, mb, p);
+    w.work += t;
+    w.largest_mb = std::max(w.largest_mb, t);
+  }
+  return w;
+}
+// section_step_s from the work: balanced packing (the work spread evenly,
+// but no replica does less than one whole micro-batch), the pipeline fill,
+// grad sync and the optimizer.
+double step_s(const CostModel& cost, int s, const SectionPlan& p, const StepWork& w) {
+  return std::max(w.work / double(p.dp), w.largest_mb) + double(p.pp - 1) * w.largest_mb + cost.grad_sync_s(s, p) +
+         cost.optimizer_s(s, p);
+}
+
 struct Fit {
   int64_t weights = 0, activations = 0;
   int64_t total() const { return weights + activations; }
 };
-Fit memory_of(const SectionGraph& g, const CostModel& cost, int s, const SectionPlan& p, const Batch& batch) {
-  return {cost.weights_bytes_per_device(s, p),
-          in_flight_micro_batches(p.pp) * cost.activation_bytes(s, largest(g, s, batch, p.micro_batch), p)};
-}
-
 int64_t active_count(const SectionGraph& g, int s, const Batch& batch) {
   int64_t n = 0;
   for (const Sample& x : batch.samples) n += g.active(s, x.modalities) ? 1 : 0;
@@ -84,7 +102,11 @@ std::vector<Shape> ranked_shapes(const SectionGraph& g, const Cluster& cl, const
   });
   std::vector<Shape> shapes;
   std::optional<Shape> first_miss;  // the error names the first that missed, fewest devices first
+  const std::vector<const Sample*> by_size = largest(g, s, batch, active);
   for (const SectionPlan& c : candidates) {
+    const std::vector<const Sample*> worst(by_size.begin(),
+                                           by_size.begin() + std::min<int64_t>(c.micro_batch, int64_t(by_size.size())));
+    const StepWork work = step_work(g, cost, s, c, batch);
     std::vector<int64_t> dps{sec.parallel.dp.value_or(budget > 0 ? budget / c.devices : 1)};
     if (budget > 0 && !sec.parallel.dp)
       for (int64_t d = 1; d < dps.front(); d *= 2) dps.push_back(d);
@@ -93,12 +115,12 @@ std::vector<Shape> ranked_shapes(const SectionGraph& g, const Cluster& cl, const
       SectionPlan p = c;
       p.dp = dp;
       p.devices = c.devices * dp;
-      const Fit f = memory_of(g, cost, s, p, batch);
+      const Fit f{cost.weights_bytes_per_device(s, p), in_flight_micro_batches(p.pp) * cost.activation_bytes(s, worst, p)};
       if (f.total() > memory) {
         if (!first_miss) first_miss = Shape{p, f, 0};
         continue;
       }
-      const double step = section_step_s(g, cost, s, p, batch);
+      const double step = step_s(cost, s, p, work);
       shapes.push_back({p, f, budget > 0 ? step : step * double(p.devices)});
     }
   }
@@ -144,16 +166,7 @@ std::vector<std::vector<const Sample*>> loader_order_micro_batches(const Section
 }
 
 double section_step_s(const SectionGraph& g, const CostModel& cost, int s, const SectionPlan& p, const Batch& batch) {
-  double work = 0, largest_mb = 0;
-  for (const auto& mb : loader_order_micro_batches(g, s, batch, p.micro_batch)) {
-    const double t = cost.forward_s(s, mb, p) + cost.backward_s(s, mb, p);
-    work += t;
-    largest_mb = std::max(largest_mb, t);
-  }
-  // Balanced packing: the work spread evenly, but no replica does less than
-  // one whole micro-batch.
-  return std::max(work / double(p.dp), largest_mb) + double(p.pp - 1) * largest_mb + cost.grad_sync_s(s, p) +
-         cost.optimizer_s(s, p);
+  return step_s(cost, s, p, step_work(g, cost, s, p, batch));
 }
 
 namespace {
@@ -244,6 +257,31 @@ std::optional<Plan> co_located_plan(const SectionGraph& g, const Cluster& cl,
   return plan;
 }
 
+// Co-located too, but each section's memory share in proportion to what its
+// best shape needs (co_located_plan lets the largest take what the others'
+// smallest shapes leave, which can force them all into deep pipelines).
+std::optional<Plan> proportional_co_located_plan(const SectionGraph& g, const Cluster& cl,
+                                                 const std::vector<std::vector<Shape>>& ranked) {
+  double wanted = 0;
+  for (const auto& r : ranked) wanted += double(r.front().memory.total());
+  Plan plan;
+  plan.cluster_devices = cl.devices;
+  int64_t total = 0;
+  for (const auto& r : ranked) {
+    const double share = double(cl.device.memory_bytes) * double(r.front().memory.total()) / wanted;
+    auto it = std::find_if(r.begin(), r.end(), [&](const Shape& x) { return double(x.memory.total()) <= share; });
+    if (it == r.end())
+      it = std::min_element(r.begin(), r.end(),
+                            [](const Shape& a, const Shape& b) { return a.memory.total() < b.memory.total(); });
+    plan.sections.push_back(it->plan);
+    total += it->memory.total();
+  }
+  if (total > cl.device.memory_bytes) return std::nullopt;
+  (void)g;
+  finish_plan(plan);
+  return plan;
+}
+
 // Bytes per device of a shared plan: every section's state and activations.
 int64_t co_located_memory(const std::vector<std::vector<Shape>>& ranked, const Plan& plan) {
   int64_t total = 0;
@@ -265,12 +303,14 @@ Plan disjoint_plan(const SectionGraph& g, const Cluster& cl, const CostModel& co
                    std::vector<SectionPlan> minimal) {
   const int n = int(g.nodes.size());
   int64_t free_devices = cl.devices;
-  std::vector<double> step_s(static_cast<size_t>(n));
+  std::vector<double> step(static_cast<size_t>(n));
+  std::vector<StepWork> work(static_cast<size_t>(n));
   std::vector<int64_t> mb_count(static_cast<size_t>(n));
   for (int s = 0; s < n; ++s) {
     const SectionPlan& p = minimal[size_t(s)];
     free_devices -= p.tp * p.pp * p.dp;
-    step_s[size_t(s)] = section_step_s(g, cost, s, p, batch);
+    work[size_t(s)] = step_work(g, cost, s, p, batch);
+    step[size_t(s)] = step_s(cost, s, p, work[size_t(s)]);
     mb_count[size_t(s)] = int64_t(loader_order_micro_batches(g, s, batch, p.micro_batch).size());
   }
   for (;;) {
@@ -278,13 +318,14 @@ Plan disjoint_plan(const SectionGraph& g, const Cluster& cl, const CostModel& co
     for (int s = 0; s < n; ++s) {
       const SectionPlan& p = minimal[size_t(s)];
       if (g.section(s).parallel.dp || p.tp * p.pp > free_devices || p.dp >= mb_count[size_t(s)]) continue;
-      if (pick < 0 || step_s[size_t(s)] > step_s[size_t(pick)]) pick = s;
+      if (pick < 0 || step[size_t(s)] > step[size_t(pick)]) pick = s;
     }
     if (pick < 0) break;
     SectionPlan& p = minimal[size_t(pick)];
     ++p.dp;
+    p.devices = p.tp * p.pp * p.dp;
     free_devices -= p.tp * p.pp;
-    step_s[size_t(pick)] = section_step_s(g, cost, pick, p, batch);
+    step[size_t(pick)] = step_s(cost, pick, p, work[size_t(pick)]);
   }
   Plan plan;
   plan.cluster_devices = cl.devices;
@@ -401,9 +442,12 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
     if (options.raise_in_flight_cap) raise_in_flight_cap(g, cl, cost, batch, plan);
     if (const double t = simulated_s(g, plan, cost, batch); t < best_s) best_s = t, best = std::move(plan);
   };
-  if (std::optional<Plan> shared = co_located_plan(g, cl, ranked)) {
-    shared->levers = options.levers;
+  std::optional<Plan> shared = co_located_plan(g, cl, ranked);
+  if (shared) {
     consider(*shared);
+    if (std::optional<Plan> even = proportional_co_located_plan(g, cl, ranked);
+        even && co_located_memory(ranked, *even) != co_located_memory(ranked, *shared))
+      consider(*even);
     best = refine_co_located(g, cl, cost, batch, ranked, *best, best_s, options.raise_in_flight_cap);
   }
   if (options.disjoint_placement && wanted <= cl.devices) consider(disjoint_plan(g, cl, cost, batch, std::move(minimal)));
