@@ -297,7 +297,7 @@ int64_t co_located_memory(const std::vector<std::vector<Shape>>& ranked, const P
 
 // Each section on its own devices: start from the minimal shapes, then
 // repeatedly give one more replica to the slowest section whose dp is auto,
-// while devices remain and it has micro-batches to spread; then reshape
+// while devices remain and it has samples to spread; then reshape
 // each for the devices it got. `minimal` has dp = the explicit dp or 1.
 Plan disjoint_plan(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
                    std::vector<SectionPlan> minimal) {
@@ -311,7 +311,7 @@ Plan disjoint_plan(const SectionGraph& g, const Cluster& cl, const CostModel& co
     free_devices -= p.tp * p.pp * p.dp;
     work[size_t(s)] = step_work(g, cost, s, p, batch);
     step[size_t(s)] = step_s(cost, s, p, work[size_t(s)]);
-    mb_count[size_t(s)] = int64_t(loader_order_micro_batches(g, s, batch, p.micro_batch).size());
+    mb_count[size_t(s)] = active_count(g, s, batch);  // samples to spread (the reshape picks the micro-batch)
   }
   for (;;) {
     int pick = -1;

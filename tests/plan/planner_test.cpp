@@ -305,6 +305,56 @@ BOOST_AUTO_TEST_CASE(single_section_within_3_percent_of_grid_search_random) {
   }
 }
 
+// PlannerOptions::disjoint_placement: a frozen 70B teacher (tp 8) and a
+// 7B student (tp 2) do not fit one H100 together, side by side they do: the
+// planner places them on disjoint devices; with the lever off it cannot.
+BOOST_AUTO_TEST_CASE(disjoint_placement_when_sharing_does_not_fit) {
+  const Program program = parse(
+      "section teacher {\n  model = transformer(layers: 80, hidden: 8192, heads: 64, kv_heads: 8, ffn: 28672, "
+      "vocab: 32000)"
+      ";\n  mode = frozen;\n  consumes = [text];\n  parallel { tp = 8; pp = 1; }\n}\n"
+      "section student {\n  model = " + std::string(kLlama7b) +
+      ";\n  consumes = [text];\n  parallel { tp = 2; pp = 1; }\n  loss = cross_entropy + 1.0 * kl(temperature: 1.0);\n}\n"
+      "flow teacher -> student : logits;\n"
+      "data {\n  source = synthetic(seed: 1);\n  mix { text = 1.0; }\n  text_tokens = 1024;\n}\n"
+      "train {\n  global_batch = 64;\n  steps = 1;\n  optimizer = adamw(lr: 1e-4);\n  precision = bf16;\n}\n");
+  const SectionGraph g = build_graph(program);
+  const Cluster cl = make_cluster(load_runtime_config("configs/h100x64.toml"));
+  const RooflineCost cost(g, cl);
+  const Batch batch = Sampler(program.data, 64).batch(0);
+  const Plan plan = plan_program(g, cl, cost, batch);
+  const SectionPlan &teacher = plan.sections[0], &student = plan.sections[1];
+  BOOST_TEST((teacher.first_device + teacher.devices <= student.first_device ||
+              student.first_device + student.devices <= teacher.first_device));
+  const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost);
+  for (int64_t bytes : r.peak_memory_bytes) BOOST_TEST(bytes <= cl.device.memory_bytes);
+  PlannerOptions shared_only;
+  shared_only.disjoint_placement = false;
+  const Plan forced = plan_program(g, cl, cost, batch, shared_only);
+  BOOST_TEST(forced.sections[0].first_device == 0);
+  BOOST_TEST(forced.sections[1].first_device == 0);
+}
+
+// PlannerOptions::raise_in_flight_cap: omni_7b's LLM (pp 2) gets more than
+// pp micro-batches in flight where memory allows; off, the cap is the pp.
+BOOST_AUTO_TEST_CASE(in_flight_cap_raised_within_memory) {
+  const Program program = load("models/omni_7b.sect");
+  const SectionGraph g = build_graph(program);
+  const Cluster cl = make_cluster(load_runtime_config("configs/h100x64.toml"));
+  const RooflineCost cost(g, cl);
+  const Batch batch = Sampler(program.data, program.train.global_batch).batch(0);
+  const Plan raised = plan_program(g, cl, cost, batch);
+  PlannerOptions off;
+  off.raise_in_flight_cap = false;
+  const Plan plain = plan_program(g, cl, cost, batch, off);
+  int64_t max_pp = 1;
+  for (const SectionPlan& p : plain.sections) max_pp = std::max(max_pp, p.pp);
+  BOOST_TEST(plain.in_flight_cap == max_pp);
+  BOOST_TEST(raised.in_flight_cap > 2);
+  const SimResult r = simulate(g, raised, wavefront_schedule(g, raised, cost, batch), cost);
+  for (int64_t bytes : r.peak_memory_bytes) BOOST_TEST(bytes <= cl.device.memory_bytes);
+}
+
 BOOST_AUTO_TEST_CASE(sequential_is_sum_of_sections_on_all_devices) {
   const Program program = load("models/llava15_7b.sect");
   const SectionGraph g = build_graph(program);

@@ -444,6 +444,77 @@ BOOST_AUTO_TEST_CASE(replicas_balanced_by_cost) {
   BOOST_CHECK_LE(std::abs(load[0] - load[1]), largest);
 }
 
+// ScheduleLevers::reorder off: loader order, micro_batch consecutive
+// samples to the replicas in turn (the ablation's baseline). On: the
+// replicas' loads are balanced by LPT (replicas_balanced_by_cost).
+BOOST_AUTO_TEST_CASE(reorder_off_keeps_loader_order) {
+  Rng rng(41);
+  Program p;
+  Section llm = make_section("llm", transformer(8));
+  llm.consumes = {Modality::Text};
+  llm.loss = {LossTerm{}};
+  p.sections = {llm};
+  const SectionGraph g = build_graph(p);
+  const Batch batch = random_batch(rng, 29);
+  test::TokenCost cost(g);
+  Plan plan;
+  plan.sections = {{0, 3, 1, 1, 3, 2}};
+  plan.levers = {false, false};
+  const Schedule sch = wavefront_schedule(g, plan, cost, batch);
+  BOOST_REQUIRE(validate(g, plan, sch).empty());
+  std::vector<int32_t> previous(3, -1);
+  for (const MicroBatch& mb : sch.sections[0].micro_batches) {
+    BOOST_TEST(int64_t(mb.samples.size()) <= 2);
+    for (int32_t i : mb.samples) {
+      BOOST_TEST(i / 2 % 3 == mb.replica);  // chunk i / 2 on replica (i / 2) mod 3
+      BOOST_TEST(i > previous[size_t(mb.replica)]);
+      previous[size_t(mb.replica)] = i;
+    }
+  }
+}
+
+// ScheduleLevers::token_micro_batches: micro-batches cut by tokens, up to
+// micro_batch × the step's mean tokens per sample (a longer sample alone),
+// so short samples share a micro-batch beyond micro_batch; off: by count.
+BOOST_AUTO_TEST_CASE(token_micro_batches_cut_by_tokens) {
+  Program p;
+  Section llm = make_section("llm", transformer(8));
+  llm.consumes = {Modality::Text};
+  llm.loss = {LossTerm{}};
+  p.sections = {llm};
+  const SectionGraph g = build_graph(p);
+  Batch batch;
+  for (int i = 0; i < 40; ++i) {
+    Sample x;
+    x.id = i;
+    x.modalities.add(Modality::Text);
+    x.text_tokens = i % 8 == 0 ? 2000 : 20;  // a few long, many short
+    batch.samples.push_back(x);
+  }
+  int64_t mean = 0;
+  for (const Sample& x : batch.samples) mean += g.tokens(0, {x.modalities, x.text_tokens, x.images, x.audio_frames});
+  mean /= int64_t(batch.samples.size());
+  test::TokenCost cost(g);
+  Plan plan;
+  plan.sections = {{0, 2, 1, 1, 2, 2}};
+  for (const bool by_tokens : {true, false}) {
+    plan.levers.token_micro_batches = by_tokens;
+    const Schedule sch = wavefront_schedule(g, plan, cost, batch);
+    BOOST_REQUIRE(validate(g, plan, sch).empty());
+    size_t most = 0;
+    for (const MicroBatch& mb : sch.sections[0].micro_batches) {
+      int64_t tokens = 0;
+      for (int32_t i : mb.samples) {
+        const Sample& x = batch.samples[size_t(i)];
+        tokens += g.tokens(0, {x.modalities, x.text_tokens, x.images, x.audio_frames});
+      }
+      most = std::max(most, mb.samples.size());
+      if (by_tokens && mb.samples.size() > 1) BOOST_TEST(tokens <= 2 * mean);
+    }
+    BOOST_TEST_CONTEXT("by tokens " << by_tokens) { BOOST_TEST((most > 2) == by_tokens); }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(validate_reports_broken_schedules) {
   Rng rng(5);
   Program p = random_program(rng);
