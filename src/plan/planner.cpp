@@ -410,8 +410,11 @@ Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel
 
 }  // namespace
 
-Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
-                  const PlannerOptions& options) {
+namespace {
+
+// The search for one setting of the levers (plan_program below).
+Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
+            const PlannerOptions& options) {
   std::vector<SectionPlan> minimal;
   int64_t wanted = 0;
   for (int s = 0; s < int(g.nodes.size()); ++s) {
@@ -462,6 +465,24 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
     best = shared;
   }
   return *best;
+}
+
+}  // namespace
+
+Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
+                  const PlannerOptions& options) {
+  Plan plan = search(g, cl, cost, batch, options);
+  // Token micro-batches are not always faster (a section whose samples are
+  // all alike gains nothing, and count-cut micro-batches may pack GEMMs
+  // better): where the search is affordable it is run both ways, and the
+  // faster plan on this batch kept.
+  if (options.levers.token_micro_batches && simulated_alternatives(g, batch) > 0) {
+    PlannerOptions by_count = options;
+    by_count.levers.token_micro_batches = false;
+    Plan other = search(g, cl, cost, batch, by_count);
+    if (simulated_s(g, other, cost, batch) < simulated_s(g, plan, cost, batch)) plan = std::move(other);
+  }
+  return plan;
 }
 
 }  // namespace maestro

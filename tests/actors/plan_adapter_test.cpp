@@ -133,8 +133,8 @@ BOOST_AUTO_TEST_CASE(wavefront_and_monolithic_graphs_are_complete) {
   check_cover_and_execute(p, d, w);
   const StepGraph m = StepPlanner(p, runs, "monolithic").step_graph(d);
   check_cover_and_execute(p, d, m);
-  int64_t lanes = runs[0].dp, chain_heads = 0;  // one chain per lane: the smallest dp
-  for (const SectionRun& r : runs) lanes = std::min(lanes, r.dp);
+  int64_t lanes = runs[0].dp, chain_heads = 0;  // one chain per lane: the largest dp (issue 10)
+  for (const SectionRun& r : runs) lanes = std::max(lanes, r.dp);
   for (const StepTask& t : m.tasks) {
     // One size (the llm's) for every section, in loader order: the llm runs on every sample.
     if (t.section == 4) BOOST_TEST(t.micro_batch == t.samples.front() / 4);
