@@ -33,6 +33,16 @@ Section make_section(std::string name, ModelSpec model) {
 
 ModelSpec transformer(int64_t hidden) { return {"transformer", TransformerSpec{2, hidden, 2, 2, 2 * hidden, 64, 100000}}; }
 
+// One text-only LLM section with a loss.
+Program text_llm() {
+  Program p;
+  Section llm = make_section("llm", transformer(8));
+  llm.consumes = {Modality::Text};
+  llm.loss = {LossTerm{}};
+  p.sections = {llm};
+  return p;
+}
+
 // A random compound model: 0–2 encoders (image, audio), each maybe behind a
 // projector, maybe frozen; an LLM with a loss; maybe a frozen teacher
 // feeding it logits; random `when` on the LLM.
@@ -422,11 +432,7 @@ BOOST_AUTO_TEST_CASE(consumers_lead_producers_follow) {
 // the largest single sample's cost.
 BOOST_AUTO_TEST_CASE(replicas_balanced_by_cost) {
   Rng rng(99);
-  Program p;
-  Section llm = make_section("llm", transformer(8));
-  llm.consumes = {Modality::Text};
-  llm.loss = {LossTerm{}};
-  p.sections = {llm};
+  const Program p = text_llm();
   const SectionGraph g = build_graph(p);
   const Batch batch = random_batch(rng, 37);
   test::TokenCost cost(g);
@@ -449,11 +455,7 @@ BOOST_AUTO_TEST_CASE(replicas_balanced_by_cost) {
 // replicas' loads are balanced by LPT (replicas_balanced_by_cost).
 BOOST_AUTO_TEST_CASE(reorder_off_keeps_loader_order) {
   Rng rng(41);
-  Program p;
-  Section llm = make_section("llm", transformer(8));
-  llm.consumes = {Modality::Text};
-  llm.loss = {LossTerm{}};
-  p.sections = {llm};
+  const Program p = text_llm();
   const SectionGraph g = build_graph(p);
   const Batch batch = random_batch(rng, 29);
   test::TokenCost cost(g);
@@ -477,11 +479,7 @@ BOOST_AUTO_TEST_CASE(reorder_off_keeps_loader_order) {
 // micro_batch × the step's mean tokens per sample (a longer sample alone),
 // so short samples share a micro-batch beyond micro_batch; off: by count.
 BOOST_AUTO_TEST_CASE(token_micro_batches_cut_by_tokens) {
-  Program p;
-  Section llm = make_section("llm", transformer(8));
-  llm.consumes = {Modality::Text};
-  llm.loss = {LossTerm{}};
-  p.sections = {llm};
+  const Program p = text_llm();
   const SectionGraph g = build_graph(p);
   Batch batch;
   for (int i = 0; i < 40; ++i) {
