@@ -341,8 +341,28 @@ Plan disjoint_plan(const SectionGraph& g, const Cluster& cl, const CostModel& co
   return plan;
 }
 
-double simulated_s(const SectionGraph& g, const Plan& plan, const CostModel& cost, const Batch& batch) {
-  return simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost).iteration_s;
+// The simulated step of a candidate; infinite when a device's simulated
+// peak memory (parameter state + in-flight activations, producers ahead of
+// their consumers included) exceeds the device: such a plan loses to any
+// that fits.
+double simulated_s(const SectionGraph& g, const Cluster& cl, const Plan& plan, const CostModel& cost,
+                   const Batch& batch) {
+  const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost);
+  for (int64_t bytes : r.peak_memory_bytes)
+    if (bytes > cl.device.memory_bytes) return std::numeric_limits<double>::infinity();
+  return r.iteration_s;
+}
+
+// simulated_s of the plan; when it does not fit, the in-flight cap is
+// halved (down to 1) until it does — fewer micro-batches in flight, and
+// producers fewer windows ahead. Infinite when even cap 1 does not fit.
+double simulated_fitting_s(const SectionGraph& g, const Cluster& cl, Plan& plan, const CostModel& cost,
+                           const Batch& batch) {
+  for (;;) {
+    const double t = simulated_s(g, cl, plan, cost, batch);
+    if (t < std::numeric_limits<double>::infinity() || plan.in_flight_cap <= 1) return t;
+    plan.in_flight_cap = std::max<int64_t>(1, plan.in_flight_cap / 2);
+  }
 }
 
 // Shapes the planner simulates per section beyond the estimate's best: the
@@ -390,7 +410,7 @@ Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel
       return false;
     finish_plan(candidate);
     if (raise_cap) raise_in_flight_cap(g, cl, cost, batch, candidate);
-    if (const double t = simulated_s(g, candidate, cost, batch); t < best_s) {
+    if (const double t = simulated_fitting_s(g, cl, candidate, cost, batch); t < best_s) {
       best_s = t, plan = std::move(candidate);
       return true;
     }
@@ -440,18 +460,25 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
     ranked.push_back(ranked_shapes(g, cl, cost, s, batch, cl.devices, cl.device.memory_bytes));
   std::optional<Plan> best;
   double best_s = std::numeric_limits<double>::infinity();
-  auto consider = [&](Plan plan) {
+  auto prepare = [&](Plan plan) {
     plan.levers = options.levers;
     if (options.raise_in_flight_cap) raise_in_flight_cap(g, cl, cost, batch, plan);
-    if (const double t = simulated_s(g, plan, cost, batch); t < best_s) best_s = t, best = std::move(plan);
+    return plan;
   };
-  std::optional<Plan> shared = co_located_plan(g, cl, ranked);
-  if (shared) {
+  auto consider = [&](Plan plan) {
+    plan = prepare(std::move(plan));
+    if (const double t = simulated_fitting_s(g, cl, plan, cost, batch); t < best_s) best_s = t, best = std::move(plan);
+  };
+  if (std::optional<Plan> shared = co_located_plan(g, cl, ranked)) {
     consider(*shared);
     if (std::optional<Plan> even = proportional_co_located_plan(g, cl, ranked);
         even && co_located_memory(ranked, *even) != co_located_memory(ranked, *shared))
       consider(*even);
-    best = refine_co_located(g, cl, cost, batch, ranked, *best, best_s, options.raise_in_flight_cap);
+    // From the faster start (or, when neither fits in the simulation, the
+    // first) the search may still find shapes that fit.
+    Plan refined = refine_co_located(g, cl, cost, batch, ranked, best ? *best : prepare(*shared), best_s,
+                                     options.raise_in_flight_cap);
+    if (best_s < std::numeric_limits<double>::infinity()) best = std::move(refined);
   }
   if (options.disjoint_placement && wanted <= cl.devices) consider(disjoint_plan(g, cl, cost, batch, std::move(minimal)));
   if (!best) {
@@ -480,7 +507,7 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
     PlannerOptions by_count = options;
     by_count.levers.token_micro_batches = false;
     Plan other = search(g, cl, cost, batch, by_count);
-    if (simulated_s(g, other, cost, batch) < simulated_s(g, plan, cost, batch)) plan = std::move(other);
+    if (simulated_s(g, cl, other, cost, batch) < simulated_s(g, cl, plan, cost, batch)) plan = std::move(other);
   }
   return plan;
 }

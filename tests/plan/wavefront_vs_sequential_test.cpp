@@ -40,7 +40,7 @@ const Workload kWorkloads[] = {
     {"models/omni_7b.sect", "configs/h100x1024.toml", 0.97},       // not yet: end-of-step gradient syncs
     {"models/kd_70b_to_8b.sect", "configs/h200x64.toml", 0.98},    // not yet: teacher and student share devices
     {"models/kd_70b_to_8b.sect", "configs/h200x1024.toml", kParity},
-    {"models/internvl_20b.sect", "configs/h100x64.toml", 0.82},    // not yet: memory forces deep pipelines
+    {"models/internvl_20b.sect", "configs/h100x64.toml", 0.69},    // not yet: memory forces deep pipelines
     {"models/internvl_20b.sect", "configs/h100x1024.toml", kParity},
     {"models/tiny_mllm.sect", "configs/h100x64.toml", kParity},
     {"models/tiny_mllm.sect", "configs/h100x1024.toml", kParity},
@@ -65,6 +65,8 @@ BOOST_AUTO_TEST_CASE(every_workload_at_64_and_1024_devices) {
     for (const Batch& b : batches) {
       const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, b), cost);
       BOOST_TEST(r.iteration_s >= r.lower_bound_s * (1 - 1e-12));
+      for (int64_t bytes : r.peak_memory_bytes)
+        BOOST_TEST_CONTEXT(w.model << " on " << w.cluster) { BOOST_TEST(bytes <= cl.device.memory_bytes); }
       wavefront += r.iteration_s / double(batches.size());
     }
     const double sequential = sequential_baseline(g, cl, cost, batches).iteration_s;
