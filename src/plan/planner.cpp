@@ -260,8 +260,7 @@ std::optional<Plan> co_located_plan(const SectionGraph& g, const Cluster& cl,
 // Co-located too, but each section's memory share in proportion to what its
 // best shape needs (co_located_plan lets the largest take what the others'
 // smallest shapes leave, which can force them all into deep pipelines).
-std::optional<Plan> proportional_co_located_plan(const SectionGraph& g, const Cluster& cl,
-                                                 const std::vector<std::vector<Shape>>& ranked) {
+std::optional<Plan> proportional_co_located_plan(const Cluster& cl, const std::vector<std::vector<Shape>>& ranked) {
   double wanted = 0;
   for (const auto& r : ranked) wanted += double(r.front().memory.total());
   Plan plan;
@@ -277,7 +276,6 @@ std::optional<Plan> proportional_co_located_plan(const SectionGraph& g, const Cl
     total += it->memory.total();
   }
   if (total > cl.device.memory_bytes) return std::nullopt;
-  (void)g;
   finish_plan(plan);
   return plan;
 }
@@ -428,10 +426,6 @@ Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel
   return plan;
 }
 
-}  // namespace
-
-namespace {
-
 // The search for one setting of the levers (plan_program below).
 Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
             const PlannerOptions& options) {
@@ -471,7 +465,7 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
   };
   if (std::optional<Plan> shared = co_located_plan(g, cl, ranked)) {
     consider(*shared);
-    if (std::optional<Plan> even = proportional_co_located_plan(g, cl, ranked);
+    if (std::optional<Plan> even = proportional_co_located_plan(cl, ranked);
         even && co_located_memory(ranked, *even) != co_located_memory(ranked, *shared))
       consider(*even);
     // From the faster start (or, when neither fits in the simulation, the
