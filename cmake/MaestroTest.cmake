@@ -1,13 +1,35 @@
-# maestro_unit_test(<module> LIBS <libs...>): one Boost.Test executable per
-# module built from tests/<module>/*.cpp, registered with ctest as
-# `unit.<module>`. Tests run from the source root so fixtures resolve.
+# maestro_unit_test(<module> LIBS <libs...> [ORACLE]): one Boost.Test
+# executable per module built from tests/<module>/*.cpp, registered with ctest
+# as `unit.<module>`. Tests run from the source root so fixtures resolve.
+#
+# ORACLE: the module has test cases labelled "oracle" (checked against the
+# PyTorch oracle, tests/oracle/). They run apart as `oracle.<module>` under
+# tests/oracle/require_torch.sh, so without torch ctest reports them Skipped
+# (exit 77) rather than passed; `unit.<module>` runs every other case.
+set(MAESTRO_SKIP_CODE 77)
+
 function(maestro_unit_test module)
-  cmake_parse_arguments(ARG "" "" "LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "ORACLE" "" "LIBS" ${ARGN})
   file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
   add_executable(test_${module} ${srcs})
   target_compile_definitions(test_${module} PRIVATE BOOST_TEST_DYN_LINK)
   target_link_libraries(test_${module} PRIVATE ${ARG_LIBS} Boost::unit_test_framework)
   target_include_directories(test_${module} PRIVATE ${PROJECT_SOURCE_DIR}/tests)  # support/
-  add_test(NAME unit.${module} COMMAND test_${module} --log_level=test_suite --report_level=short
+  set(args --log_level=test_suite --report_level=short)
+  if(ARG_ORACLE)
+    add_test(NAME unit.${module} COMMAND test_${module} ${args} --run_test=!@oracle
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    maestro_oracle_test(oracle.${module} COMMAND $<TARGET_FILE:test_${module}> ${args} --run_test=@oracle)
+  else()
+    add_test(NAME unit.${module} COMMAND test_${module} ${args} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  endif()
+endfunction()
+
+# maestro_oracle_test(<name> COMMAND <cmd...>): a ctest that needs the PyTorch
+# oracle; Skipped when it cannot run (tests/oracle/require_torch.sh).
+function(maestro_oracle_test name)
+  cmake_parse_arguments(ARG "" "" "COMMAND" ${ARGN})
+  add_test(NAME ${name} COMMAND sh ${PROJECT_SOURCE_DIR}/tests/oracle/require_torch.sh ${ARG_COMMAND}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE ${MAESTRO_SKIP_CODE} LABELS oracle)
 endfunction()

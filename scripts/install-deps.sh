@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs every Debian bookworm package Maestro builds, tests or benchmarks
 # with. Idempotent: installs only what is missing, and runs `apt-get update`
-# once, only when something is missing. CUDA 13 (nvcc, cuBLAS, NCCL) is not a
-# Debian package: it is used when present in the standard prefix.
+# once, only when something is missing. The CUDA toolkit is not a Debian
+# package: when present in the standard prefix it is used for GPU device
+# detection only (there is no CUDA backend yet).
 set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config
-  libcaf-dev                       # actors, multi-process messaging
+  libcaf-dev                       # actors (the in-process runtime)
   antlr4 libantlr4-runtime-dev     # grammar tool (build time) and runtime
   libtomlplusplus-dev              # runtime config
   libboost-test-dev                # unit tests
@@ -15,7 +16,7 @@ PACKAGES=(
   libcli11-dev                     # command lines
   libfmt-dev                       # formatting
   libopenblas-dev                  # CPU sgemm
-  libibverbs-dev                   # RDMA transport (compiled; no NIC needed)
+  libibverbs-dev                   # RDMA device detection (no RDMA transport yet)
   python3 python3-torch python3-numpy  # the test oracle (Debian's /usr/bin/python3)
   graphviz                         # tests that `dot` accepts --print dot
   clang libclang-rt-14-dev         # libFuzzer target, sanitizers

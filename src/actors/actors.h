@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "actors/messages.h"
-#include "dsl/program.h"
+#include "graph/section_graph.h"
+#include "plan/plan.h"
+#include "plan/schedule.h"
 
 namespace maestro {
 
@@ -55,8 +57,9 @@ caf::actor spawn_tracer(caf::actor_system& sys, bool keep_events);
 // The scheduler: StartTraining{first, last} from the driver; runs the steps
 // and sends the driver a StepReport per step and TrainingEnded at the end.
 struct SchedulerConfig {
-  const Program* program = nullptr;
-  std::function<StepGraph(const StepData&)> make_graph;  // the step's Schedule as a StepGraph
+  const SectionGraph* graph = nullptr;  // the sections and flows; outlives the actor
+  const Plan* plan = nullptr;           // each section's pipeline stages; outlives the actor
+  std::function<Schedule(const Batch&)> schedule_of;  // the step's Schedule, executed as it is
   std::function<double(int64_t step)> lr_at;
   double grad_clip = 0;                 // 0 = no clipping
   int64_t checkpoint_every = 0;         // 0 = never

@@ -10,8 +10,8 @@ namespace maestro {
 
 namespace {
 
-std::string task_name(const StepTask& t) {
-  return fmt::format("{} mb {}", t.kind == TaskKind::Forward ? "forward" : "backward", t.micro_batch);
+std::string task_name(const Task& t) {
+  return fmt::format("{} mb {}", t.kind == Task::Kind::Forward ? "forward" : "backward", t.micro_batch);
 }
 
 caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<SectionRunner> runner, int section,
@@ -28,7 +28,7 @@ caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<Secti
         d.task = t.task.id;
         d.begin_us = trace_now_us();
         try {
-          SectionRunner::Result r = t.task.kind == TaskKind::Forward ? runner->forward(t) : runner->backward(t);
+          SectionRunner::Result r = t.task.kind == Task::Kind::Forward ? runner->forward(t) : runner->backward(t);
           d.outputs = std::move(r.outputs);
           d.stage_out = std::move(r.stage_out);
         } catch (const std::exception& e) {

@@ -4,10 +4,10 @@
 // success) so that a failing task ends the run with a message naming the
 // section, replica and step instead of an actor crash.
 //
-// Types that hold process-local handles are whitelisted for local messaging
-// only (CAF_ALLOW_UNSAFE_MESSAGE_TYPE); across processes a tensor travels as
-// its TensorDescriptor (transport/transport.h, which has an `inspect`). The
-// end-of-step messages hold no handles and have `inspect` overloads.
+// Every message may cross a process: each has an `inspect` overload (below;
+// its payloads' in wire_format.h) and add_message_types() registers them by
+// name on an actor system. In process nothing is serialised: TensorRefs and
+// the StepData pointer are handed over as they are.
 #pragma once
 
 #include <caf/all.hpp>
@@ -17,8 +17,9 @@
 #include <vector>
 
 #include "actors/step_data.h"
-#include "actors/step_graph.h"
 #include "actors/trace.h"
+#include "actors/wire_format.h"
+#include "plan/schedule.h"
 #include "transport/tensor_ref.h"
 
 namespace maestro {
@@ -37,7 +38,7 @@ struct StageTensor {
 // One tensor crossing a flow for one sample: an upstream section's output
 // (forward) or the gradient of it (backward).
 struct FlowTensor {
-  int32_t flow = 0;    // index into Program::flows
+  int32_t flow = 0;    // index into SectionGraph::edges (= Program::flows)
   int32_t sample = 0;  // index into Batch::samples
   TensorRef tensor;
 };
@@ -45,7 +46,8 @@ struct FlowTensor {
 // scheduler -> replica -> worker: run one task.
 struct RunTask {
   int64_t step = 0;
-  StepTask task;
+  Task task;                       // the Schedule's task (its deps are the scheduler's business)
+  std::vector<int32_t> samples;    // its micro-batch: indices into Batch::samples, in micro-batch order
   std::vector<FlowTensor> inputs;  // forward: upstream outputs; backward: gradients of this section's outputs
   std::shared_ptr<const StepData> data;
   StageTensor stage_in;  // from the neighbouring stage: after the first (forward), before the last (backward)
@@ -91,29 +93,6 @@ struct Applied {
   int section = 0, stage = 0, replica = 0;
   std::string error;
 };
-
-// The end-of-step messages carry no handles: serialisable, so the replicas
-// of a section may live in other processes.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, ReduceGrads& x) {
-  return f(caf::meta::type_name("ReduceGrads"), x.step);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, TaskLoss& x) {
-  return f(caf::meta::type_name("TaskLoss"), x.task, x.loss);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, GradsReduced& x) {
-  return f(caf::meta::type_name("GradsReduced"), x.section, x.stage, x.replica, x.grad_sq_norm, x.losses, x.error);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, ApplyGrads& x) {
-  return f(caf::meta::type_name("ApplyGrads"), x.step, x.scale, x.lr);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, Applied& x) {
-  return f(caf::meta::type_name("Applied"), x.section, x.stage, x.replica, x.error);
-}
 
 // checkpointer -> replica 0 of a section: write parameters + AdamW state.
 struct SaveSection {
@@ -169,18 +148,63 @@ struct FlushTrace {
   std::string path;
 };
 
-}  // namespace maestro
+// ------------------------------------------------------------ serialising
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::RunTask)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::TaskDone)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::SaveSection)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::Saved)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::GetBatch)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::BatchReady)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::WriteCheckpoint)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::CheckpointWritten)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::StartTraining)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::StepReport)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::TrainingEnded)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::TraceEvent)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::FlushTrace)
+// A stage's hand-off: the tensor by value. The geometry is the engine's
+// opaque, polymorphic layout (nn/model_impl.h), shared between the stages of
+// one replica, which run in one process; serialising a hand-off that carries
+// one fails with a clear error rather than dropping it.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StageTensor& x) {
+  auto no_geometry = caf::meta::save_callback([&]() -> caf::error {
+    if (x.geometry)
+      return caf::make_error(caf::sec::state_not_serializable,
+                             "a pipeline stage's geometry does not cross processes (not supported yet)");
+    return caf::none;
+  });
+  return f(caf::meta::type_name("StageTensor"), x.tensor, no_geometry);
+}
+
+MAESTRO_INSPECT(FlowTensor, x.flow, x.sample, x.tensor)
+MAESTRO_INSPECT(RunTask, x.step, x.task, x.samples, x.inputs, x.data, x.stage_in)
+MAESTRO_INSPECT(TaskDone, x.step, x.task, x.outputs, x.begin_us, x.duration_us, x.error, x.stage_out)
+MAESTRO_INSPECT(ReduceGrads, x.step)
+MAESTRO_INSPECT(TaskLoss, x.task, x.loss)
+MAESTRO_INSPECT(GradsReduced, x.section, x.stage, x.replica, x.grad_sq_norm, x.losses, x.error)
+MAESTRO_INSPECT(ApplyGrads, x.step, x.scale, x.lr)
+MAESTRO_INSPECT(Applied, x.section, x.stage, x.replica, x.error)
+MAESTRO_INSPECT(SaveSection, x.path)
+MAESTRO_INSPECT(Saved, x.section, x.error)
+MAESTRO_INSPECT(GetBatch, x.step)
+MAESTRO_INSPECT(BatchReady, x.data, x.error)
+MAESTRO_INSPECT(WriteCheckpoint, x.steps_done, x.samples, x.losses)
+MAESTRO_INSPECT(CheckpointWritten, x.dir, x.error)
+MAESTRO_INSPECT(StartTraining, x.first_step, x.last_step)
+MAESTRO_INSPECT(StepReport, x.step, x.loss, x.samples, x.step_s, x.sched_s)
+MAESTRO_INSPECT(TrainingEnded, x.steps_done, x.checkpoint, x.error, x.interrupted)
+MAESTRO_INSPECT(TraceEvent, x.track, x.name, x.category, x.begin_us, x.duration_us)
+MAESTRO_INSPECT(FlushTrace, x.path)
+
+// Registers every message above by name ("maestro.RunTask", ...), as both
+// ends of a cross-process hop must.
+inline void add_message_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<RunTask>("maestro.RunTask")
+      .add_message_type<TaskDone>("maestro.TaskDone")
+      .add_message_type<ReduceGrads>("maestro.ReduceGrads")
+      .add_message_type<GradsReduced>("maestro.GradsReduced")
+      .add_message_type<ApplyGrads>("maestro.ApplyGrads")
+      .add_message_type<Applied>("maestro.Applied")
+      .add_message_type<SaveSection>("maestro.SaveSection")
+      .add_message_type<Saved>("maestro.Saved")
+      .add_message_type<GetBatch>("maestro.GetBatch")
+      .add_message_type<BatchReady>("maestro.BatchReady")
+      .add_message_type<WriteCheckpoint>("maestro.WriteCheckpoint")
+      .add_message_type<CheckpointWritten>("maestro.CheckpointWritten")
+      .add_message_type<StartTraining>("maestro.StartTraining")
+      .add_message_type<StepReport>("maestro.StepReport")
+      .add_message_type<TrainingEnded>("maestro.TrainingEnded")
+      .add_message_type<TraceEvent>("maestro.TraceEvent")
+      .add_message_type<FlushTrace>("maestro.FlushTrace");
+}
+
+}  // namespace maestro

@@ -1,5 +1,5 @@
 // The scheduler actor (see actors.h): one step at a time, it takes the
-// prefetched batch, turns the step's Schedule into a StepExecution and sends
+// prefetched batch, executes the step's Schedule through a StepExecution and sends
 // every ready task to its replica at once; each completion releases the next
 // frontier. When every task is done it has every replica reduce its
 // gradients with the other replicas of its data-parallel group (through
@@ -73,7 +73,7 @@ void checkpoint_then(Self* self, std::function<void()> next) {
 void finish_step(Self* self) {
   auto& st = self->state;
   const double loss = st.exec->loss();
-  const int64_t n = int64_t(st.exec->graph().tasks.empty() ? 0 : st.cfg.global_batch);
+  const int64_t n = int64_t(st.exec->schedule().tasks.empty() ? 0 : st.cfg.global_batch);
   st.samples += n;
   st.cfg.losses.push_back(loss);
   const double step_s = std::chrono::duration<double>(Clock::now() - st.step_begin).count();
@@ -91,19 +91,19 @@ void finish_step(Self* self) {
 void apply_grads(Self* self) {
   Busy busy{self};
   auto& st = self->state;
-  const Program& p = *st.cfg.program;
+  const SectionGraph& g = *st.cfg.graph;
   const double loss = st.exec->loss();
   if (!std::isfinite(loss)) return end_run(self, fmt::format("step {}: the loss is not finite ({})", st.step, loss));
   // The global norm: Σ over train sections and stages (in that order) of
   // their group's norm², which every replica of the group computed from
   // the same reduced gradients.
   double sq = 0;
-  for (size_t s = 0; s < p.sections.size(); ++s)
+  for (size_t s = 0; s < g.nodes.size(); ++s)
     for (const std::vector<double>& replicas : st.sq_norms[s]) {
       for (double r : replicas)
         if (r != replicas[0] && !(std::isnan(r) && std::isnan(replicas[0])))
           return end_run(self, fmt::format("step {}: the replicas of section '{}' disagree on the reduced gradients",
-                                           st.step, p.sections[s].name));
+                                           st.step, g.section(int(s)).name));
       sq += replicas[0];
     }
   st.sq_norms.clear();
@@ -113,8 +113,8 @@ void apply_grads(Self* self) {
   const double scale = st.cfg.grad_clip > 0 ? std::min(1.0, st.cfg.grad_clip / (norm + 1e-6)) : 1.0;
   const double lr = st.cfg.lr_at(st.step);
   st.applies_pending = 0;
-  for (size_t s = 0; s < p.sections.size(); ++s) {
-    if (p.sections[s].mode != Mode::Train) continue;
+  for (size_t s = 0; s < g.nodes.size(); ++s) {
+    if (g.section(int(s)).mode != Mode::Train) continue;
     for (const std::vector<caf::actor>& stage : st.cfg.replicas[s])
       for (const caf::actor& r : stage) {
         ++st.applies_pending;
@@ -134,11 +134,11 @@ void apply_grads(Self* self) {
 // sections report their forwards' losses.
 void reduce_grads(Self* self) {
   auto& st = self->state;
-  const Program& p = *st.cfg.program;
-  st.sq_norms.assign(p.sections.size(), {});
+  const SectionGraph& g = *st.cfg.graph;
+  st.sq_norms.assign(g.nodes.size(), {});
   st.reduces_pending = 0;
-  for (size_t s = 0; s < p.sections.size(); ++s) {
-    const bool trains = p.sections[s].mode == Mode::Train;
+  for (size_t s = 0; s < g.nodes.size(); ++s) {
+    const bool trains = g.section(int(s)).mode == Mode::Train;
     if (trains) st.sq_norms[s].resize(st.cfg.replicas[s].size());
     for (size_t k = 0; k < st.cfg.replicas[s].size(); ++k) {
       if (trains) st.sq_norms[s][k].assign(st.cfg.replicas[s][k].size(), 0.0);
@@ -212,7 +212,7 @@ void begin_step(Self* self) {
             {
               Busy busy{self};
               try {
-                st.exec.emplace(*st.cfg.program, st.cfg.make_graph(*b.data), b.data, st.step);
+                st.exec.emplace(*st.cfg.graph, *st.cfg.plan, st.cfg.schedule_of(b.data->batch), b.data, st.step);
               } catch (const std::exception& e) {
                 return end_run(self, fmt::format("step {}: cannot schedule: {}", st.step, e.what()));
               }

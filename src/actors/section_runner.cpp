@@ -65,18 +65,19 @@ TensorRef host_copy(Transport& transport, Backend& backend, std::vector<int64_t>
 }
 
 // Index of a sample within the task's micro-batch.
-size_t position_of(const StepTask& t, int32_t sample) {
+size_t position_of(const RunTask& t, int32_t sample) {
   auto it = std::find(t.samples.begin(), t.samples.end(), sample);
-  if (it == t.samples.end()) throw std::logic_error(fmt::format("sample {} is not in micro-batch {}", sample, t.micro_batch));
+  if (it == t.samples.end())
+    throw std::logic_error(fmt::format("sample {} is not in micro-batch {}", sample, t.task.micro_batch));
   return size_t(it - t.samples.begin());
 }
 
 }  // namespace
 
 SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
-  const StepTask& t = rt.task;
+  const Task& t = rt.task;
   const Section& sec = program_.sections[size_t(section_)];
-  const size_t n = t.samples.size();
+  const size_t n = rt.samples.size();
   // Inputs per sample: step data, then the flows' tensors in flow order.
   std::vector<SampleInput> in(n);
   Pending pending;
@@ -84,7 +85,7 @@ SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
   std::vector<std::span<const float>> teacher(n);
   bool has_teacher = false;
   for (size_t k = 0; k < n; ++k) {
-    const int32_t i = t.samples[k];
+    const int32_t i = rt.samples[k];
     if (size_t(section_) < rt.data->inputs.size() && !rt.data->inputs[size_t(section_)].empty()) {
       const SampleInputs& s = rt.data->inputs[size_t(section_)][size_t(i)];
       in[k].tokens = s.tokens;
@@ -97,7 +98,7 @@ SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
   std::stable_sort(ordered.begin(), ordered.end(), [](auto* a, auto* b) { return a->flow < b->flow; });
   const bool is_mlp = std::holds_alternative<MlpSpec>(sec.model.spec);
   for (const FlowTensor* ft : ordered) {
-    const size_t k = position_of(t, ft->sample);
+    const size_t k = position_of(rt, ft->sample);
     if (program_.flows[size_t(ft->flow)].kind == FlowKind::Logits) {
       teacher[k] = ft->tensor.values();
       has_teacher = true;
@@ -132,7 +133,7 @@ SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
     if (program_.flows[fi].from != sec.name) continue;
     for (size_t k = 0; k < n; ++k) {
       const RowsView& v = out.outputs[k];
-      result.outputs.push_back({int32_t(fi), t.samples[k], host_copy(transport_, *backend_, {v.rows, v.cols}, v.data)});
+      result.outputs.push_back({int32_t(fi), rt.samples[k], host_copy(transport_, *backend_, {v.rows, v.cols}, v.data)});
     }
   }
   if (sec.mode == Mode::Train) {
@@ -143,13 +144,13 @@ SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
 }
 
 SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
-  const StepTask& t = rt.task;
+  const Task& t = rt.task;
   auto it = pending_.find(t.micro_batch);
   if (it == pending_.end())
     throw std::logic_error(fmt::format("backward of micro-batch {} without its forward", t.micro_batch));
   Pending pending = std::move(it->second);
   pending_.erase(it);
-  const size_t n = t.samples.size();
+  const size_t n = rt.samples.size();
   // The gradient of each sample's output: summed over the consumers in flow
   // order (a fixed order, whatever order they finished in).
   std::vector<TensorRef> summed(n);
@@ -157,7 +158,7 @@ SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
   for (const FlowTensor& ft : rt.inputs) ordered.push_back(&ft);
   std::stable_sort(ordered.begin(), ordered.end(), [](auto* a, auto* b) { return a->flow < b->flow; });
   for (const FlowTensor* ft : ordered) {
-    const size_t k = position_of(t, ft->sample);
+    const size_t k = position_of(rt, ft->sample);
     if (summed[k].empty()) {
       summed[k] = ft->tensor;
       continue;
@@ -189,7 +190,7 @@ SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
     for (size_t b = 0; b < in_grads[k].size() && b < pending.spliced_flows[k].size(); ++b) {
       const RowsView& v = in_grads[k][b];
       out.outputs.push_back(
-          {pending.spliced_flows[k][b], t.samples[k], host_copy(transport_, *backend_, {v.rows, v.cols}, v.data)});
+          {pending.spliced_flows[k][b], rt.samples[k], host_copy(transport_, *backend_, {v.rows, v.cols}, v.data)});
     }
   return out;
 }

@@ -24,6 +24,8 @@ struct Prefetch {
 }  // namespace
 }  // namespace maestro
 
+// In-process only: the loader sends it to itself (a type in an anonymous
+// namespace of this file; no other actor can name it).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::Prefetch)
 
 namespace maestro {

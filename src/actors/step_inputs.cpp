@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 
+#include "actors/sample_shape.h"
 #include "data/content.h"
 #include "data/sampler.h"
 
@@ -23,14 +24,17 @@ struct StepInputs::SamplerBox {
   Sampler sampler;
 };
 
-StepInputs::StepInputs(const Program& program, uint64_t data_seed) : program_(program), data_seed_(data_seed) {
-  if (program.data.source == DataSpec::Source::Files) {
-    manifest_ = Manifest::load(program.data.manifest);
-    for (const Section& s : program.sections)
-      if (auto* t = std::get_if<TransformerSpec>(&s.model.spec); t && consumes(s, Modality::Text))
-        manifest_->check_vocab(t->vocab, s.name);
+StepInputs::StepInputs(const SectionGraph& graph, const DataSpec& data, int64_t global_batch)
+    : graph_(graph), data_seed_(data.seed), global_batch_(global_batch) {
+  if (data.source == DataSpec::Source::Files) {
+    manifest_ = Manifest::load(data.manifest);
+    for (size_t s = 0; s < graph.nodes.size(); ++s) {
+      const Section& sec = graph.section(int(s));
+      if (auto* t = std::get_if<TransformerSpec>(&sec.model.spec); t && consumes(sec, Modality::Text))
+        manifest_->check_vocab(t->vocab, sec.name);
+    }
   } else {
-    sampler_ = std::make_unique<SamplerBox>(SamplerBox{Sampler(program.data, program.train.global_batch)});
+    sampler_ = std::make_unique<SamplerBox>(SamplerBox{Sampler(data, global_batch)});
   }
 }
 
@@ -38,25 +42,24 @@ StepInputs::~StepInputs() = default;
 StepInputs::StepInputs(StepInputs&&) noexcept = default;
 
 Batch StepInputs::batch(int64_t step) const {
-  if (manifest_) return manifest_->batch(step, program_.train.global_batch);
+  if (manifest_) return manifest_->batch(step, global_batch_);
   return sampler_->sampler.batch(step);
 }
 
 std::shared_ptr<const StepData> StepInputs::step(int64_t step) const {
   auto d = std::make_shared<StepData>();
   d->batch = batch(step);
-  const size_t n_sections = program_.sections.size(), n = d->batch.samples.size();
+  const size_t n_sections = graph_.nodes.size(), n = d->batch.samples.size();
   d->inputs.assign(n_sections, {});
   d->loss_positions.assign(n_sections, 0);
   for (size_t i = 0; i < n; ++i) {
     const Sample& sample = d->batch.samples[i];
-    const std::vector<bool> active = active_sections(program_, sample);
     for (size_t s = 0; s < n_sections; ++s) {
-      if (!active[s]) continue;
-      const Section& sec = program_.sections[s];
+      if (!graph_.active(int(s), sample.modalities)) continue;
+      const Section& sec = graph_.section(int(s));
       SampleInputs in;
       if (auto* t = std::get_if<TransformerSpec>(&sec.model.spec)) {
-        const SequenceShape shape = sequence_shape(program_, int(s), sample);
+        const SequenceShape shape = sequence_shape(graph_, int(s), sample);
         if (consumes(sec, Modality::Text)) {
           in.tokens = manifest_ ? manifest_->tokens(sample.id) : synthetic_tokens(data_seed_, sample, t->vocab);
           in.tokens.resize(size_t(shape.text));

@@ -11,26 +11,29 @@
 #include <optional>
 #include <vector>
 
-#include "actors/sample_shape.h"
 #include "actors/step_data.h"
 #include "data/manifest.h"
-#include "dsl/program.h"
+#include "graph/section_graph.h"
 
 namespace maestro {
 
 class StepInputs {
  public:
+  // The sections (their models and which samples they run on) come from
+  // the graph, which must outlive this; `data` is the program's data block.
   // Throws DataError for an unreadable manifest or a token outside a vocabulary.
-  StepInputs(const Program& program, uint64_t data_seed);
+  StepInputs(const SectionGraph& graph, const DataSpec& data, int64_t global_batch);
   ~StepInputs();
   StepInputs(StepInputs&&) noexcept;
 
   std::shared_ptr<const StepData> step(int64_t step) const;
+  uint64_t data_seed() const { return data_seed_; }  // the data block's seed (checkpoints record it)
 
  private:
   Batch batch(int64_t step) const;
-  const Program& program_;
+  const SectionGraph& graph_;
   uint64_t data_seed_;
+  int64_t global_batch_;
   std::optional<Manifest> manifest_;
   struct SamplerBox;
   std::unique_ptr<SamplerBox> sampler_;

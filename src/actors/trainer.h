@@ -1,8 +1,10 @@
-// train(): the real run of a Program on this machine — the entry point the
-// `train` command calls. It resolves the plan (dp, micro_batch), creates one
-// SectionRunner per section replica, spawns the actors (scheduler, replicas
-// and their compute workers, data loader, checkpointer, tracer), drives the
-// steps, and shuts every actor down before it returns, on success or not.
+// train(): the real run on this machine — the entry point the `train`
+// command calls with what it made of the Program once: the SectionGraph,
+// the run's Plan (run_plan.h), the step inputs (data block) and the train
+// block. It sets up one SectionRunner per section × stage × replica, spawns
+// the actors (scheduler, replicas and their compute workers, data loader,
+// checkpointer, tracer), drives the steps (train_phases.h), and shuts every
+// actor down before it returns, on success or not. It never plans.
 #pragma once
 
 #include <atomic>
@@ -12,19 +14,22 @@
 #include <string>
 #include <vector>
 
+#include "actors/step_inputs.h"
 #include "dsl/program.h"
 #include "gpu/backend_factory.h"
+#include "graph/section_graph.h"
+#include "plan/plan.h"
 
 namespace maestro {
 
 struct TrainOptions {
   std::string schedule = "wavefront";  // wavefront | monolithic
-  std::optional<int64_t> steps;        // overrides train.steps (the step to stop at)
+  std::optional<int64_t> stop_after;   // stop once this many steps are done (the schedule runs over train.steps)
   std::string resume;                  // checkpoint folder (a step folder or a root with `latest`)
   std::string trace_path;              // Chrome trace, "" = none
   std::string checkpoint_dir;          // "" = the program's train.checkpoint.dir
   std::optional<uint64_t> seed;        // overrides train.seed
-  int64_t threads = 0;                 // CAF scheduler threads; 0 = all cores
+  int64_t threads = 0;                 // CAF scheduler and CPU backend threads; 0 = all cores (cpu_slots)
   BackendKind backend = BackendKind::Cpu;  // every section replica's (gpu/backend_factory.h)
   const std::atomic<bool>* interrupt = nullptr;  // SIGINT: checkpoint and stop
 };
@@ -50,7 +55,8 @@ struct TrainResult {
   std::vector<std::string> plan_lines;  // "llm: dp 2, micro_batch 8" per section
 };
 
-TrainResult train(const Program& program, const TrainOptions& options,
-                  const std::function<void(const StepProgress&)>& on_step = {});
+// `graph` (and the Program it refers to), `plan` and `inputs` outlive the call.
+TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs& inputs, const TrainSpec& train,
+                  const TrainOptions& options, const std::function<void(const StepProgress&)>& on_step = {});
 
 }  // namespace maestro

@@ -3,6 +3,7 @@
 // initialisation. A function-local static, so registration order between
 // files does not matter.
 #include <map>
+#include <stdexcept>
 
 #include "cli/command.h"
 
@@ -19,7 +20,8 @@ CommandRegistration::CommandRegistration(const char* name, CommandFn fn) { regis
 
 CommandFn find_command(const std::string& name) {
   const auto it = registry().find(name);
-  return it == registry().end() ? nullptr : it->second;
+  if (it == registry().end()) throw std::logic_error("no command '" + name + "' is registered");
+  return it->second;
 }
 
 }  // namespace maestro

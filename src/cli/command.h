@@ -24,10 +24,10 @@ struct CliOptions {
   bool simulate = false;           // --simulate
   std::string baseline;            // --baseline megatron|sequential
   std::string schedule = "wavefront";  // --schedule wavefront|monolithic
-  std::optional<int64_t> steps;    // --steps
+  std::optional<int64_t> steps;    // --steps (overrides train.steps, the schedule's length)
+  std::optional<int64_t> stop_after;  // --stop-after (train: stop there with a checkpoint)
   std::string resume;              // --resume DIR
   std::string trace;               // --trace FILE (overrides [trace] path)
-  bool repl = false;               // --repl
   bool json = false;               // --json
   bool quiet = false;              // --quiet
   std::string calibrate;           // --calibrate OUT.toml
@@ -40,7 +40,8 @@ struct CommandRegistration {
   CommandRegistration(const char* name, CommandFn fn);
 };
 
-// nullptr when no command of that name is compiled in.
+// The command of that name; every command file is compiled into maestro-run,
+// so a missing one is a bug (std::logic_error).
 CommandFn find_command(const std::string& name);
 
 }  // namespace maestro

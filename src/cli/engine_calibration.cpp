@@ -7,7 +7,10 @@
 #include <chrono>
 #include <stdexcept>
 
+#include <unistd.h>
+
 #include "cpu/cpu_backend.h"
+#include "cpu/machine_probe.h"
 #include "dsl/frontend.h"
 #include "graph/counts.h"
 #include "nn/section_model.h"
@@ -58,6 +61,17 @@ Point measure(int64_t hidden, int64_t samples, int64_t tokens, double peak, Back
 }
 
 }  // namespace
+
+DeviceSpec calibrate_local_cpu(int threads) {
+  DeviceSpec d;
+  d.name = "cpu-calibrated";
+  d.fp32_flops = measure_sgemm_flops();
+  d.bf16_flops = d.fp32_flops;  // the CPU backend computes in fp32 whatever the precision
+  d.memory_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
+  d.memory_bytes_per_s = measure_triad_bytes_per_s();
+  d.gemm = fit_cpu_efficiency(d.fp32_flops, threads);
+  return d;
+}
 
 GemmEfficiency fit_cpu_efficiency(double sgemm_peak_flops, int threads) {
   std::unique_ptr<Backend> backend = make_cpu_backend(threads);

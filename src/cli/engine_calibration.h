@@ -10,6 +10,12 @@
 
 namespace maestro {
 
+// This machine's CPU as a device profile (`--calibrate OUT.toml`): the sgemm
+// peak and memory bandwidth probed by cpu/machine_probe.h, the physical
+// memory, and the gemm curve fitted to the engine's training steps on
+// `threads` threads (0 = all cores). Name "cpu-calibrated".
+DeviceSpec calibrate_local_cpu(int threads);
+
 // Returns `sgemm_peak`'s device with its gemm curve fitted (docs/planner.md).
 GemmEfficiency fit_cpu_efficiency(double sgemm_peak_flops, int threads);
 

@@ -39,15 +39,22 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   app.add_option("--schedule", cli.schedule, "how a real run executes a step")
       ->check(CLI::IsMember({"wavefront", "monolithic"}));
   int64_t steps = 0;
-  auto* steps_opt = app.add_option("--steps", steps, "override train.steps")->check(CLI::PositiveNumber);
+  auto* steps_opt = app.add_option("--steps", steps, "override train.steps (the learning-rate schedule's length)")
+                        ->check(CLI::PositiveNumber);
+  int64_t stop_after = 0;
+  auto* stop_opt = app.add_option("--stop-after", stop_after,
+                                  "stop after K steps with a checkpoint; the schedule still runs over train.steps")
+                       ->check(CLI::PositiveNumber);
   app.add_option("--resume", cli.resume, "continue from a checkpoint folder");
   app.add_option("--trace", cli.trace, "write a Chrome trace of the run to FILE");
-  app.add_flag("--repl", cli.repl, "open the debug REPL on this terminal while it runs");
+  bool repl = false;
+  app.add_flag("--repl", repl, "the debug REPL: not supported yet (exits with status 2)");
   app.add_flag("--json", cli.json, "print a machine-readable summary as the last line of stdout");
   app.add_flag("--quiet", cli.quiet, "no progress bar");
   auto* calibrate =
       app.add_option("--calibrate", cli.calibrate, "measure this machine and write a device profile to OUT.toml");
-  check->excludes(print, simulate, calibrate);
+  check->excludes(print, simulate, calibrate, stop_opt);
+  stop_opt->excludes(print, simulate, calibrate);
   print->excludes(simulate, calibrate);
   simulate->excludes(calibrate);
   try {
@@ -64,7 +71,12 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
     fmt::print(stderr, "maestro-run: error: a model file is required\n{}\n", kUsage);
     return 2;
   }
+  if (repl) {
+    fmt::print(stderr, "maestro-run: error: --repl: the debug REPL is not supported yet\n{}\n", kUsage);
+    return 2;
+  }
   if (*steps_opt) cli.steps = steps;
+  if (*stop_opt) cli.stop_after = stop_after;
   return -1;
 }
 
@@ -100,13 +112,7 @@ int run(int argc, char** argv) {
     program = std::move(*loaded);
   }
 
-  const std::string name = command_name(cli);
-  const CommandFn command = find_command(name);
-  if (!command) {
-    fmt::print(stderr, "maestro-run: '{}' is not available in this build\n", name);
-    return 1;
-  }
-  return command(program, config, cli);
+  return find_command(command_name(cli))(program, config, cli);
 }
 
 }  // namespace

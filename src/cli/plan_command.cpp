@@ -16,7 +16,6 @@
 #include "data/sampler.h"
 #include "graph/section_graph.h"
 #include "plan/baselines.h"
-#include "plan/calibrate.h"
 #include "plan/cluster.h"
 #include "plan/planner.h"
 #include "plan/roofline_cost.h"
@@ -135,7 +134,7 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
     }
     std::optional<BaselineResult> baseline;
     if (cli.baseline == "megatron") baseline = tuned_megatron(p.graph, p.cluster, *p.cost, batches);
-    if (cli.baseline == "sequential") baseline = sequential_baseline(p.graph, p.plan, p.cluster, *p.cost, batches);
+    if (cli.baseline == "sequential") baseline = sequential_baseline(p.graph, p.cluster, *p.cost, batches);
 
     std::string out = fmt::format("simulate: {} on {}, mean of {} step{} of {} samples\n", program.file,
                                   cluster_line(p.cluster), steps, steps == 1 ? "" : "s", program.train.global_batch);
@@ -172,8 +171,7 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
 }
 
 int calibrate_command(const Program&, const RuntimeConfig&, const CliOptions& cli) {
-  DeviceSpec d = measure_local_cpu();
-  d.gemm = fit_cpu_efficiency(d.fp32_flops, 0);
+  const DeviceSpec d = calibrate_local_cpu(0);
   try {
     write_device_profile(d, cli.calibrate);
   } catch (const PlanError& e) {

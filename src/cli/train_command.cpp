@@ -2,9 +2,9 @@
 // actor runtime (actors/trainer.h). It shows progress (a bar on a terminal,
 // plain lines otherwise, nothing with --quiet), prints a human summary, and
 // with --json the training summary of runtime-config.md as the last stdout
-// line. Ctrl-C asks the run to checkpoint and stop.
-// Compiled in only when maestro_actors carries the trainer (MAESTRO_HAVE_TRAINER).
-#if defined(MAESTRO_HAVE_TRAINER)
+// line. Ctrl-C asks the run to checkpoint and stop. The Program is turned
+// into what the runtime runs here, once: the CPU runtime's program (tp = 1),
+// its SectionGraph, the step inputs and the run's Plan (actors/run_plan.h).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -13,8 +13,11 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "actors/run_plan.h"
+#include "actors/step_inputs.h"
 #include "actors/trainer.h"
 #include "cli/command.h"
+#include "data/manifest.h"
 
 namespace maestro {
 
@@ -46,7 +49,16 @@ void show_progress(const StepProgress& p, bool tty) {
   std::fflush(stdout);
 }
 
-int train_command(const Program& program, const RuntimeConfig& config, const CliOptions& cli) {
+int train_command(const Program& model, const RuntimeConfig& config, const CliOptions& cli) {
+  Program program = model;
+  if (cli.steps) program.train.steps = *cli.steps;  // --steps: the schedule's length too
+  const std::string& checkpoint_dir =
+      config.checkpoint.dir.empty() ? program.train.checkpoint_dir : config.checkpoint.dir;
+  if (cli.stop_after && checkpoint_dir.empty()) {
+    std::fprintf(stderr, "error: --stop-after %lld: no checkpoint folder to stop into: set [checkpoint] dir in the "
+                 "config or train.checkpoint in the model\n", (long long)*cli.stop_after);
+    return 2;
+  }
   BackendChoice backend;
   try {
     backend = choose_backend(config.runtime.backend);
@@ -61,18 +73,36 @@ int train_command(const Program& program, const RuntimeConfig& config, const Cli
   }
   TrainOptions opt;
   opt.schedule = cli.schedule;
-  opt.steps = cli.steps;
+  opt.stop_after = cli.stop_after;
   opt.resume = cli.resume;
   opt.trace_path = cli.trace.empty() ? config.trace.path : cli.trace;
-  opt.checkpoint_dir = config.checkpoint.dir;
+  opt.checkpoint_dir = checkpoint_dir;
   opt.seed = config.runtime.seed;
   opt.threads = config.runtime.threads;
   opt.backend = backend.kind;
   opt.interrupt = &g_interrupt;
+
+  Program runnable;
+  SectionGraph graph;
+  std::unique_ptr<StepInputs> inputs;
+  Plan plan;
+  try {
+    runnable = cpu_runnable(program);
+    graph = build_graph(runnable);
+    inputs = std::make_unique<StepInputs>(graph, runnable.data, runnable.train.global_batch);
+    plan = plan_cpu_run(graph, cpu_slots(opt.threads), inputs->step(0)->batch);  // sized on step 0, as --print plan
+  } catch (const DataError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+
   std::signal(SIGINT, on_sigint);
 
   const bool tty = isatty(fileno(stdout)) != 0;
-  const TrainResult r = train(program, opt, [&](const StepProgress& p) {
+  const TrainResult r = train(graph, plan, *inputs, runnable.train, opt, [&](const StepProgress& p) {
     if (!cli.quiet) show_progress(p, tty);
   });
   std::signal(SIGINT, SIG_DFL);
@@ -113,4 +143,3 @@ static CommandRegistration reg("train", &train_command);
 }  // namespace
 
 }  // namespace maestro
-#endif  // MAESTRO_HAVE_TRAINER

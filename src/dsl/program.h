@@ -1,7 +1,9 @@
 // Program: the checked, fully resolved meaning of a .sect file (and its
-// imports). The front end (dsl/) produces it; every other module reads it.
-// Nothing here refers to the syntax tree: lets are evaluated, model names
-// resolved to their built-in specs, defaults applied, paths made absolute.
+// imports). The front end (dsl/, maestro_dsl) produces it; every other module
+// reads it. Nothing here refers to the syntax tree: lets are evaluated, model
+// names resolved to their built-in specs, defaults applied, paths made
+// absolute. Header-only (the CMake target maestro_program), so the engine
+// (nn/, cpu/) and graph/ read model specs without linking the front end.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +33,16 @@ struct ModalitySet {
   constexpr bool operator==(const ModalitySet&) const = default;
 };
 
-const char* modality_name(Modality m);  // "text", "image", "audio", "video"
+// "text", "image", "audio", "video"
+inline const char* modality_name(Modality m) {
+  switch (m) {
+    case Modality::Text: return "text";
+    case Modality::Image: return "image";
+    case Modality::Audio: return "audio";
+    case Modality::Video: return "video";
+  }
+  return "?";
+}
 
 // ------------------------------------------------------------ built-in models
 enum class Activation { Gelu, Relu, Silu };
@@ -72,13 +83,34 @@ struct ModelSpec {
   std::string name;  // the `model` declaration's name, or the built-in's name when inline
   std::variant<TransformerSpec, VitSpec, AudioEncoderSpec, MlpSpec> spec;
 
-  const char* builtin() const;  // "transformer" | "vit" | "audio_encoder" | "mlp"
+  // "transformer" | "vit" | "audio_encoder" | "mlp"
+  const char* builtin() const {
+    switch (spec.index()) {
+      case 0: return "transformer";
+      case 1: return "vit";
+      case 2: return "audio_encoder";
+      default: return "mlp";
+    }
+  }
   // Width of the embeddings this model takes from an upstream activations flow
   // (transformer/vit/audio: hidden; mlp: in).
-  int64_t input_width() const;
+  int64_t input_width() const {
+    if (auto* m = std::get_if<MlpSpec>(&spec)) return m->in;
+    return hidden();
+  }
   // Width of what it emits on an activations flow (mlp: out; encoders and
   // transformer: hidden).
-  int64_t output_width() const;
+  int64_t output_width() const {
+    if (auto* m = std::get_if<MlpSpec>(&spec)) return m->out;
+    return hidden();
+  }
+
+ private:
+  int64_t hidden() const {
+    if (auto* t = std::get_if<TransformerSpec>(&spec)) return t->hidden;
+    if (auto* v = std::get_if<VitSpec>(&spec)) return v->hidden;
+    return std::get<AudioEncoderSpec>(spec).hidden;
+  }
 };
 
 // ------------------------------------------------------------------ sections
@@ -89,8 +121,27 @@ struct Condition {
   enum class Kind { True, Has, And, Or, Not } kind = Kind::True;
   Modality modality = Modality::Text;  // for Has
   std::vector<Condition> args;         // And/Or: two; Not: one
-  bool eval(ModalitySet s) const;
-  std::string str() const;  // "has(image) and not has(audio)"; "always" for True
+  bool eval(ModalitySet s) const {
+    switch (kind) {
+      case Kind::True: return true;
+      case Kind::Has: return s.has(modality);
+      case Kind::And: return args[0].eval(s) && args[1].eval(s);
+      case Kind::Or: return args[0].eval(s) || args[1].eval(s);
+      case Kind::Not: return !args[0].eval(s);
+    }
+    return false;
+  }
+  // "has(image) and not has(audio)"; "always" for True
+  std::string str() const {
+    switch (kind) {
+      case Kind::True: return "always";
+      case Kind::Has: return std::string("has(") + modality_name(modality) + ")";
+      case Kind::And: return "(" + args[0].str() + " and " + args[1].str() + ")";
+      case Kind::Or: return "(" + args[0].str() + " or " + args[1].str() + ")";
+      case Kind::Not: return "not " + args[0].str();
+    }
+    return "?";
+  }
   static Condition has(Modality m) {
     Condition c;
     c.kind = Kind::Has;
@@ -193,7 +244,11 @@ struct Program {
   DataSpec data;
   TrainSpec train;
 
-  const Section* find_section(const std::string& name) const;
+  const Section* find_section(const std::string& name) const {
+    for (const auto& s : sections)
+      if (s.name == name) return &s;
+    return nullptr;
+  }
 };
 
 }  // namespace maestro

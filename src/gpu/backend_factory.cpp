@@ -10,22 +10,24 @@ namespace maestro {
 
 const char* backend_kind_name(BackendKind k) { return k == BackendKind::Cpu ? "cpu" : "cuda"; }
 
+namespace {
+
+// "2 CUDA device(s) found", "no CUDA device found", "this build cannot see CUDA devices".
+std::string devices_seen() {
+  const std::optional<int> n = cuda_device_count();
+  if (!n) return "this build cannot see CUDA devices";
+  return *n > 0 ? fmt::format("{} CUDA device(s) found", *n) : std::string("no CUDA device found");
+}
+
+}  // namespace
+
 BackendChoice choose_backend(const std::string& configured) {
   if (configured == "cpu") return {BackendKind::Cpu, "configured"};
-  if (configured == "cuda") {
-    const int devices = cuda_device_count();
+  if (configured == "cuda")
     throw BackendUnavailable(fmt::format(
         "runtime.backend = \"cuda\": the CUDA backend is not supported yet ({}); use \"cpu\" or \"auto\"",
-        devices > 0 ? fmt::format("{} CUDA device(s) found, but this build has no CUDA backend", devices)
-                    : std::string("and no CUDA device was found")));
-  }
-  if (configured == "auto") {
-    const int devices = cuda_device_count();
-    return {BackendKind::Cpu, devices > 0 ? fmt::format("{} CUDA device(s) found, but the CUDA backend is not "
-                                                        "supported yet",
-                                                        devices)
-                                          : std::string("no CUDA device")};
-  }
+        devices_seen()));
+  if (configured == "auto") return {BackendKind::Cpu, devices_seen() + "; the CUDA backend is not supported yet"};
   throw std::invalid_argument(fmt::format("runtime.backend = \"{}\": expected auto, cpu or cuda", configured));
 }
 

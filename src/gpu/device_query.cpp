@@ -7,7 +7,7 @@
 
 namespace maestro {
 
-int cuda_device_count() {
+std::optional<int> cuda_device_count() {
 #if MAESTRO_HAVE_CUDA
   int count = 0;
   // No driver or no device is an error code here, not a crash.
@@ -17,7 +17,7 @@ int cuda_device_count() {
   }
   return count;
 #else
-  return 0;
+  return std::nullopt;
 #endif
 }
 

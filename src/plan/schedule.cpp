@@ -13,11 +13,6 @@
 
 namespace maestro {
 
-SectionActivity::SectionActivity(const SectionGraph& g) : mask_(g.nodes.size(), 0) {
-  for (const GraphEdge& e : g.edges) edges_.emplace_back(e.from, e.to);
-  for (size_t s = 0; s < g.nodes.size(); ++s) mask_[s] = g.nodes[s].active_mask;
-}
-
 namespace {
 
 Mode mode_of(const SectionGraph& g, int s) { return g.section(s).mode; }
@@ -40,11 +35,10 @@ void check_plan(const SectionGraph& g, const Plan& plan) {
 
 // Per section: the batch indices of the samples it is active on, loader order.
 std::vector<std::vector<int32_t>> active_samples(const SectionGraph& g, const Batch& batch) {
-  const SectionActivity act(g);
   std::vector<std::vector<int32_t>> active(g.nodes.size());
   for (size_t i = 0; i < batch.samples.size(); ++i)
     for (size_t s = 0; s < g.nodes.size(); ++s)
-      if (act.active(int(s), batch.samples[i].modalities)) active[s].push_back(int32_t(i));
+      if (g.active(int(s), batch.samples[i].modalities)) active[s].push_back(int32_t(i));
   return active;
 }
 
@@ -75,7 +69,6 @@ struct TaskIndex {
 
 // The dependencies schedule.h's rules require, per task (sorted, unique).
 std::vector<std::vector<int64_t>> rule_deps(const SectionGraph& g, const Plan& plan, const Schedule& sch) {
-  const SectionActivity act(g);
   const auto mb_of = micro_batch_index(sch);
   const TaskIndex idx(sch, plan);
   std::vector<std::vector<int64_t>> deps(sch.tasks.size());
@@ -92,7 +85,7 @@ std::vector<std::vector<int64_t>> rule_deps(const SectionGraph& g, const Plan& p
           const int p = g.edges[e].from;
           const int64_t ppp = plan.sections[p].pp;
           for (int32_t i : mb.samples)
-            if (act.carries(e, sch.batch.samples[i].modalities) && mb_of[p][i] >= 0)
+            if (g.carries(e, sch.batch.samples[i].modalities) && mb_of[p][i] >= 0)
               d.push_back(idx.forward[p][size_t(mb_of[p][i] * ppp + ppp - 1)]);
         }
       }
@@ -104,7 +97,7 @@ std::vector<std::vector<int64_t>> rule_deps(const SectionGraph& g, const Plan& p
         const int c = g.edges[e].to;
         if (g.edges[e].kind != FlowKind::Activations || !sch.sections[c].backward) continue;
         for (int32_t i : mb.samples)
-          if (act.carries(e, sch.batch.samples[i].modalities) && mb_of[c][i] >= 0)
+          if (g.carries(e, sch.batch.samples[i].modalities) && mb_of[c][i] >= 0)
             d.push_back(idx.backward[c][size_t(mb_of[c][i] * plan.sections[c].pp)]);
       }
     }
@@ -146,12 +139,13 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
   Schedule sch = empty_schedule(g, plan, std::move(batch), Schedule::Policy::Wavefront);
   const auto& samples = sch.batch.samples;
   const size_t n = samples.size();
-  const SectionActivity act(g);
   const auto active = active_samples(g, sch.batch);
 
   // round[s][i]: the position, within its replica's sequence, of section s's
   // micro-batch holding sample i — when its consumers need it from producers.
   std::vector<std::vector<int32_t>> round(g.nodes.size(), std::vector<int32_t>(n, 0));
+  // replica_of[s][i]: the replica of section s that runs sample i.
+  std::vector<std::vector<int32_t>> replica_of(g.nodes.size(), std::vector<int32_t>(n, -1));
   std::vector<const Sample*> one(1);
   for (auto it = g.topo_order.rbegin(); it != g.topo_order.rend(); ++it) {  // consumers first
     const int s = *it;
@@ -170,12 +164,12 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
       const ModalitySet mods = samples[i].modalities;
       bool needed = false;
       for (int e : g.nodes[s].consumers)
-        if (act.carries(e, mods)) {
+        if (g.carries(e, mods)) {
           const int32_t r = round[g.edges[e].to][i];
           k.need = needed ? std::min(k.need, r) : r;
           needed = true;
         }
-      for (int e : g.nodes[s].producers) fed = fed || act.carries(e, mods);
+      for (int e : g.nodes[s].producers) fed = fed || g.carries(e, mods);
       k.phase = fed ? 1 : 0;
       one[0] = &samples[i];
       k.cost = cost.forward_s(s, one, sp) + (sch.sections[s].backward ? cost.backward_s(s, one, sp) : 0.0);
@@ -192,36 +186,97 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
                 [](const Key* a, const Key* b) { return a->cost != b->cost ? a->cost > b->cost : a->sample < b->sample; });
       for (size_t j = 1; j < unfed.size(); j += 2) unfed[j]->phase = 2;
     }
-    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
-      if (a.need != b.need) return a.need < b.need;
-      if (a.phase != b.phase) return a.phase < b.phase;
-      if (a.cost != b.cost) return a.cost > b.cost;
-      return a.sample < b.sample;
-    });
-    // Longest first onto the least-loaded replica, group by group (a group:
-    // equal need and phase), so each replica keeps the consumers' order.
-    using Load = std::pair<double, int64_t>;  // (cost so far, replica)
-    std::priority_queue<Load, std::vector<Load>, std::greater<>> least;
-    for (int64_t r = 0; r < sp.dp; ++r) least.push({0.0, r});
-    std::vector<std::vector<int32_t>> per_replica(size_t(sp.dp));
-    for (const Key& k : keys) {
-      auto [load, r] = least.top();
-      least.pop();
-      per_replica[size_t(r)].push_back(k.sample);
-      least.push({load + k.cost, r});
+    std::vector<std::vector<Key>> per_replica(size_t(sp.dp));
+    if (plan.levers.reorder) {
+      // Longest first onto the least-loaded replica (LPT: loads differ by at
+      // most one sample's cost), then each replica's list in the order the
+      // consumers need its samples.
+      std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+        return a.cost != b.cost ? a.cost > b.cost : a.sample < b.sample;
+      });
+      // On a consumer's own devices, with replicas nested in the consumer's
+      // (tp·pp devices dividing the consumer's), a sample goes to one of the
+      // replicas inside the consumer replica that runs it: its output stays
+      // on that replica's devices and no other replica waits for it.
+      // (Not the other way round: a producer replica spanning several
+      // consumer replicas would inherit their grouping, not its own balance.)
+      int nest = -1;
+      int64_t group = 1;  // replicas per consumer replica
+      for (int e : g.nodes[s].consumers) {
+        const SectionPlan& cp = plan.sections[size_t(g.edges[e].to)];
+        if (nest < 0 && cp.first_device == sp.first_device && cp.devices == sp.devices &&
+            (cp.tp * cp.pp) % (sp.tp * sp.pp) == 0)
+          nest = g.edges[e].to, group = cp.tp * cp.pp / (sp.tp * sp.pp);
+      }
+      using Load = std::pair<double, int64_t>;  // (cost so far, replica)
+      std::priority_queue<Load, std::vector<Load>, std::greater<>> least;
+      std::vector<double> load(size_t(sp.dp), 0.0);
+      for (int64_t r = 0; r < sp.dp; ++r) least.push({0.0, r});
+      for (const Key& k : keys) {
+        const int32_t home = nest >= 0 ? replica_of[size_t(nest)][size_t(k.sample)] : -1;
+        int64_t r = -1;
+        if (home >= 0) {
+          for (int64_t q = home * group; q < (home + 1) * group; ++q)
+            if (r < 0 || load[size_t(q)] < load[size_t(r)]) r = q;
+        } else {
+          // Least loaded; heap entries whose load is stale are dropped.
+          while (least.top().first != load[size_t(least.top().second)]) least.pop();
+          r = least.top().second;
+          least.pop();
+        }
+        per_replica[size_t(r)].push_back(k);
+        load[size_t(r)] += k.cost;
+        least.push({load[size_t(r)], r});
+      }
+      for (auto& mine : per_replica)
+        std::sort(mine.begin(), mine.end(), [](const Key& a, const Key& b) {
+          if (a.need != b.need) return a.need < b.need;
+          if (a.phase != b.phase) return a.phase < b.phase;
+          if (a.cost != b.cost) return a.cost > b.cost;
+          return a.sample < b.sample;
+        });
+    } else {
+      // Loader order, micro_batch consecutive samples to each replica in turn.
+      for (size_t j = 0; j < keys.size(); ++j)
+        per_replica[(j / size_t(sp.micro_batch)) % size_t(sp.dp)].push_back(keys[j]);
     }
-    // Chunks of micro_batch per replica; ids go round by round.
+    // Each replica's list cut into micro-batches: micro_batch samples, or by
+    // tokens (ScheduleLevers::token_micro_batches); ids go round by round.
+    int64_t token_budget = 0;
+    std::vector<int64_t> tokens_of(active[s].empty() ? 0 : n, 0);
+    if (plan.levers.token_micro_batches && !active[s].empty()) {
+      int64_t sum = 0;
+      std::vector<int64_t> all;
+      for (int32_t i : active[s]) {
+        const Sample& x = samples[size_t(i)];
+        tokens_of[size_t(i)] = std::max<int64_t>(1, g.tokens(s, {x.modalities, x.text_tokens, x.images, x.audio_frames}));
+        sum += tokens_of[size_t(i)];
+        all.push_back(tokens_of[size_t(i)]);
+      }
+      // micro_batch × the mean, within the memory bound of the micro_batch
+      // largest samples (always: the mean is at most the largest).
+      token_budget = std::max<int64_t>(1, sp.micro_batch * sum / int64_t(all.size()));
+    }
+    std::vector<std::vector<std::vector<int32_t>>> cut(size_t(sp.dp));
+    for (int64_t r = 0; r < sp.dp; ++r) {
+      auto& out = cut[size_t(r)];
+      int64_t held = 0;
+      for (const Key& k : per_replica[size_t(r)]) {
+        const bool full = out.empty() || (token_budget > 0 ? held + tokens_of[size_t(k.sample)] > token_budget
+                                                           : int64_t(out.back().size()) == sp.micro_batch);
+        if (full) out.emplace_back(), held = 0;
+        out.back().push_back(k.sample);
+        held += token_budget > 0 ? tokens_of[size_t(k.sample)] : 0;
+      }
+    }
     auto& mbs = sch.sections[s].micro_batches;
-    for (int64_t c = 0;; ++c) {
+    for (size_t c = 0;; ++c) {
       bool any = false;
       for (int64_t r = 0; r < sp.dp; ++r) {
-        const auto& mine = per_replica[size_t(r)];
-        const size_t begin = size_t(c * sp.micro_batch);
-        if (begin >= mine.size()) continue;
+        if (c >= cut[size_t(r)].size()) continue;
         any = true;
-        const size_t end = std::min(mine.size(), begin + size_t(sp.micro_batch));
-        MicroBatch mb{int64_t(mbs.size()), r, std::vector<int32_t>(mine.begin() + begin, mine.begin() + end)};
-        for (int32_t i : mb.samples) round[s][i] = int32_t(c);
+        MicroBatch mb{int64_t(mbs.size()), r, std::move(cut[size_t(r)][c])};
+        for (int32_t i : mb.samples) round[s][i] = int32_t(c), replica_of[s][i] = int32_t(r);
         mbs.push_back(std::move(mb));
       }
       if (!any) break;
@@ -244,10 +299,15 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
 Schedule monolithic_schedule(const SectionGraph& g, const Plan& plan, Batch batch, int64_t micro_batch) {
   if (micro_batch < 1) throw std::invalid_argument("monolithic schedule: micro_batch must be >= 1");
   Schedule sch = empty_schedule(g, plan, std::move(batch), Schedule::Policy::Monolithic);
-  const SectionActivity act(g);
+  // The lanes bound what is in flight (one chunk per lane, ⌈L / dp_s⌉ per
+  // replica of section s); a window cap on top would count a chunk's
+  // chained, data-free forward links as feeds.
+  sch.in_flight_cap = 0;
   const int64_t n = int64_t(sch.batch.samples.size());
-  int64_t lanes = plan.sections.empty() ? 1 : plan.sections[0].dp;
-  for (const SectionPlan& p : plan.sections) lanes = std::min(lanes, p.dp);
+  // As many lanes as the largest dp, so that every section spreads its
+  // chunks over all of its own replicas (chunk c on replica c mod dp).
+  int64_t lanes = 1;
+  for (const SectionPlan& p : plan.sections) lanes = std::max(lanes, p.dp);
   std::vector<int64_t> last_of_lane(size_t(lanes), -1);
   auto chain = [&](int s, int64_t lane, int64_t stage, Task::Kind kind, int64_t mb) {
     add_task(sch, s, sch.sections[s].micro_batches[size_t(mb)].replica, stage, kind, mb);
@@ -258,9 +318,9 @@ Schedule monolithic_schedule(const SectionGraph& g, const Plan& plan, Batch batc
     const int64_t lane = c % lanes;
     std::vector<std::pair<int, int64_t>> parts;  // (section, its micro-batch of this chunk), producers first
     for (int s : g.topo_order) {
-      MicroBatch mb{int64_t(sch.sections[s].micro_batches.size()), lane % plan.sections[s].dp, {}};
+      MicroBatch mb{int64_t(sch.sections[s].micro_batches.size()), c % plan.sections[s].dp, {}};
       for (int64_t i = c * micro_batch; i < std::min(n, (c + 1) * micro_batch); ++i)
-        if (act.active(s, sch.batch.samples[size_t(i)].modalities)) mb.samples.push_back(int32_t(i));
+        if (g.active(s, sch.batch.samples[size_t(i)].modalities)) mb.samples.push_back(int32_t(i));
       if (mb.samples.empty()) continue;
       parts.emplace_back(s, mb.id);
       sch.sections[s].micro_batches.push_back(std::move(mb));
@@ -276,6 +336,67 @@ Schedule monolithic_schedule(const SectionGraph& g, const Plan& plan, Batch batc
   return sch;
 }
 
+namespace {
+
+// The dependency rules of schedule.h checked from the samples up, written
+// apart from the builders' rule_deps so that a bug there can't hide itself:
+// for every task and every sample of its micro-batch, the task (section,
+// kind, stage) that must finish first — the sample's forward upstream, its
+// consumers' backward downstream, the neighbouring stage — has to be among
+// the task's deps. Extra deps (monolithic lanes, chained backwards) are
+// allowed. Expects ids, ranges and coverage already checked.
+std::vector<std::string> missing_dependencies(const SectionGraph& g, const Plan& plan, const Schedule& sch) {
+  const size_t n = sch.batch.samples.size();
+  // run[kind][section][stage * n + sample] = the task running the sample there, -1 when none.
+  std::vector<std::vector<std::vector<int64_t>>> run(2, std::vector<std::vector<int64_t>>(g.nodes.size()));
+  for (size_t s = 0; s < g.nodes.size(); ++s)
+    for (auto& kind : run) kind[s].assign(size_t(plan.sections[s].pp) * n, -1);
+  for (const Task& t : sch.tasks)
+    for (int32_t i : sch.micro_batch_of(t).samples)
+      run[size_t(t.kind)][size_t(t.section)][size_t(t.stage) * n + size_t(i)] = t.id;
+  auto task_at = [&](Task::Kind k, int s, int64_t stage, int32_t i) {
+    return run[size_t(k)][size_t(s)][size_t(stage) * n + size_t(i)];
+  };
+  std::vector<std::string> bad;
+  std::vector<int64_t> dep_of(sch.tasks.size(), -1);  // dep_of[d] == t.id: d is among t's deps
+  for (const Task& t : sch.tasks) {
+    for (int64_t d : t.deps) dep_of[size_t(d)] = t.id;
+    const int64_t last = plan.sections[size_t(t.section)].pp - 1;
+    const char* kind = t.kind == Task::Kind::Forward ? "forward" : "backward";
+    auto need = [&](Task::Kind k, int s, int64_t stage, int32_t i, const char* why) {
+      const int64_t d = task_at(k, s, stage, i);
+      if (d >= 0 && dep_of[size_t(d)] == t.id) return;
+      bad.push_back(fmt::format("task {} ({} '{}' mb {} stage {}) lacks its dependency on the {} of sample {} in '{}' "
+                                "stage {} ({}): task {}",
+                                t.id, kind, g.nodes[size_t(t.section)].name, t.micro_batch, t.stage,
+                                k == Task::Kind::Forward ? "forward" : "backward", i, g.nodes[size_t(s)].name, stage,
+                                why, d));
+      if (d >= 0) dep_of[size_t(d)] = t.id;  // reported once per task
+    };
+    for (int32_t i : sch.micro_batch_of(t).samples) {
+      const ModalitySet m = sch.batch.samples[size_t(i)].modalities;
+      if (t.kind == Task::Kind::Forward && t.stage > 0) {
+        need(Task::Kind::Forward, t.section, t.stage - 1, i, "previous stage");
+      } else if (t.kind == Task::Kind::Forward) {
+        for (const GraphEdge& e : g.edges)
+          if (e.to == t.section && g.carries(int(&e - g.edges.data()), m))
+            need(Task::Kind::Forward, e.from, plan.sections[size_t(e.from)].pp - 1, i, "producer");
+      } else if (t.stage < last) {
+        need(Task::Kind::Backward, t.section, t.stage + 1, i, "next stage");
+      } else {
+        need(Task::Kind::Forward, t.section, t.stage, i, "own forward");
+        for (const GraphEdge& e : g.edges)
+          if (e.from == t.section && e.kind == FlowKind::Activations && sch.sections[size_t(e.to)].backward &&
+              g.carries(int(&e - g.edges.data()), m))
+            need(Task::Kind::Backward, e.to, 0, i, "consumer");
+      }
+    }
+  }
+  return bad;
+}
+
+}  // namespace
+
 std::vector<std::string> validate(const SectionGraph& g, const Plan& plan, const Schedule& sch) {
   std::vector<std::string> bad;
   try {
@@ -285,7 +406,6 @@ std::vector<std::string> validate(const SectionGraph& g, const Plan& plan, const
   }
   if (sch.sections.size() != g.nodes.size())
     return {fmt::format("schedule has {} sections, the program {}", sch.sections.size(), g.nodes.size())};
-  const SectionActivity act(g);
   const size_t n = sch.batch.samples.size();
   // Micro-batches: ids, replicas, and every active sample exactly once.
   for (size_t s = 0; s < g.nodes.size(); ++s) {
@@ -309,7 +429,7 @@ std::vector<std::string> validate(const SectionGraph& g, const Plan& plan, const
       }
     }
     for (size_t i = 0; i < n; ++i) {
-      const bool active = act.active(int(s), sch.batch.samples[i].modalities);
+      const bool active = g.active(int(s), sch.batch.samples[i].modalities);
       if (seen[i] != (active ? 1 : 0))
         bad.push_back(fmt::format("section '{}': sample {} ({}) is in {} micro-batches", name, i,
                                   active ? "active" : "inactive", seen[i]));
@@ -350,14 +470,8 @@ std::vector<std::string> validate(const SectionGraph& g, const Plan& plan, const
                                   backward ? "backward" : "forward", count[s][slot]));
     }
   if (!bad.empty()) return bad;
-  // Every rule's dependency is present.
-  const auto required = rule_deps(g, plan, sch);
-  for (const Task& t : sch.tasks)
-    for (int64_t d : required[size_t(t.id)])
-      if (std::find(t.deps.begin(), t.deps.end(), d) == t.deps.end())
-        bad.push_back(fmt::format("task {} ({} '{}' mb {} stage {}) lacks its dependency on task {}", t.id,
-                                  t.kind == Task::Kind::Forward ? "forward" : "backward", g.nodes[size_t(t.section)].name,
-                                  t.micro_batch, t.stage, d));
+  // Every rule's dependency is present, restated per sample.
+  for (const std::string& line : missing_dependencies(g, plan, sch)) bad.push_back(line);
   // Waves: every task once, after all of its deps.
   std::vector<int64_t> wave_of(sch.tasks.size(), -1);
   for (size_t w = 0; w < sch.waves.size(); ++w)

@@ -8,7 +8,8 @@
 //  - a consumer's forward of a micro-batch depends on the producer's forward
 //    tasks (last stage) whose micro-batch holds any of its samples, for every
 //    `activations` or `logits` flow into it; a flow carries a sample only
-//    when both ends are active on it;
+//    when both ends are active on it (SectionGraph::active / carries, the
+//    one activation rule);
 //  - a section's backward of a micro-batch (last stage) depends on its own
 //    forward (last stage) and on the backward (stage 0) of every consumer
 //    micro-batch, over `activations` flows into consumers that have a
@@ -31,24 +32,6 @@
 #include "plan/plan.h"
 
 namespace maestro {
-
-// Which sections run on a sample, from its modalities: the section's `when`
-// holds, and a section that reads nothing from the sample (`consumes = []`,
-// a projector) and has inflows runs only when one of its producers does —
-// the runtime's rule (actors/sample_shape.h). A flow carries a sample when
-// both ends run on it. A table over the 16 modality sets.
-class SectionActivity {
- public:
-  explicit SectionActivity(const SectionGraph& graph);
-  bool active(int section, ModalitySet m) const { return (mask_[size_t(section)] >> m.bits) & 1u; }
-  bool carries(int edge, ModalitySet m) const {
-    return active(edges_[size_t(edge)].first, m) && active(edges_[size_t(edge)].second, m);
-  }
-
- private:
-  std::vector<uint32_t> mask_;               // per section: bit b = active on modality set b
-  std::vector<std::pair<int, int>> edges_;  // (from, to) per flow edge
-};
 
 struct MicroBatch {
   int64_t id = 0;                // index in SectionSchedule::micro_batches
@@ -101,10 +84,12 @@ Schedule wavefront_schedule(const SectionGraph& graph, const Plan& plan, const C
 std::vector<std::vector<int64_t>> compute_waves(const std::vector<Task>& tasks);
 
 // The monolithic baseline: one micro-batch size for every section, samples
-// in loader order; micro-batch c goes to lane c mod L (L = the smallest dp)
+// in loader order; micro-batch c goes to lane c mod L (L = the largest dp)
 // and runs through all its active sections, producers to consumers, then
 // backward in reverse, before the lane's next micro-batch starts (each task
-// depends on the lane's previous task, on top of the data rules).
+// depends on the lane's previous task, on top of the data rules). Section s
+// runs micro-batch c on its replica c mod dp_s: every section uses all of
+// its own replicas.
 Schedule monolithic_schedule(const SectionGraph& graph, const Plan& plan, Batch batch, int64_t micro_batch);
 
 // Every rule above, plus: each sample processed exactly once per active

@@ -30,18 +30,29 @@ std::vector<std::vector<int>> edge_table(const SectionGraph& g) {
 }
 
 // Samples both micro-batches hold that the edge carries, in `a`'s order.
-std::vector<const Sample*> carried(const SectionActivity& act, int edge, const Batch& batch, const MicroBatch& a,
+std::vector<const Sample*> carried(const SectionGraph& g, int edge, const Batch& batch, const MicroBatch& a,
                                    const MicroBatch& b) {
   std::vector<int32_t> in_b(b.samples);
   std::sort(in_b.begin(), in_b.end());
   std::vector<const Sample*> out;
   for (int32_t i : a.samples)
-    if (std::binary_search(in_b.begin(), in_b.end(), i) && act.carries(edge, batch.samples[size_t(i)].modalities))
+    if (std::binary_search(in_b.begin(), in_b.end(), i) && g.carries(edge, batch.samples[size_t(i)].modalities))
       out.push_back(&batch.samples[size_t(i)]);
   return out;
 }
 
 const char* kind_name(Task::Kind k) { return k == Task::Kind::Forward ? "forward" : "backward"; }
+
+// One replica of a section as a plan of its own (dp 1, its tp·pp devices
+// from `first`): a transfer between two replicas crosses only the links
+// their devices span, and costs nothing between identical device groups.
+SectionPlan replica_plan(const SectionPlan& p, int64_t first) {
+  SectionPlan r = p;
+  r.first_device = first;
+  r.dp = 1;
+  r.devices = p.tp * p.pp;
+  return r;
+}
 
 }  // namespace
 
@@ -51,7 +62,6 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     throw std::invalid_argument("simulate: invalid schedule: " + bad.front());
   const int64_t devices = plan.device_count();
   const auto edges = edge_table(g);
-  const SectionActivity act(g);
   const size_t n_tasks = sch.tasks.size();
 
   SimResult r;
@@ -150,10 +160,15 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
         const int from = forward ? t.section : u.section, to = forward ? u.section : t.section;
         const int e = edges[size_t(from)][size_t(to)];
         if (e >= 0) {
-          const auto moved = carried(act, e, sch.batch, sch.micro_batch_of(u), mb);
+          const auto moved = carried(g, e, sch.batch, sch.micro_batch_of(u), mb);
           if (!moved.empty()) {
-            const double transfer = cost.transfer_s(g.program->flows[size_t(e)], moved, plan.sections[size_t(from)],
-                                                    plan.sections[size_t(to)]);
+            const Task& p = forward ? t : u;  // the producer's task and the consumer's
+            const Task& c = forward ? u : t;
+            const SectionPlan& fp = plan.sections[size_t(from)];
+            const SectionPlan& tp = plan.sections[size_t(to)];
+            const double transfer =
+                cost.transfer_s(g.program->flows[size_t(e)], moved, replica_plan(fp, stage_first_device(fp, p.replica, 0)),
+                                replica_plan(tp, stage_first_device(tp, c.replica, 0)));
             double& link = link_free[{t.section, t.replica, u.section, u.replica}];
             arrival = std::max(now, link) + transfer;
             link = arrival;
@@ -220,7 +235,6 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
 }
 
 double lower_bound_s(const SectionGraph& g, const Plan& plan, const Batch& batch, const CostModel& cost) {
-  const SectionActivity act(g);
   const size_t n_sections = g.nodes.size();
   double work = 0, critical = 0;
   std::vector<double> forward_end(n_sections), backward_end(n_sections);
@@ -230,30 +244,32 @@ double lower_bound_s(const SectionGraph& g, const Plan& plan, const Batch& batch
     std::fill(forward_end.begin(), forward_end.end(), 0.0);
     std::fill(backward_end.begin(), backward_end.end(), 0.0);
     for (int s : g.topo_order) {
-      if (!act.active(s, sample.modalities)) continue;
+      if (!g.active(s, sample.modalities)) continue;
       const SectionPlan& sp = plan.sections[size_t(s)];
       work += cost.peak_device_s(s, sample);
       double start = 0;
       for (int e : g.nodes[size_t(s)].producers)
-        if (act.carries(e, sample.modalities)) {
+        if (g.carries(e, sample.modalities)) {
           const int p = g.edges[size_t(e)].from;
-          start = std::max(start, forward_end[size_t(p)] +
-                                      cost.transfer_s(g.program->flows[size_t(e)], one, plan.sections[size_t(p)], sp));
+          start = std::max(start, forward_end[size_t(p)] + cost.transfer_s(g.program->flows[size_t(e)], one,
+                                                                           replica_plan(plan.sections[size_t(p)], 0),
+                                                                           replica_plan(sp, 0)));
         }
       forward_end[size_t(s)] = start + double(sp.pp) * cost.forward_s(s, one, sp);
       critical = std::max(critical, forward_end[size_t(s)]);
     }
     for (auto it = g.topo_order.rbegin(); it != g.topo_order.rend(); ++it) {
       const int s = *it;
-      if (!act.active(s, sample.modalities) || g.section(s).mode != Mode::Train) continue;
+      if (!g.active(s, sample.modalities) || g.section(s).mode != Mode::Train) continue;
       const SectionPlan& sp = plan.sections[size_t(s)];
       double start = forward_end[size_t(s)];
       for (int e : g.nodes[size_t(s)].consumers) {
         const int c = g.edges[size_t(e)].to;
         if (g.edges[size_t(e)].kind == FlowKind::Activations && g.section(c).mode == Mode::Train &&
-            act.carries(e, sample.modalities))
-          start = std::max(start, backward_end[size_t(c)] +
-                                      cost.transfer_s(g.program->flows[size_t(e)], one, sp, plan.sections[size_t(c)]));
+            g.carries(e, sample.modalities))
+          start = std::max(start, backward_end[size_t(c)] + cost.transfer_s(g.program->flows[size_t(e)], one,
+                                                                            replica_plan(sp, 0),
+                                                                            replica_plan(plan.sections[size_t(c)], 0)));
       }
       backward_end[size_t(s)] = start + double(sp.pp) * cost.backward_s(s, one, sp);
       critical = std::max(critical, backward_end[size_t(s)]);

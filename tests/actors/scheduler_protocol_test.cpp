@@ -21,6 +21,7 @@
 #include "actors/actors.h"
 #include "actors/checkpoint.h"
 #include "actors/step_execution.h"
+#include "plan/backward_order.h"
 #include "transport/collectives.h"
 
 using namespace maestro;
@@ -33,6 +34,7 @@ Program two_section_program() {
   enc.name = "enc";
   head.name = "head";
   head.loss = {LossTerm{}};
+  enc.model = head.model = {"mlp", MlpSpec{4, 4, 4}};  // the graph counts parameters; the test never runs them
   p.sections = {enc, head};
   p.flows = {Flow{"enc", "head", FlowKind::Activations, {}}};
   p.train.global_batch = 8;
@@ -59,15 +61,15 @@ caf::behavior linear_worker(caf::stateful_actor<LinearState>* self, int section,
         TaskDone d;
         d.step = t.step;
         d.task = t.task.id;
-        if (t.step == fail_at_step && t.task.kind == TaskKind::Backward) {
+        if (t.step == fail_at_step && t.task.kind == Task::Kind::Backward) {
           d.error = fmt::format("section '{}', replica {}, step {}: backward failed: injected", section == 0 ? "enc" : "head",
                                 replica, t.step);
           return d;
         }
         const float n = float(t.data->batch.samples.size());
-        if (t.task.kind == TaskKind::Forward) {
+        if (t.task.kind == Task::Kind::Forward) {
           if (section == 0) {
-            for (int32_t i : t.task.samples) {
+            for (int32_t i : t.samples) {
               TensorRef r;
               r = TensorRef::of({st.w * 0.1f * float(i + 1)});
               r.shape = {1};
@@ -90,7 +92,7 @@ caf::behavior linear_worker(caf::stateful_actor<LinearState>* self, int section,
             TensorRef r;
             r = TensorRef::of({st.w / n});
             r.shape = {1};
-            d.outputs.push_back({0, t.task.samples[k], r});
+            d.outputs.push_back({0, t.samples[k], r});
           }
         } else {
           for (const FlowTensor& in : t.inputs) st.g += in.tensor.values()[0] * 0.1f * float(in.sample + 1);
@@ -118,25 +120,33 @@ caf::behavior linear_worker(caf::stateful_actor<LinearState>* self, int section,
 
 // enc: 2 micro-batches on 1 replica; head: 2 replicas, 2 micro-batches each,
 // samples interleaved so that every head micro-batch needs both enc ones.
-StepGraph two_section_graph(const Program& p) {
-  StepGraph g;
-  auto add = [&](int sec, int rep, TaskKind k, int64_t mb, std::vector<int32_t> s) {
-    g.tasks.push_back(StepTask{int64_t(g.tasks.size()), sec, rep, k, mb, std::move(s), {}});
+// Dependencies by hand from plan/schedule.h's rules, then each replica's
+// backwards chained (plan/backward_order.h), as the runtime runs them.
+Plan two_section_plan() {
+  Plan plan;
+  plan.sections = {SectionPlan{0, 1, 1, 1, 1, 4}, SectionPlan{0, 2, 1, 1, 2, 2}};
+  return plan;
+}
+
+Schedule two_section_schedule() {
+  Schedule sch;
+  sch.batch.samples.resize(8);
+  sch.sections.resize(2);
+  sch.sections[0] = {{{0, 0, {0, 1, 2, 3}}, {1, 0, {4, 5, 6, 7}}}, true};
+  sch.sections[1] = {{{0, 0, {0, 5}}, {1, 1, {1, 4}}, {2, 0, {2, 7}}, {3, 1, {3, 6}}}, true};
+  auto add = [&](int sec, Task::Kind k, int64_t mb, std::vector<int64_t> deps) {
+    sch.tasks.push_back(
+        Task{int64_t(sch.tasks.size()), sec, sch.sections[size_t(sec)].micro_batches[size_t(mb)].replica, 0, k, mb, deps});
   };
-  add(0, 0, TaskKind::Forward, 0, {0, 1, 2, 3});
-  add(0, 0, TaskKind::Forward, 1, {4, 5, 6, 7});
-  add(1, 0, TaskKind::Forward, 0, {0, 5});
-  add(1, 1, TaskKind::Forward, 1, {1, 4});
-  add(1, 0, TaskKind::Forward, 2, {2, 7});
-  add(1, 1, TaskKind::Forward, 3, {3, 6});
-  add(1, 1, TaskKind::Backward, 3, {3, 6});
-  add(1, 0, TaskKind::Backward, 2, {2, 7});
-  add(1, 1, TaskKind::Backward, 1, {1, 4});
-  add(1, 0, TaskKind::Backward, 0, {0, 5});
-  add(0, 0, TaskKind::Backward, 1, {4, 5, 6, 7});
-  add(0, 0, TaskKind::Backward, 0, {0, 1, 2, 3});
-  add_data_dependencies(p, g);
-  return g;
+  add(0, Task::Kind::Forward, 0, {});
+  add(0, Task::Kind::Forward, 1, {});
+  for (int64_t mb = 0; mb < 4; ++mb) add(1, Task::Kind::Forward, mb, {0, 1});  // 2..5
+  for (int64_t mb = 3; mb >= 0; --mb) add(1, Task::Kind::Backward, mb, {2 + mb});  // 6..9
+  add(0, Task::Kind::Backward, 1, {1, 6, 7, 8, 9});
+  add(0, Task::Kind::Backward, 0, {0, 6, 7, 8, 9});
+  sch.waves = compute_waves(sch.tasks);
+  chain_replica_backwards(sch);
+  return sch;
 }
 
 struct RunOutcome {
@@ -146,9 +156,13 @@ struct RunOutcome {
 
 RunOutcome run_two_sections(unsigned seed, int steps, int fail_at_step = -1, std::string ckpt_root = {}) {
   static const Program program = two_section_program();
+  static const SectionGraph graph = build_graph(program);
+  static const Plan plan = two_section_plan();
+  static const Schedule schedule = two_section_schedule();
   RunOutcome out;
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 2);
+  add_message_types(cfg);
   caf::actor_system sys{cfg};
   std::vector<caf::actor> all;
   const auto head_group = make_local_group(2);
@@ -179,8 +193,9 @@ RunOutcome run_two_sections(unsigned seed, int steps, int fail_at_step = -1, std
                                                               {replicas[0][0], replicas[1][0]}, 1, 2, 8, "wavefront"},
                                       tracer);
   SchedulerConfig sc;
-  sc.program = &program;
-  sc.make_graph = [](const StepData&) { return two_section_graph(program); };
+  sc.graph = &graph;
+  sc.plan = &plan;
+  sc.schedule_of = [](const Batch&) { return schedule; };
   sc.lr_at = [](int64_t step) { return 0.1 / double(step + 1); };
   sc.grad_clip = 0;
   sc.checkpoint_every = ckpt_root.empty() ? 0 : 2;
@@ -228,6 +243,12 @@ std::vector<double> closed_form(int steps) {
 }
 
 }  // namespace
+
+BOOST_AUTO_TEST_CASE(the_two_section_schedule_is_valid) {
+  const Program program = two_section_program();
+  const auto bad = validate(build_graph(program), two_section_plan(), two_section_schedule());
+  BOOST_TEST(bad.empty(), (bad.empty() ? "" : bad.front()));
+}
 
 BOOST_AUTO_TEST_CASE(losses_match_closed_form_and_ignore_arrival_order) {
   const RunOutcome first = run_two_sections(1, 4);

@@ -2,8 +2,8 @@
 // every op's forward output and every gradient on random inputs, fp32 vs
 // torch autograd, relative error (norm-wise) ≤ 1e-4. Inputs go to a
 // temporary directory as raw little-endian files plus cases.json; the oracle
-// writes its results back the same way. Without torch the cases print
-// "SKIPPED: torch not importable" and return.
+// writes its results back the same way. Labelled "oracle": ctest runs it as
+// oracle.cpu, reported Skipped when the oracle cannot run (cmake/MaestroTest.cmake).
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cpu/cpu_backend.h"
+#include "support/oracle_python.h"
 
 using namespace maestro;
 using F = std::vector<float>;
@@ -27,12 +28,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr double kTorchTol = 1e-4;
-
-bool torch_available() {
-  static const bool ok = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-  if (!ok) std::printf("SKIPPED: torch not importable\n");
-  return ok;
-}
 
 F random(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 g(seed);
@@ -110,7 +105,7 @@ void check_against_torch(const std::vector<OracleCase>& cases) {
     list.push_back({{"name", c.name}, {"op", c.op}, {"params", c.params}, {"inputs", inputs}});
   }
   std::ofstream(dir / "cases.json") << list.dump();
-  const std::string cmd = "/usr/bin/python3 tests/oracle/ops_oracle.py " + dir.string();
+  const std::string cmd = test::oracle_python() + " tests/oracle/ops_oracle.py " + dir.string();
   BOOST_REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, "oracle failed: " << cmd);
   nlohmann::json outputs;
   std::ifstream(dir / "outputs.json") >> outputs;
@@ -134,8 +129,7 @@ F added(const F& after, const F& before) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(torch_oracle_every_op) {
-  if (!torch_available()) return;
+BOOST_AUTO_TEST_CASE(torch_oracle_every_op, *boost::unit_test::label("oracle")) {
   auto be = make_cpu_backend(2);
   std::vector<OracleCase> cases;
 

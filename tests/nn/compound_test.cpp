@@ -11,8 +11,7 @@ using namespace maestro::test;
 
 BOOST_AUTO_TEST_SUITE(compound)
 
-BOOST_AUTO_TEST_CASE(mllm_gradients_reach_the_encoders) {
-  if (!torch_available()) return;
+BOOST_AUTO_TEST_CASE(mllm_gradients_reach_the_encoders, *kOracle) {
   VitSpec v{.layers = 1, .hidden = 16, .heads = 2, .ffn = 24, .patch = 4, .image = 8, .channels = 3};
   AudioEncoderSpec a{.layers = 1, .hidden = 32, .heads = 4, .ffn = 40, .mel_bins = 8, .frames_per_token = 2,
                      .max_frames = 64};
@@ -83,8 +82,7 @@ BOOST_AUTO_TEST_CASE(mllm_gradients_reach_the_encoders) {
   for (SectionModel* m : {&vision, &proj, &audio, &llm}) check_grads(*m, ref);
 }
 
-BOOST_AUTO_TEST_CASE(distillation_matches_torch) {
-  if (!torch_available()) return;
+BOOST_AUTO_TEST_CASE(distillation_matches_torch, *kOracle) {
   SectionModel teacher(make_section("teacher", llama(2, 32, 4, 4, 48, 31), Mode::Frozen), cpu(), 1);
   SectionModel student(make_section("student", llama(1, 16, 2, 1, 24, 31), Mode::Train, false,
                                     {{LossKind::CrossEntropy, 1.0, 1.0}, {LossKind::KL, 0.5, 2.0}}),

@@ -50,8 +50,7 @@ void check_against_torch(SectionModel& m, const std::vector<std::vector<float>>&
 
 BOOST_AUTO_TEST_SUITE(encoders)
 
-BOOST_AUTO_TEST_CASE(vit_matches_torch) {
-  if (!torch_available()) return;
+BOOST_AUTO_TEST_CASE(vit_matches_torch, *kOracle) {
   for (bool recompute : {false, true}) {
     SectionModel m(make_section("vision", small_vit(), Mode::Train, recompute), cpu(), 1);
     randomize(m, 11);
@@ -73,8 +72,7 @@ BOOST_AUTO_TEST_CASE(vit_output_drops_class_tokens) {
   BOOST_CHECK_THROW(m.forward(in), std::invalid_argument);
 }
 
-BOOST_AUTO_TEST_CASE(audio_encoder_matches_torch) {
-  if (!torch_available()) return;
+BOOST_AUTO_TEST_CASE(audio_encoder_matches_torch, *kOracle) {
   for (bool recompute : {false, true}) {
     SectionModel m(make_section("audio", small_audio(), Mode::Train, recompute), cpu(), 1);
     randomize(m, 12);
@@ -94,8 +92,7 @@ BOOST_AUTO_TEST_CASE(audio_encoder_drops_the_frame_remainder) {
   BOOST_CHECK_THROW(m.forward(in), std::invalid_argument);
 }
 
-BOOST_AUTO_TEST_CASE(mlp_matches_torch_for_each_activation) {
-  if (!torch_available()) return;
+BOOST_AUTO_TEST_CASE(mlp_matches_torch_for_each_activation, *kOracle) {
   for (Activation act : {Activation::Gelu, Activation::Relu, Activation::Silu}) {
     MlpSpec p;
     p.in = 12;

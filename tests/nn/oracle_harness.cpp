@@ -12,21 +12,13 @@
 #include "cpu/cpu_backend.h"
 #include "nn/init.h"
 #include "nn/safetensors.h"
+#include "support/oracle_python.h"
 
 namespace maestro::test {
 
 Backend& cpu() {
   static std::unique_ptr<Backend> b = make_cpu_backend(1);
   return *b;
-}
-
-bool torch_available() {
-  static const bool ok = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-  if (!ok) {
-    std::printf("SKIPPED: torch not importable\n");
-    BOOST_TEST_MESSAGE("SKIPPED: torch not importable");
-  }
-  return ok;
 }
 
 std::string temp_dir(const std::string& tag) {
@@ -159,8 +151,8 @@ Reference OracleCase::run(const std::string& tag) {
   std::ofstream(dir + "/case.json") << json.dump(1);
   write_safetensors(dir + "/weights.safetensors", weights);
   if (!inputs.empty()) write_safetensors(dir + "/inputs.safetensors", inputs);
-  const std::string cmd = fmt::format("/usr/bin/python3 {}/tests/oracle/models_oracle.py {} > {}/oracle.log 2>&1",
-                                      MAESTRO_SOURCE_DIR, dir, dir);
+  const std::string cmd = fmt::format("{} {}/tests/oracle/models_oracle.py {} > {}/oracle.log 2>&1",
+                                      oracle_python(), MAESTRO_SOURCE_DIR, dir, dir);
   if (std::system(cmd.c_str()) != 0) {
     std::ifstream log(dir + "/oracle.log");
     std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());

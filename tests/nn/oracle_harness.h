@@ -1,10 +1,13 @@
 // Test harness for the engine against the PyTorch oracle
 // (tests/oracle/models_oracle.py): builds a case (models, samples, loss),
 // writes its weights and inputs as safetensors into a fresh temp folder,
-// runs the oracle with /usr/bin/python3 and reads the reference back; plus
-// the CPU backend every test runs on and norm-wise error checks.
+// runs the oracle (support/oracle_python.h) and reads the reference back; plus
+// the CPU backend every test runs on and norm-wise error checks. Cases that
+// run the oracle carry kOracle, so ctest runs them as oracle.nn (Skipped when
+// the oracle cannot run, cmake/MaestroTest.cmake).
 #pragma once
 
+#include <boost/test/unit_test.hpp>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,11 +21,10 @@
 
 namespace maestro::test {
 
-Backend& cpu();  // one CPU backend, 1 thread, for the whole suite
+// The Boost.Test label of the cases that run the oracle.
+inline auto kOracle = boost::unit_test::label("oracle");
 
-// True when /usr/bin/python3 can import torch; otherwise prints
-// "SKIPPED: torch not importable" (once per test) and returns false.
-bool torch_available();
+Backend& cpu();  // one CPU backend, 1 thread, for the whole suite
 
 // A fresh empty folder under the system temp directory.
 std::string temp_dir(const std::string& tag);

@@ -26,8 +26,7 @@ BOOST_AUTO_TEST_CASE(lr_schedule) {
   BOOST_CHECK_SMALL(lr_at(t, 10), 1e-12);
 }
 
-BOOST_AUTO_TEST_CASE(adamw_trajectory_matches_torch) {
-  if (!torch_available()) return;
+BOOST_AUTO_TEST_CASE(adamw_trajectory_matches_torch, *kOracle) {
   const int64_t vocab = 23;
   TransformerSpec tt{.layers = 1, .hidden = 16, .heads = 2, .kv_heads = 2, .ffn = 24, .vocab = vocab, .max_seq = 32};
   TransformerSpec st{.layers = 2, .hidden = 16, .heads = 4, .kv_heads = 2, .ffn = 24, .vocab = vocab, .max_seq = 32};

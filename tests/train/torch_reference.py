@@ -1,12 +1,22 @@
-"""PyTorch reference for the known-answer training tests: writes a
-transformer's weights as safetensors (Hugging Face Llama names) and computes
-the first step's loss exactly as the .sect contract defines it
-(cross_entropy, kl(temperature) over text positions whose next position is
-text, normalised by the global batch's count of them). Run with
-/usr/bin/python3 (torch 1.13, CPU, fp32)."""
+"""PyTorch reference for the known-answer training tests (train_tests.py,
+known_answer_*): writes a student (and a frozen teacher) transformer's
+weights as safetensors (Hugging Face Llama names), then trains the student
+for a few steps exactly as the .sect contract defines a step: the global
+batch of step k is samples k*global_batch + i (modulo the manifest), the loss
+is cross_entropy (+ w * kl(temperature) against the teacher) over text
+positions, normalised by the global batch's count of them; then
+clip_grad_norm_ over every trainable parameter (one global norm) and one
+torch.optim.AdamW step (one parameter group). Writes each step's loss and
+gradient norm. Asserts the norm is above the clipping threshold at every
+step, so the run checks clipping, not a no-op.
+
+Usage: ORACLE_PYTHON torch_reference.py SPEC.json OUT.json (torch 1.13, CPU,
+fp32); SPEC names the folder for the weights, the samples, the models and
+the train block (train_tests.py, write_kat_model)."""
 import json
 import math
 import struct
+import sys
 
 import torch
 
@@ -90,16 +100,46 @@ def llama_logits(w, tokens, layers, heads, kv_heads, eps=1e-5, theta=10000.0):
     return x @ w["lm_head.weight"].T
 
 
-def first_loss(samples, student, teacher=None, kl_weight=0.0, temperature=1.0):
-    """samples: token lists; student/teacher: (weights, layers, heads, kv_heads)."""
-    n_global = sum(len(s) - 1 for s in samples)
-    ce, kl = 0.0, 0.0
-    for s in samples:
-        logits = llama_logits(student[0], s, *student[1:])[:-1]
-        ce += torch.nn.functional.cross_entropy(logits, torch.tensor(s[1:]), reduction="sum").item()
-        if teacher is not None:
-            t_logits = llama_logits(teacher[0], s, *teacher[1:])[:-1]
-            log_p_t = torch.log_softmax(t_logits / temperature, -1)
-            log_p_s = torch.log_softmax(logits / temperature, -1)
-            kl += (temperature ** 2) * (log_p_t.exp() * (log_p_t - log_p_s)).sum().item()
-    return ce / n_global + kl_weight * kl / n_global
+def train_losses(spec):
+    """Writes the weights into spec["dir"]; returns (losses, grad norms) per step."""
+    st, te = spec["student"], spec.get("teacher")
+    student = llama_weights(st["layers"], st["hidden"], st["heads"], st["kv_heads"], st["ffn"], st["vocab"], st["seed"])
+    save_safetensors(f"{spec['dir']}/student.safetensors", student)
+    teacher = None
+    if te:
+        teacher = llama_weights(te["layers"], te["hidden"], te["heads"], te["kv_heads"], te["ffn"], te["vocab"], te["seed"])
+        save_safetensors(f"{spec['dir']}/teacher.safetensors", teacher)
+    params = {n: t.clone().requires_grad_(True) for n, t in student.items()}
+    t = spec["train"]
+    opt = torch.optim.AdamW(list(params.values()), lr=t["lr"], betas=tuple(t["betas"]), eps=t["eps"],
+                            weight_decay=t["weight_decay"])
+    samples, gb, temp, w_kl = spec["samples"], t["global_batch"], spec.get("temperature", 1.0), spec.get("kl_weight", 0.0)
+    losses, norms = [], []
+    for step in range(t["steps"]):
+        batch = [samples[(step * gb + i) % len(samples)] for i in range(gb)]
+        n_global = sum(len(s) - 1 for s in batch)
+        loss = torch.zeros(())
+        for s in batch:
+            logits = llama_logits(params, s, st["layers"], st["heads"], st["kv_heads"])[:-1]
+            loss = loss + torch.nn.functional.cross_entropy(logits, torch.tensor(s[1:]), reduction="sum") / n_global
+            if teacher is not None:
+                with torch.no_grad():
+                    t_logits = llama_logits(teacher, s, te["layers"], te["heads"], te["kv_heads"])[:-1]
+                log_p_t = torch.log_softmax(t_logits / temp, -1)
+                log_p_s = torch.log_softmax(logits / temp, -1)
+                kl = (temp ** 2) * (log_p_t.exp() * (log_p_t - log_p_s)).sum()
+                loss = loss + w_kl * kl / n_global
+        opt.zero_grad()
+        loss.backward()
+        norm = float(torch.nn.utils.clip_grad_norm_(list(params.values()), t["grad_clip"]))
+        assert norm > t["grad_clip"], f"step {step}: gradient norm {norm} is not above grad_clip {t['grad_clip']}"
+        opt.step()
+        losses.append(loss.item())
+        norms.append(norm)
+    return losses, norms
+
+
+if __name__ == "__main__":
+    spec = json.load(open(sys.argv[1]))
+    losses, norms = train_losses(spec)
+    json.dump({"losses": losses, "grad_norms": norms}, open(sys.argv[2], "w"))

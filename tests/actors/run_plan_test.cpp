@@ -1,18 +1,15 @@
-// The per-step schedule the runtime executes (plan_adapter.h) and the sample
-// geometry it rests on (sample_shape.h), on a model shaped like
+// The run's plan and the per-step schedule the runtime executes
+// (run_plan.h), and a transformer's sequence (sample_shape.h), on a model shaped like
 // models/tiny_mllm.sect: every sample a section is active on appears in
 // exactly one forward and one backward task, the dependencies admit a
 // complete execution (pipeline stages handing each other their tensors),
 // and the monolithic baseline runs as chains.
 #include <boost/test/unit_test.hpp>
 
-// The planner half of the runtime joins maestro_actors with the engine and the planner.
-#if defined(MAESTRO_HAVE_TRAINER)
-
 #include <map>
 #include <set>
 
-#include "actors/plan_adapter.h"
+#include "actors/run_plan.h"
 #include "actors/sample_shape.h"
 #include "actors/step_execution.h"
 #include "config/runtime_config.h"
@@ -60,40 +57,42 @@ StepData batch_of_ten() {
   return d;
 }
 
-void check_cover_and_execute(const Program& p, const StepData& d, const StepGraph& g) {
-  std::set<std::tuple<int, int, int, int32_t>> seen;  // (kind, section, stage, sample)
-  for (const StepTask& t : g.tasks)
-    for (int32_t s : t.samples) BOOST_TEST_REQUIRE(seen.insert({int(t.kind), t.section, t.stage, s}).second);
-  std::vector<int> stages(p.sections.size(), 1);
-  for (const StepTask& t : g.tasks) stages[size_t(t.section)] = t.stages;
+void check_cover_and_execute(const SectionGraph& graph, const Plan& plan, const StepData& d, const Schedule& g) {
+  const auto bad = validate(graph, plan, g);
+  BOOST_TEST(bad.empty(), (bad.empty() ? "" : bad.front()));
+  std::set<std::tuple<int, int, int64_t, int32_t>> seen;  // (kind, section, stage, sample)
+  for (const Task& t : g.tasks)
+    for (int32_t s : g.micro_batch_of(t).samples)
+      BOOST_TEST_REQUIRE(seen.insert({int(t.kind), t.section, t.stage, s}).second);
+  auto stages = [&](int s) { return plan.sections[size_t(s)].pp; };
   for (size_t i = 0; i < d.batch.samples.size(); ++i) {
-    const std::vector<bool> a = active_sections(p, d.batch.samples[i]);
     for (int s = 0; s < 5; ++s)
       for (int k = 0; k < 2; ++k)
-        for (int stage = 0; stage < stages[size_t(s)]; ++stage)
-          BOOST_TEST(seen.count({k, s, stage, int32_t(i)}) == size_t(a[s]));
+        for (int64_t stage = 0; stage < stages(s); ++stage)
+          BOOST_TEST(seen.count({k, s, stage, int32_t(i)}) == size_t(graph.active(s, d.batch.samples[i].modalities)));
   }
   // Execute in release order; a stage hands its neighbour a tensor tagged
   // with its task id, which must arrive at exactly that neighbour.
-  StepExecution x(p, g, std::make_shared<StepData>(d), 0);
-  std::map<int64_t, const StepTask*> task_of;
-  for (const StepTask& t : g.tasks) task_of[t.id] = &t;
+  StepExecution x(graph, plan, g, std::make_shared<StepData>(d), 0);
+  std::map<int64_t, const Task*> task_of;
+  for (const Task& t : g.tasks) task_of[t.id] = &t;
   int64_t handed = 0;
   for (int round = 0; round < 1000 && !x.finished(); ++round)
     for (const RunTask& t : x.release()) {
-      const bool fwd = t.task.kind == TaskKind::Forward;
-      const bool expects = fwd ? t.task.stage > 0 : t.task.stage < t.task.stages - 1;
+      const bool fwd = t.task.kind == Task::Kind::Forward;
+      const bool expects = fwd ? t.task.stage > 0 : t.task.stage < stages(t.task.section) - 1;
       BOOST_TEST_REQUIRE(t.stage_in.empty() == !expects);
       if (expects) {
-        const StepTask& from = *task_of.at(int64_t(t.stage_in.tensor.values()[0]));
+        const Task& from = *task_of.at(int64_t(t.stage_in.tensor.values()[0]));
         BOOST_TEST(from.micro_batch == t.task.micro_batch);
         BOOST_TEST(from.replica == t.task.replica);
         BOOST_TEST(from.stage == t.task.stage + (fwd ? -1 : 1));
         BOOST_TEST(int(from.kind) == int(t.task.kind));
         ++handed;
       }
-      TaskDone done{0, t.task.id, {}, 0, 0, {}, {}};
-      if (fwd ? t.task.stage < t.task.stages - 1 : t.task.stage > 0) {
+      TaskDone done;
+      done.task = t.task.id;
+      if (fwd ? t.task.stage < stages(t.task.section) - 1 : t.task.stage > 0) {
         done.stage_out.tensor = TensorRef::of({float(t.task.id)});
         done.stage_out.tensor.shape = {1};
       }
@@ -101,7 +100,7 @@ void check_cover_and_execute(const Program& p, const StepData& d, const StepGrap
     }
   BOOST_TEST(x.finished());
   int64_t expected = 0;
-  for (const StepTask& t : g.tasks) expected += t.stage > 0;  // per stage boundary: one forward, one backward (all train)
+  for (const Task& t : g.tasks) expected += t.stage > 0;  // per stage boundary: one forward, one backward (all train)
   BOOST_TEST(handed == expected);
 }
 
@@ -109,44 +108,57 @@ void check_cover_and_execute(const Program& p, const StepData& d, const StepGrap
 
 BOOST_AUTO_TEST_CASE(sample_geometry) {
   const Program p = tiny_mllm_like();
+  const SectionGraph g = build_graph(p);
   const StepData d = batch_of_ten();
   const Sample& img = d.batch.samples[0];  // image + text
-  BOOST_TEST(active_sections(p, img) == (std::vector<bool>{true, true, false, false, true}));
-  BOOST_TEST(output_rows(p, 0, img) == 16);  // (16 / 4)^2 patches
-  BOOST_TEST(output_rows(p, 1, img) == 16);
-  const SequenceShape s = sequence_shape(p, 4, img);
-  BOOST_TEST(s.spliced == 16);
+  const SequenceShape s = sequence_shape(g, 4, img);
+  BOOST_TEST(s.spliced == 16);  // (16 / 4)^2 patches through the projector
   BOOST_TEST(s.text == 20);
   const Sample& both = d.batch.samples[9];  // image (16) + audio (39 frames -> 19) + 83 text, max_seq 100
-  BOOST_TEST(sequence_shape(p, 4, both).spliced == 35);
-  BOOST_TEST(sequence_shape(p, 4, both).text == 65);  // text cut from the end
+  BOOST_TEST(sequence_shape(g, 4, both).spliced == 35);
+  BOOST_TEST(sequence_shape(g, 4, both).text == 65);  // text cut from the end
+  BOOST_TEST(sequence_shape(g, 0, img).text == 0);     // not a transformer
+  Program wide = p;  // spliced embeddings alone past max_seq: a clear error
+  std::get<TransformerSpec>(wide.sections[4].model.spec).max_seq = 20;
+  BOOST_CHECK_THROW(sequence_shape(build_graph(wide), 4, both), std::runtime_error);
 }
 
-BOOST_AUTO_TEST_CASE(wavefront_and_monolithic_graphs_are_complete) {
-  const Program p = tiny_mllm_like();
+// The command's path: Program -> cpu_runnable -> SectionGraph -> Plan.
+struct Run {
+  Program program;
+  SectionGraph graph;
+  Plan plan;
+  explicit Run(const Program& p) : program(cpu_runnable(p)), graph(build_graph(program)) {
+    plan = plan_cpu_run(graph, 2, batch_of_ten().batch);
+  }
+};
+
+BOOST_AUTO_TEST_CASE(wavefront_and_monolithic_schedules_are_complete) {
+  const Run run(tiny_mllm_like());
+  const Plan& plan = run.plan;
   const StepData d = batch_of_ten();
-  const std::vector<SectionRun> runs = resolve_section_runs(p, 2, batch_of_ten().batch);
-  BOOST_TEST(runs[4].dp == 2);
-  BOOST_TEST(runs[0].micro_batch == 3);
-  const StepGraph w = StepPlanner(p, runs, "wavefront").step_graph(d);
-  check_cover_and_execute(p, d, w);
-  const StepGraph m = StepPlanner(p, runs, "monolithic").step_graph(d);
-  check_cover_and_execute(p, d, m);
-  int64_t lanes = runs[0].dp, chain_heads = 0;  // one chain per lane: the smallest dp
-  for (const SectionRun& r : runs) lanes = std::min(lanes, r.dp);
-  for (const StepTask& t : m.tasks) {
+  BOOST_TEST(plan.sections[4].dp == 2);
+  BOOST_TEST(plan.sections[0].micro_batch == 3);
+  check_cover_and_execute(run.graph, plan, d, StepSchedules(run.graph, plan, "wavefront").of(d.batch));
+  const Schedule m = StepSchedules(run.graph, plan, "monolithic").of(d.batch);
+  check_cover_and_execute(run.graph, plan, d, m);
+  int64_t lanes = plan.sections[0].dp, chain_heads = 0;  // one chain per lane: the largest dp (issue 10)
+  for (const SectionPlan& r : plan.sections) lanes = std::max(lanes, r.dp);
+  for (const Task& t : m.tasks) {
+    const std::vector<int32_t>& samples = m.micro_batch_of(t).samples;
     // One size (the llm's) for every section, in loader order: the llm runs on every sample.
-    if (t.section == 4) BOOST_TEST(t.micro_batch == t.samples.front() / 4);
-    BOOST_TEST(t.samples.front() / 4 == t.samples.back() / 4);
+    if (t.section == 4) BOOST_TEST(t.micro_batch == samples.front() / 4);
+    BOOST_TEST(samples.front() / 4 == samples.back() / 4);
     chain_heads += t.deps.empty();
   }
   BOOST_TEST(chain_heads == lanes);
+  BOOST_CHECK_THROW(StepSchedules(run.graph, plan, "zigzag"), std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_CASE(auto_is_the_planners_choice_and_explicit_values_stay) {
   Program p = tiny_mllm_like();
   const Batch b = batch_of_ten().batch;
-  const std::vector<SectionRun> runs = resolve_section_runs(p, 2, b);
+  const Run run(p);
   // What the planner resolves on 2 cpu slots with tp = 1, explicit values kept.
   for (Section& s : p.sections) s.parallel.tp = 1;
   RuntimeConfig config;
@@ -156,14 +168,16 @@ BOOST_AUTO_TEST_CASE(auto_is_the_planners_choice_and_explicit_values_stay) {
   const SectionGraph g = build_graph(p);
   const Cluster cl = make_cluster(config);
   const Plan plan = plan_program(g, cl, RooflineCost(g, cl), b);
-  for (size_t s = 0; s < runs.size(); ++s) {
-    BOOST_TEST(runs[s].dp == plan.sections[s].dp);
-    BOOST_TEST(runs[s].pp == plan.sections[s].pp);
-    BOOST_TEST(runs[s].micro_batch == plan.sections[s].micro_batch);
+  for (size_t s = 0; s < plan.sections.size(); ++s) {
+    BOOST_TEST(run.plan.sections[s].dp == plan.sections[s].dp);
+    BOOST_TEST(run.plan.sections[s].pp == plan.sections[s].pp);
+    BOOST_TEST(run.plan.sections[s].micro_batch == plan.sections[s].micro_batch);
+    BOOST_TEST(run.plan.sections[s].tp == 1);
+    BOOST_TEST(run.plan.sections[s].first_device == 0);  // co-located on the slots
   }
-  BOOST_TEST(runs[0].micro_batch == 3);  // explicit
-  BOOST_TEST(runs[4].dp == 2);           // explicit
-  BOOST_TEST(runs[4].micro_batch == 4);  // explicit
+  BOOST_TEST(run.plan.sections[0].micro_batch == 3);  // explicit
+  BOOST_TEST(run.plan.sections[4].dp == 2);           // explicit
+  BOOST_TEST(run.plan.sections[4].micro_batch == 4);  // explicit
 }
 
 BOOST_AUTO_TEST_CASE(pipeline_stages_run_as_chains_with_hand_offs) {
@@ -171,22 +185,19 @@ BOOST_AUTO_TEST_CASE(pipeline_stages_run_as_chains_with_hand_offs) {
   p.sections[0].parallel.pp = 2;  // vit, 2 layers
   p.sections[4].parallel.pp = 2;  // the llm, dp 2
   const StepData d = batch_of_ten();
-  const std::vector<SectionRun> runs = resolve_section_runs(p, 2, batch_of_ten().batch);
-  BOOST_TEST(runs[0].pp == 2);
-  BOOST_TEST(runs[4].pp == 2);
-  BOOST_TEST(runs[1].pp == 1);
-  for (const char* schedule : {"wavefront", "monolithic"}) {
-    const StepGraph g = StepPlanner(p, runs, schedule).step_graph(d);
-    check_cover_and_execute(p, d, g);
-    for (const StepTask& t : g.tasks) BOOST_TEST(t.stages == (t.section == 0 || t.section == 4 ? 2 : 1));
-  }
+  const Run run(p);
+  BOOST_TEST(run.plan.sections[0].pp == 2);
+  BOOST_TEST(run.plan.sections[4].pp == 2);
+  BOOST_TEST(run.plan.sections[1].pp == 1);
+  for (const char* schedule : {"wavefront", "monolithic"})
+    check_cover_and_execute(run.graph, run.plan, d, StepSchedules(run.graph, run.plan, schedule).of(d.batch));
 }
 
 BOOST_AUTO_TEST_CASE(tp_above_one_and_impossible_pp_are_clear_errors) {
   Program p = tiny_mllm_like();
   p.sections[1].parallel.tp = 2;
   try {
-    resolve_section_runs(p, 2, batch_of_ten().batch);
+    cpu_runnable(p);
     BOOST_FAIL("expected an error");
   } catch (const std::invalid_argument& e) {
     BOOST_TEST(std::string(e.what()).find("'vision_proj': tp = 2") != std::string::npos);
@@ -194,7 +205,7 @@ BOOST_AUTO_TEST_CASE(tp_above_one_and_impossible_pp_are_clear_errors) {
   p.sections[1].parallel.tp = 1;
   p.sections[4].parallel.pp = 3;  // 2 layers
   try {
-    resolve_section_runs(p, 2, batch_of_ten().batch);
+    cpu_runnable(p);
     BOOST_FAIL("expected an error");
   } catch (const std::invalid_argument& e) {
     BOOST_TEST(std::string(e.what()).find("'llm': pp = 3: 2 layers cannot be split into 3 pipeline stages") !=
@@ -202,7 +213,6 @@ BOOST_AUTO_TEST_CASE(tp_above_one_and_impossible_pp_are_clear_errors) {
   }
   p.sections[4].parallel.pp = 1;
   p.sections[1].parallel.pp = 2;  // an mlp
-  BOOST_CHECK_THROW(resolve_section_runs(p, 2, batch_of_ten().batch), std::invalid_argument);
+  BOOST_CHECK_THROW(cpu_runnable(p), std::invalid_argument);
 }
 
-#endif  // MAESTRO_HAVE_TRAINER

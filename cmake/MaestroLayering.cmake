@@ -1,0 +1,30 @@
+# maestro_forbid_link(<target> <forbidden>...): fails the configuration when
+# <target> links any of <forbidden>, directly or through the libraries it
+# links — the module layering of docs/ and the guide, checked on every
+# configure (e.g. the engine must not link the front end or CAF).
+function(maestro_link_closure target out)
+  set(seen ${${out}})
+  foreach(prop LINK_LIBRARIES INTERFACE_LINK_LIBRARIES)
+    get_target_property(libs ${target} ${prop})
+    if(NOT libs)
+      continue()
+    endif()
+    foreach(lib ${libs})
+      if(TARGET ${lib} AND NOT lib IN_LIST seen)
+        list(APPEND seen ${lib})
+        maestro_link_closure(${lib} seen)
+      endif()
+    endforeach()
+  endforeach()
+  set(${out} ${seen} PARENT_SCOPE)
+endfunction()
+
+function(maestro_forbid_link target)
+  set(closure "")
+  maestro_link_closure(${target} closure)
+  foreach(forbidden ${ARGN})
+    if(forbidden IN_LIST closure)
+      message(FATAL_ERROR "layering: ${target} links ${forbidden} (directly or through ${closure})")
+    endif()
+  endforeach()
+endfunction()

@@ -1,0 +1,115 @@
+// The plan of a real run on this machine (see run_plan.h).
+#include "actors/run_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <thread>
+
+#include "config/runtime_config.h"
+#include "graph/model_tensors.h"
+#include "plan/backward_order.h"
+#include "plan/planner.h"
+#include "plan/roofline_cost.h"
+
+namespace maestro {
+
+namespace {
+
+std::string where(const Section& s) { return fmt::format("{}:{}:{}", s.loc.file, s.loc.line, s.loc.col); }
+
+Cluster cpu_cluster(int64_t devices) {
+  RuntimeConfig config;
+  config.cluster.device = "cpu";
+  config.cluster.devices = devices;
+  config.cluster.devices_per_node = devices;
+  return make_cluster(config);
+}
+
+}  // namespace
+
+int64_t cpu_slots(int64_t threads) {
+  return threads > 0 ? threads : int64_t(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+Program cpu_runnable(const Program& program) {
+  Program fixed = program;
+  for (Section& s : fixed.sections) {
+    if (s.parallel.tp.value_or(1) > 1)
+      throw std::invalid_argument(fmt::format("{}: section '{}': tp = {}: the CPU runtime runs tp = 1 only",
+                                              where(s), s.name, *s.parallel.tp));
+    if (s.parallel.pp.value_or(1) > 1) {
+      try {
+        stage_layers(s.model, 0, *s.parallel.pp);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(fmt::format("{}: section '{}': pp = {}: {}", where(s), s.name, *s.parallel.pp,
+                                                e.what()));
+      }
+    }
+    if (s.parallel.dp && *s.parallel.dp < 1)
+      throw std::invalid_argument(fmt::format("{}: section '{}': dp must be >= 1", where(s), s.name));
+    if (s.micro_batch && *s.micro_batch < 1)
+      throw std::invalid_argument(fmt::format("{}: section '{}': micro_batch must be >= 1", where(s), s.name));
+    s.parallel.tp = 1;
+  }
+  return fixed;
+}
+
+Plan plan_cpu_run(const SectionGraph& graph, int64_t slots, const Batch& sample) {
+  bool any_auto = false;
+  for (size_t s = 0; s < graph.nodes.size(); ++s) {
+    const Section& sec = graph.section(int(s));
+    any_auto = any_auto || !sec.parallel.dp || !sec.parallel.pp || !sec.micro_batch;
+    // Sections share the CPU slots; an explicit dp·pp may ask for more replicas than slots.
+    slots = std::max(slots, sec.parallel.dp.value_or(1) * sec.parallel.pp.value_or(1));
+  }
+  Plan resolved;
+  if (any_auto) {
+    const Cluster cluster = cpu_cluster(slots);
+    try {
+      resolved = plan_program(graph, cluster, RooflineCost(graph, cluster), sample);
+    } catch (const PlanError& e) {
+      throw std::invalid_argument(fmt::format("cannot plan the run on {} CPU slots: {}", slots, e.what()));
+    }
+  } else {
+    resolved.sections.resize(graph.nodes.size());
+  }
+  // Explicit values as written (the planner keeps them too); every section
+  // spans the same CPU slots (co-located), tp = 1.
+  Plan plan;
+  int64_t max_pp = 1;
+  for (size_t s = 0; s < graph.nodes.size(); ++s) {
+    const Section& sec = graph.section(int(s));
+    const SectionPlan& r = resolved.sections[s];
+    const int64_t dp = sec.parallel.dp.value_or(r.dp), pp = sec.parallel.pp.value_or(r.pp);
+    plan.sections.push_back(SectionPlan{0, dp * pp, 1, pp, dp, sec.micro_batch.value_or(r.micro_batch)});
+    max_pp = std::max(max_pp, pp);
+  }
+  // The planner's cap on in-flight micro-batches (Frontier): one per stage.
+  plan.in_flight_cap = in_flight_micro_batches(max_pp);
+  return plan;
+}
+
+StepSchedules::StepSchedules(const SectionGraph& graph, const Plan& plan, const std::string& policy)
+    : graph_(graph), plan_(plan), cluster_(cpu_cluster(plan.device_count())) {
+  if (policy != "wavefront" && policy != "monolithic")
+    throw std::invalid_argument(fmt::format("unknown schedule '{}' (wavefront or monolithic)", policy));
+  monolithic_ = policy == "monolithic";
+  cost_ = std::make_unique<RooflineCost>(graph_, cluster_);
+  // The monolithic baseline's one micro-batch size: the loss section's.
+  if (!plan.sections.empty()) monolithic_micro_batch_ = plan.sections.back().micro_batch;
+  for (size_t s = 0; s < graph.nodes.size(); ++s)
+    if (graph.nodes[s].has_loss) monolithic_micro_batch_ = plan.sections[s].micro_batch;
+}
+
+StepSchedules::~StepSchedules() = default;
+
+Schedule StepSchedules::of(const Batch& batch) const {
+  Schedule schedule = monolithic_ ? monolithic_schedule(graph_, plan_, batch, monolithic_micro_batch_)
+                                  : wavefront_schedule(graph_, plan_, *cost_, batch);
+  chain_replica_backwards(schedule);
+  return schedule;
+}
+
+}  // namespace maestro

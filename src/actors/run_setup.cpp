@@ -1,0 +1,96 @@
+// Set-up of a run (train_phases.h): the options, the resume checkpoint, the
+// section runners and the step schedules, before any actor exists.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "actors/checkpoint.h"
+#include "actors/train_phases.h"
+
+namespace maestro {
+
+namespace {
+
+struct Resume {
+  std::string dir;  // "" = a fresh run
+  int64_t first_step = 0;
+  std::vector<double> losses;
+};
+
+// The checkpoint to resume from, checked against this run: the same global
+// batch, and every part the plan holds (a section, or each of its pipeline
+// stages) saved in it.
+Resume read_resume(const SectionGraph& graph, const Plan& plan, const TrainSpec& train, const std::string& from) {
+  Resume out;
+  if (from.empty()) return out;
+  try {
+    out.dir = resolve_checkpoint_dir(from);
+    const CheckpointState st = read_checkpoint_state(out.dir);
+    if (st.global_batch != train.global_batch)
+      throw TrainFailure(2, fmt::format("--resume {}: the checkpoint has global_batch {}, the model {}", from,
+                                        st.global_batch, train.global_batch));
+    for (size_t s = 0; s < graph.nodes.size(); ++s)
+      for (int64_t k = 0; k < plan.sections[s].pp && graph.section(int(s)).mode == Mode::Train; ++k) {
+        const std::string part = part_name(graph.nodes[s].name, int(k), int(plan.sections[s].pp));
+        if (std::find(st.sections.begin(), st.sections.end(), part) == st.sections.end())
+          throw TrainFailure(2, fmt::format("--resume {}: the checkpoint has no '{}' (it holds {}): section '{}' must "
+                                            "be split into the same pipeline stages (pp) as when it was written",
+                                            from, part, fmt::join(st.sections, ", "), graph.nodes[s].name));
+      }
+    out.first_step = st.step;
+    out.losses = st.losses;
+  } catch (const CheckpointError& e) {
+    throw TrainFailure(2, fmt::format("--resume: {}", e.what()));
+  }
+  return out;
+}
+
+}  // namespace
+
+RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec& train, const TrainOptions& options) {
+  RunSetup setup;
+  setup.seed = options.seed.value_or(train.seed);
+  setup.last_step = std::min(options.stop_after.value_or(train.steps), train.steps);
+  setup.threads = cpu_slots(options.threads);
+  if (setup.last_step < 0) throw TrainFailure(2, fmt::format("--stop-after must be >= 0, got {}", setup.last_step));
+  try {
+    setup.schedules = std::make_shared<const StepSchedules>(graph, plan, options.schedule);
+  } catch (const std::invalid_argument& e) {
+    throw TrainFailure(2, e.what());
+  }
+  const Resume resume = read_resume(graph, plan, train, options.resume);
+  setup.first_step = resume.first_step;
+  setup.past_losses = resume.losses;
+
+  // One runner per section × pipeline stage × dp replica, each with its own
+  // backend (the factory's); the dp replicas of a section's stage form one
+  // collective group (the gradient all-reduce).
+  setup.transport = std::make_unique<LocalTransport>();
+  const Program& program = *graph.program;  // the sections' models and losses, as the engine reads them
+  setup.runners.resize(graph.nodes.size());
+  for (size_t s = 0; s < graph.nodes.size(); ++s) {
+    const int64_t pp = plan.sections[s].pp;
+    for (int64_t k = 0; k < pp; ++k) {
+      setup.runners[s].emplace_back();
+      const std::vector<std::shared_ptr<Communicator>> group = make_local_group(int(plan.sections[s].dp));
+      setup.dp_groups.push_back(group[0]);
+      for (int64_t r = 0; r < plan.sections[s].dp; ++r) {
+        try {
+          auto runner = std::make_shared<SectionRunner>(program, int(s), int(k), int(pp), setup.seed, *setup.transport,
+                                                        make_backend(options.backend, int(setup.threads)),
+                                                        group[size_t(r)]);
+          if (!resume.dir.empty() && graph.section(int(s)).mode == Mode::Train)
+            runner->load(fmt::format("{}/{}.safetensors", resume.dir, runner->part_name()));
+          setup.runners[s][size_t(k)].push_back(std::move(runner));
+        } catch (const std::exception& e) {
+          const std::string stage = pp > 1 ? fmt::format(", stage {}", k) : "";
+          throw TrainFailure(1, fmt::format("section '{}'{}, replica {}: {}", graph.nodes[s].name, stage, r, e.what()));
+        }
+      }
+    }
+  }
+  return setup;
+}
+
+}  // namespace maestro

@@ -1,0 +1,63 @@
+// Spawning a run's actors (train_phases.h).
+#include <fmt/format.h>
+
+#include "actors/actors.h"
+#include "actors/train_phases.h"
+#include "nn/section_model.h"
+
+namespace maestro {
+
+RunActors spawn_run(caf::actor_system& sys, RunSetup& setup, const SectionGraph& graph, const Plan& plan,
+                    const StepInputs& inputs, const TrainSpec& train, const TrainOptions& options) {
+  RunActors out;
+  out.tracer = spawn_tracer(sys, !options.trace_path.empty());
+  out.all.push_back(out.tracer);
+  SchedulerConfig sc;
+  sc.graph = &graph;
+  sc.plan = &plan;
+  sc.replicas.resize(graph.nodes.size());
+  for (size_t s = 0; s < graph.nodes.size(); ++s)
+    for (size_t k = 0; k < setup.runners[s].size(); ++k) {
+      sc.replicas[s].emplace_back();
+      for (size_t r = 0; r < setup.runners[s][k].size(); ++r) {
+        const std::shared_ptr<SectionRunner>& runner = setup.runners[s][k][r];
+        caf::actor worker = spawn_compute_worker(sys, runner, int(s), int(k), int(r), out.tracer);
+        caf::actor replica =
+            spawn_section_replica(sys, worker, fmt::format("{}/{} replica", runner->part_name(), r), out.tracer);
+        sc.replicas[s][k].push_back(replica);
+        out.all.push_back(worker);
+        out.all.push_back(replica);
+      }
+    }
+  setup.runners.clear();  // the workers own them now
+  const StepInputs* in = &inputs;
+  sc.loader = spawn_data_loader(sys, [in](int64_t step) { return in->step(step); }, setup.last_step, out.tracer);
+  out.all.push_back(sc.loader);
+  const std::string ckpt_root = options.checkpoint_dir.empty() ? train.checkpoint_dir : options.checkpoint_dir;
+  if (!ckpt_root.empty()) {
+    CheckpointerConfig cc{ckpt_root, {}, {}, {}, setup.seed, inputs.data_seed(), train.global_batch, options.schedule};
+    for (size_t s = 0; s < graph.nodes.size(); ++s)
+      for (int64_t k = 0; k < plan.sections[s].pp && graph.section(int(s)).mode == Mode::Train; ++k) {
+        cc.sections.push_back(int(s));
+        cc.names.push_back(part_name(graph.nodes[s].name, int(k), int(plan.sections[s].pp)));
+        cc.replica0.push_back(sc.replicas[s][size_t(k)][0]);
+      }
+    sc.checkpointer = spawn_checkpointer(sys, std::move(cc), out.tracer);
+    out.all.push_back(sc.checkpointer);
+    // Without `every`, one checkpoint at the end (and on Ctrl-C).
+    sc.checkpoint_every = train.checkpoint_every > 0 ? train.checkpoint_every : setup.last_step;
+  }
+  std::shared_ptr<const StepSchedules> schedules = setup.schedules;
+  sc.schedule_of = [schedules](const Batch& b) { return schedules->of(b); };
+  sc.lr_at = [&train](int64_t step) { return lr_at(train, step); };
+  sc.grad_clip = train.grad_clip;
+  sc.tracer = out.tracer;
+  sc.losses = setup.past_losses;
+  sc.global_batch = train.global_batch;
+  sc.interrupt = options.interrupt;
+  out.scheduler = spawn_scheduler(sys, sc);
+  out.all.push_back(out.scheduler);
+  return out;
+}
+
+}  // namespace maestro

@@ -1,0 +1,68 @@
+// The three phases of train() (trainer.h), one file each:
+//  - set-up (run_setup.cpp): everything that can fail on bad input or a
+//    missing file, before any actor exists — the options, the resume
+//    checkpoint against the plan, one SectionRunner per section × pipeline
+//    stage × dp replica (initialised, weights and resumed state loaded), the
+//    step schedules;
+//  - spawn (run_spawn.cpp): the actors of the run over those runners —
+//    tracer, section replicas with their compute workers, data loader,
+//    checkpointer, scheduler;
+//  - drive (run_drive.cpp): the driver's side of the protocol — start, one
+//    StepReport per step, TrainingEnded or the scheduler's death, the trace
+//    flushed — then every actor stopped.
+#pragma once
+
+#include <caf/all.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "actors/run_plan.h"
+#include "actors/section_runner.h"
+#include "actors/step_inputs.h"
+#include "actors/trainer.h"
+#include "transport/local_transport.h"
+
+namespace maestro {
+
+// A run that can't start: its exit status (2 invalid input, 1 runtime fault) and message.
+struct TrainFailure : std::runtime_error {
+  TrainFailure(int code, const std::string& message) : std::runtime_error(message), exit_code(code) {}
+  int exit_code;
+};
+
+struct RunSetup {
+  uint64_t seed = 0;
+  int64_t first_step = 0, last_step = 0;  // train steps [first_step, last_step)
+  int64_t threads = 1;                    // CAF scheduler threads and each CPU backend's
+  std::vector<double> past_losses;        // steps before first_step (resume)
+  std::unique_ptr<LocalTransport> transport;  // the runners allocate from it: it outlives them
+  // The data-parallel group of each section × stage (rank 0's handle): the
+  // replicas all-reduce their gradients through it; aborted at the end.
+  std::vector<std::shared_ptr<Communicator>> dp_groups;
+  // [section][pp stage][dp replica]; handed to the compute workers at spawn.
+  std::vector<std::vector<std::vector<std::shared_ptr<SectionRunner>>>> runners;
+  std::shared_ptr<const StepSchedules> schedules;
+};
+
+// Throws TrainFailure.
+RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec& train, const TrainOptions& options);
+
+struct RunActors {
+  caf::actor scheduler, tracer;
+  std::vector<caf::actor> all;  // every actor spawned, the scheduler and tracer included
+};
+
+// Moves the runners into their compute workers. `graph`, `plan`, `inputs`,
+// `train` and `setup` outlive the actors.
+RunActors spawn_run(caf::actor_system& sys, RunSetup& setup, const SectionGraph& graph, const Plan& plan,
+                    const StepInputs& inputs, const TrainSpec& train, const TrainOptions& options);
+
+// Fills the result's losses, samples, steps, checkpoint, timing and error.
+void drive_run(caf::actor_system& sys, const RunActors& actors, const RunSetup& setup, const TrainOptions& options,
+               const std::function<void(const StepProgress&)>& on_step, TrainResult& result);
+
+}  // namespace maestro

@@ -1,0 +1,92 @@
+// Program-wide rules for the checker (checker.h): what can only be checked
+// once every section and flow is read — the flow graph is acyclic, losses sit
+// where they can be computed, consumes matches the data mix, micro_batch fits
+// the global batch, and no frozen section is fed by a trainable one.
+#include "dsl/checker.h"
+
+namespace maestro::sect {
+
+void Checker::check_flow_cycles() {
+  std::map<std::string, int> color;  // 0 new, 1 on the path, 2 done
+  std::vector<std::string> path;
+  std::vector<size_t> edge_path;
+  bool found = false;
+  // Iterative DFS: the graph can be as long as the program.
+  for (const std::string& root : section_names_) {
+    if (found || color[root] != 0) continue;
+    std::vector<std::pair<std::string, size_t>> stack{{root, 0}};
+    color[root] = 1;
+    path = {root};
+    while (!stack.empty() && !found) {
+      auto& [node, next] = stack.back();
+      size_t f = next;
+      while (f < program_.flows.size() && program_.flows[f].from != node) ++f;
+      if (f == program_.flows.size()) {
+        color[node] = 2;
+        stack.pop_back();
+        path.pop_back();
+        continue;
+      }
+      next = f + 1;
+      const std::string& to = program_.flows[f].to;
+      if (color[to] == 1) {
+        std::string cycle;
+        size_t start = std::find(path.begin(), path.end(), to) - path.begin();
+        for (size_t k = start; k < path.size(); ++k) cycle += path[k] + " -> ";
+        error(flow_spans_[f], fmt::format("the flows form a cycle: {}{}", cycle, to));
+        found = true;
+      } else if (color[to] == 0) {
+        color[to] = 1;
+        path.push_back(to);
+        stack.push_back({to, 0});
+      }
+    }
+  }
+}
+
+void Checker::check_sections_against_program() {
+  for (size_t i = 0; i < program_.sections.size(); ++i) {
+    const Section& sec = program_.sections[i];
+    const SectionInfo& si = infos_[i];
+    bool leaves = false, logits_in = false;
+    for (const Flow& f : program_.flows) {
+      leaves |= f.from == sec.name;
+      logits_in |= f.to == sec.name && f.kind == FlowKind::Logits;
+    }
+    if (!sec.loss.empty() && si.model_ok && flows_ok_) {
+      if (!leaves && !std::holds_alternative<TransformerSpec>(sec.model.spec))
+        error(si.loss_span, fmt::format("section '{}' has a 'loss' but it is not a transformer and no flow leaves it",
+                                        sec.name));
+      for (const LossTerm& t : sec.loss)
+        if (t.kind == LossKind::KL && !logits_in)
+          error(si.loss_span, fmt::format("section '{}' has a kl loss but no 'logits' flow comes into it", sec.name));
+    }
+    if (data_read_ && mix_ok_ && !program_.data.mix.empty()) {
+      for (size_t k = 0; k < sec.consumes.size(); ++k) {
+        bool present = false;
+        for (const MixEntry& m : program_.data.mix) present |= m.modalities.has(sec.consumes[k]);
+        if (!present)
+          error(si.consume_spans[k], fmt::format("section '{}' consumes '{}' but no 'mix' entry of the data has it",
+                                                 sec.name, modality_name(sec.consumes[k])));
+      }
+    }
+    if (sec.micro_batch && program_.train.global_batch > 0 && *sec.micro_batch > program_.train.global_batch)
+      error(si.micro_batch_span, fmt::format("'micro_batch' ({}) of section '{}' is larger than 'global_batch' ({})",
+                                             *sec.micro_batch, sec.name, program_.train.global_batch));
+  }
+}
+
+void Checker::check_frozen_sections() {
+  for (size_t f = 0; f < program_.flows.size(); ++f) {
+    const Flow& flow = program_.flows[f];
+    const Section* from = program_.find_section(flow.from);
+    const Section* to = program_.find_section(flow.to);
+    if (flow.kind == FlowKind::Activations && from && to && to->mode == Mode::Frozen && from->mode == Mode::Train)
+      error(flow_spans_[f], fmt::format("flow {} -> {}: section '{}' is frozen but takes activations from '{}', "
+                                        "which trains: gradients cannot pass back through a frozen section "
+                                        "(freeze '{}' too, or train '{}')",
+                                        flow.from, flow.to, flow.to, flow.from, flow.from, flow.to));
+  }
+}
+
+}  // namespace maestro::sect

@@ -1,0 +1,213 @@
+// Every message that may cross a process round-trips through CAF's
+// binary_serializer / binary_deserializer, alone and inside a caf::message
+// (which needs the type registered by name: add_message_types): tensors by
+// value, the step's data by value, null stays null; a stage hand-off that
+// carries the engine's geometry refuses to serialise.
+#include <boost/test/unit_test.hpp>
+
+#include <caf/all.hpp>
+
+#include <cstring>
+#include <span>
+
+#include "actors/messages.h"
+#include "transport/transport.h"
+#include "nn/model_impl.h"  // StageGeometry
+
+using namespace maestro;
+
+namespace {
+
+TensorRef tensor(std::vector<float> values, std::vector<int64_t> shape) {
+  return TensorRef::of(std::move(values), std::move(shape));
+}
+
+std::vector<float> values_of(const TensorRef& t) {
+  return t.empty() ? std::vector<float>{} : std::vector<float>(t.values().begin(), t.values().end());
+}
+
+struct System {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  System() {
+    add_message_types(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+
+  // x -> bytes -> a fresh T, and x in a caf::message -> bytes -> message -> T.
+  template <class T>
+  T round_trip(T x) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{*sys, buf};
+    BOOST_REQUIRE_MESSAGE(!sink(x), "serialising failed");
+    T out;
+    caf::binary_deserializer source{*sys, buf};
+    BOOST_REQUIRE_MESSAGE(!source(out), "deserialising failed");
+    std::vector<char> mbuf;
+    caf::binary_serializer msink{*sys, mbuf};
+    caf::message m = caf::make_message(x);
+    BOOST_REQUIRE_MESSAGE(!msink(m), "serialising the message failed (registered?)");
+    caf::message back;
+    caf::binary_deserializer msource{*sys, mbuf};
+    BOOST_REQUIRE_MESSAGE(!msource(back), "deserialising the message failed");
+    BOOST_REQUIRE(back.match_element<T>(0));
+    T via_message = back.get_as<T>(0);
+    std::vector<char> again_a, again_b;
+    caf::binary_serializer a{*sys, again_a}, b{*sys, again_b};
+    BOOST_REQUIRE(!a(out) && !b(via_message));
+    BOOST_TEST(again_a == again_b);  // both paths give the same value
+    return out;
+  }
+};
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_CASE(run_task_and_task_done, System) {
+  auto data = std::make_shared<StepData>();
+  data->batch.step = 3;
+  Sample s;
+  s.id = 7;
+  s.modalities.add(Modality::Image);
+  s.text_tokens = 11;
+  s.images = 1;
+  data->batch.samples = {s};
+  data->inputs = {{SampleInputs{{1, 2, 3}, {0.5f, -0.5f}, {}}}};
+  data->loss_positions = {10};
+  Task task{4, 1, 1, 0, Task::Kind::Backward, 2, {1, 3}};
+  RunTask rt{9, task, {0, 5}, {{2, 5, tensor({1, 2, 3, 4}, {2, 2})}}, data, {tensor({7}, {1}), nullptr}};
+  const RunTask r = round_trip(rt);
+  BOOST_TEST(r.step == 9);
+  BOOST_TEST(r.task.id == 4);
+  BOOST_TEST(r.task.section == 1);
+  BOOST_TEST(r.task.replica == 1);
+  BOOST_TEST(int(r.task.kind) == int(Task::Kind::Backward));
+  BOOST_TEST(r.task.micro_batch == 2);
+  BOOST_TEST(r.task.deps == (std::vector<int64_t>{1, 3}));
+  BOOST_TEST(r.samples == (std::vector<int32_t>{0, 5}));
+  BOOST_TEST_REQUIRE(r.inputs.size() == 1u);
+  BOOST_TEST(r.inputs[0].flow == 2);
+  BOOST_TEST(r.inputs[0].sample == 5);
+  BOOST_TEST(r.inputs[0].tensor.shape == (std::vector<int64_t>{2, 2}));
+  BOOST_TEST(values_of(r.inputs[0].tensor) == (std::vector<float>{1, 2, 3, 4}));
+  BOOST_TEST(r.inputs[0].tensor.buffer != rt.inputs[0].tensor.buffer);  // by value: a buffer of its own
+  BOOST_TEST_REQUIRE(r.data != nullptr);
+  BOOST_TEST(r.data->batch.step == 3);
+  BOOST_TEST(r.data->batch.samples[0].id == 7);
+  BOOST_TEST(r.data->batch.samples[0].modalities.bits == s.modalities.bits);
+  BOOST_TEST(r.data->batch.samples[0].text_tokens == 11);
+  BOOST_TEST(r.data->inputs[0][0].tokens == (std::vector<int32_t>{1, 2, 3}));
+  BOOST_TEST(r.data->inputs[0][0].pixels == (std::vector<float>{0.5f, -0.5f}));
+  BOOST_TEST(r.data->loss_positions == (std::vector<int64_t>{10}));
+  BOOST_TEST(values_of(r.stage_in.tensor) == (std::vector<float>{7}));
+
+  RunTask empty;  // null data, empty tensors stay so
+  const RunTask e = round_trip(empty);
+  BOOST_TEST(e.data == nullptr);
+  BOOST_TEST(e.stage_in.tensor.empty());
+
+  TaskDone d{9, 4, {{1, 0, tensor({0.25f}, {1, 1})}}, 10, 20, "boom", {tensor({2, 3}, {2}), nullptr}};
+  const TaskDone o = round_trip(d);
+  BOOST_TEST(o.step == 9);
+  BOOST_TEST(o.task == 4);
+  BOOST_TEST(o.outputs.size() == 1u);
+  BOOST_TEST(values_of(o.outputs[0].tensor) == (std::vector<float>{0.25f}));
+  BOOST_TEST(o.begin_us == 10);
+  BOOST_TEST(o.duration_us == 20);
+  BOOST_TEST(o.error == "boom");
+  BOOST_TEST(values_of(o.stage_out.tensor) == (std::vector<float>{2, 3}));
+}
+
+BOOST_FIXTURE_TEST_CASE(gradient_messages, System) {
+  BOOST_TEST(round_trip(ReduceGrads{5}).step == 5);
+  const GradsReduced g = round_trip(GradsReduced{2, 1, 3, 0.1 + 0.2, {{5, 1.25}, {9, -3e-300}}, "e"});
+  BOOST_TEST(g.section == 2);
+  BOOST_TEST(g.stage == 1);
+  BOOST_TEST(g.replica == 3);
+  BOOST_TEST(g.grad_sq_norm == 0.1 + 0.2);  // bitwise
+  BOOST_TEST_REQUIRE(g.losses.size() == 2u);
+  BOOST_TEST(g.losses[1].task == 9);
+  BOOST_TEST(g.losses[1].loss == -3e-300);
+  BOOST_TEST(g.error == "e");
+  const ApplyGrads a = round_trip(ApplyGrads{6, 0.5, 1e-3});
+  BOOST_TEST(a.step == 6);
+  BOOST_TEST(a.scale == 0.5);
+  BOOST_TEST(a.lr == 1e-3);
+  const Applied ap = round_trip(Applied{1, 0, 1, "x"});
+  BOOST_TEST(ap.section == 1);
+  BOOST_TEST(ap.replica == 1);
+  BOOST_TEST(ap.error == "x");
+}
+
+// A tensor's descriptor (transport/transport.h: a payload, not a message of
+// its own) and a bf16 tensor by value.
+BOOST_FIXTURE_TEST_CASE(descriptors_and_bf16_tensors, System) {
+  TensorDescriptor t{17, 3, 4096, 260, DType::BF16, Device::Cuda}, back_t;
+  std::vector<char> buf;
+  caf::binary_serializer sink{*sys, buf};
+  BOOST_REQUIRE(!sink(t));
+  caf::binary_deserializer source{*sys, buf};
+  BOOST_REQUIRE(!source(back_t));
+  BOOST_TEST((back_t == t));
+  const uint16_t bits[2] = {float_to_bf16(1.5f), float_to_bf16(-2.0f)};
+  const TensorRef h = TensorRef::of_bytes(std::as_bytes(std::span<const uint16_t>(bits)), {2}, DType::BF16);
+  const TaskDone back = round_trip(TaskDone{1, 2, {{0, 1, h}}, 0, 0, "", {}});
+  BOOST_TEST_REQUIRE(back.outputs.size() == 1u);
+  const TensorRef& got = back.outputs[0].tensor;
+  BOOST_TEST((got.dtype == DType::BF16));
+  BOOST_TEST_REQUIRE(got.bytes() == 4u);
+  uint16_t out[2];
+  std::memcpy(out, got.raw().data(), 4);
+  BOOST_TEST(bf16_to_float(out[1]) == -2.0f);
+}
+
+BOOST_FIXTURE_TEST_CASE(data_checkpoint_and_report_messages, System) {
+  BOOST_TEST(round_trip(GetBatch{8}).step == 8);
+  auto data = std::make_shared<StepData>();
+  data->batch.step = 8;
+  const BatchReady b = round_trip(BatchReady{data, "late"});
+  BOOST_TEST_REQUIRE(b.data != nullptr);
+  BOOST_TEST(b.data->batch.step == 8);
+  BOOST_TEST(b.error == "late");
+  BOOST_TEST(round_trip(SaveSection{"/tmp/x"}).path == "/tmp/x");
+  const Saved sv = round_trip(Saved{3, "full"});
+  BOOST_TEST(sv.section == 3);
+  BOOST_TEST(sv.error == "full");
+  const WriteCheckpoint w = round_trip(WriteCheckpoint{4, 32, {1.5, 1.25}});
+  BOOST_TEST(w.steps_done == 4);
+  BOOST_TEST(w.samples == 32);
+  BOOST_TEST(w.losses == (std::vector<double>{1.5, 1.25}));
+  const CheckpointWritten c = round_trip(CheckpointWritten{"/ck/step-4", ""});
+  BOOST_TEST(c.dir == "/ck/step-4");
+  const StartTraining st = round_trip(StartTraining{2, 9});
+  BOOST_TEST(st.first_step == 2);
+  BOOST_TEST(st.last_step == 9);
+  const StepReport r = round_trip(StepReport{3, 2.5, 8, 0.25, 0.01});
+  BOOST_TEST(r.step == 3);
+  BOOST_TEST(r.loss == 2.5);
+  BOOST_TEST(r.samples == 8);
+  BOOST_TEST(r.step_s == 0.25);
+  BOOST_TEST(r.sched_s == 0.01);
+  const TrainingEnded e = round_trip(TrainingEnded{5, "/ck", "bad", true});
+  BOOST_TEST(e.steps_done == 5);
+  BOOST_TEST(e.checkpoint == "/ck");
+  BOOST_TEST(e.error == "bad");
+  BOOST_TEST(e.interrupted);
+  const TraceEvent t = round_trip(TraceEvent{"llm/0 worker", "forward mb 1", "task", 100, 50});
+  BOOST_TEST(t.track == "llm/0 worker");
+  BOOST_TEST(t.name == "forward mb 1");
+  BOOST_TEST(t.category == "task");
+  BOOST_TEST(t.begin_us == 100);
+  BOOST_TEST(t.duration_us == 50);
+  BOOST_TEST(round_trip(FlushTrace{"trace.json"}).path == "trace.json");
+}
+
+// The engine's stage geometry is opaque: serialising a hand-off that holds
+// one is an error, never a silent drop.
+struct Geometry : StageGeometry {};
+BOOST_FIXTURE_TEST_CASE(a_stage_geometry_does_not_serialise, System) {
+  RunTask rt;
+  rt.stage_in = {tensor({1}, {1}), std::make_shared<Geometry>()};
+  std::vector<char> buf;
+  caf::binary_serializer sink{*sys, buf};
+  BOOST_TEST(bool(sink(rt)));
+}
