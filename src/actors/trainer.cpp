@@ -62,9 +62,7 @@ TrainResult train(const Program& program, const TrainOptions& options,
     try {
       resume_dir = resolve_checkpoint_dir(options.resume);
       const CheckpointState st = read_checkpoint_state(resume_dir);
-      if (st.global_batch != program.train.global_batch)
-        return failure(2, fmt::format("--resume {}: the checkpoint has global_batch {}, the model {}", options.resume,
-                                      st.global_batch, program.train.global_batch));
+      check_resumable(st, program.train.steps, program.data.seed, program.train.global_batch);
       // Every part this run's plan holds (a section, or each of its pipeline stages) must be in the checkpoint.
       for (size_t s = 0; s < program.sections.size(); ++s)
         for (int64_t k = 0; k < runs[s].pp && program.sections[s].mode == Mode::Train; ++k) {
@@ -141,7 +139,8 @@ TrainResult train(const Program& program, const TrainOptions& options,
   all.push_back(sc.loader);
   const std::string ckpt_root = options.checkpoint_dir.empty() ? program.train.checkpoint_dir : options.checkpoint_dir;
   if (!ckpt_root.empty()) {
-    CheckpointerConfig cc{ckpt_root, {}, {}, {}, seed, program.data.seed, program.train.global_batch, options.schedule};
+    CheckpointerConfig cc{ckpt_root, {}, {}, {}, seed, program.data.seed, program.train.global_batch, options.schedule,
+                          options.checkpoint_keep};
     for (size_t s = 0; s < program.sections.size(); ++s)
       for (int64_t k = 0; k < runs[s].pp && program.sections[s].mode == Mode::Train; ++k) {
         cc.sections.push_back(int(s));

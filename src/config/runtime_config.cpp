@@ -162,7 +162,10 @@ RuntimeConfig load_runtime_config(const std::string& path) {
                else config.repl.token_file = r.string(n, key);
              });
            else
-             r.keys(t, k, {"dir"}, [&](const std::string& key, const toml::node& n) { config.checkpoint.dir = r.string(n, key); });
+             r.keys(t, k, {"dir", "keep"}, [&](const std::string& key, const toml::node& n) {
+               if (key == "dir") config.checkpoint.dir = r.string(n, key);
+               else config.checkpoint.keep = r.integer(n, key, 0);
+             });
          });
   return config;
 }

@@ -42,6 +42,7 @@ struct RuntimeConfig {
 
   struct Checkpoint {
     std::string dir;                // overrides train.checkpoint.dir
+    int64_t keep = 3;               // step folders kept after each checkpoint (0 = all); never the one `latest` names
   } checkpoint;
 
   std::string file;                 // the TOML file read ("" = defaults only)
