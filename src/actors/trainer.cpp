@@ -81,7 +81,12 @@ TrainResult train(const Program& program, const TrainOptions& options,
 
   // ---------------------------------------------------------------- models
   LocalTransport transport;
-  // One runner per section × pipeline stage × dp replica.
+  // One runner per section × pipeline stage × dp replica. They share the
+  // `devices` threads: each backend's pool gets its part (at least one), so
+  // the threads of a run grow linearly with `runtime.threads`.
+  int64_t runner_count = 0;
+  for (const SectionRun& run : runs) runner_count += run.pp * run.dp;
+  const int pool_threads = int(std::max<int64_t>(1, (devices + runner_count - 1) / std::max<int64_t>(1, runner_count)));
   std::vector<std::vector<std::vector<std::shared_ptr<SectionRunner>>>> runners(program.sections.size());
   for (size_t s = 0; s < program.sections.size(); ++s)
     for (int64_t k = 0; k < runs[s].pp; ++k) {
@@ -89,7 +94,7 @@ TrainResult train(const Program& program, const TrainOptions& options,
       for (int64_t r = 0; r < runs[s].dp; ++r) {
         try {
           auto runner = std::make_shared<SectionRunner>(program, int(s), int(k), int(runs[s].pp), seed, transport,
-                                                        int(devices));
+                                                        pool_threads);
           if (!resume_dir.empty() && program.sections[s].mode == Mode::Train)
             runner->load(fmt::format("{}/{}.safetensors", resume_dir, runner->part_name()));
           runners[s][k].push_back(std::move(runner));

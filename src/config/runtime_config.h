@@ -10,6 +10,10 @@
 
 namespace maestro {
 
+// Upper bounds (docs/runtime-config, "Limits"): each an error at the key.
+inline constexpr int64_t kMaxThreads = 256;    // [runtime] threads
+inline constexpr int64_t kMaxDevices = 65536;  // [cluster] devices, devices_per_node, nodes
+
 struct RuntimeConfig {
   struct Runtime {
     std::string backend = "auto";   // auto | cpu | cuda

@@ -98,6 +98,45 @@ BOOST_AUTO_TEST_CASE(bad_config_file) {
   BOOST_TEST(missing.first_err_line().find("/nonexistent.toml: error:") == 0u, missing.err);
 }
 
+// Limits and mistakes of issue 11: each a plain or located message, status 2.
+BOOST_AUTO_TEST_CASE(limits_and_mistakes_are_plain_errors) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string first_line;
+  };
+  const std::string threads = write_temp("maestro_e2e_threads.toml", "[runtime]\nthreads = 100000\n");
+  const std::string devices = write_temp("maestro_e2e_devices.toml", "[cluster]\ndevices = 1000000000\n");
+  const std::string profile = write_temp("maestro_e2e_profile.toml", "[cluster]\ndevice = \"no_such_gpu.toml\"\n");
+  const std::string big = write_temp("maestro_e2e_big.sect", "// " + std::string(size_t(1) << 20, 'x') + "\n");
+  const std::string tmp = fs::temp_directory_path().string();
+  const std::string profile_path = (fs::path(profile).parent_path() / "no_such_gpu.toml").string();
+  const std::vector<Case> cases = {
+      {{"models/tiny_mllm.sect", "--steps", "0"},
+       "maestro-run: error: --steps: must be a whole number from 1 to 1000000000, not '0'"},
+      {{"models/tiny_mllm.sect", "--steps", "1e20"},
+       "maestro-run: error: --steps: must be a whole number from 1 to 1000000000, not '1e20'"},
+      {{"models/tiny_mllm.sect", "--config", tmp, "--check"}, tmp + ": error: is a folder, not a config file"},
+      {{"models/tiny_mllm.sect", "--config", threads, "--check"},
+       threads + ":2:11: error: 'threads' must be at most 256, got 100000"},
+      {{"models/tiny_mllm.sect", "--config", devices, "--print", "plan"},
+       devices + ":2:11: error: 'devices' must be at most 65536, got 1000000000"},
+      {{"models/tiny_mllm.sect", "--config", profile, "--print", "plan"},
+       profile + ":2:10: error: the device profile '" + profile_path +
+           "' does not exist (a path is relative to this file; write one with --calibrate)"},
+      {{"models/tiny_mllm.sect", "--config", profile, "--steps", "1"},
+       profile + ":2:10: error: the device profile '" + profile_path +
+           "' does not exist (a path is relative to this file; write one with --calibrate)"},
+      {{big, "--check"},
+       big + ": error: cannot read this file (it is 1048580 bytes; a source file may be at most 1 MiB (1048576 bytes))"},
+  };
+  for (const Case& c : cases) {
+    const ProcessResult r = maestro_run(c.args);
+    BOOST_TEST(r.status == 2, c.args.back() << ": " << r.err);
+    BOOST_TEST(r.out.empty(), c.args.back());
+    BOOST_TEST(r.first_err_line() == c.first_line);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(good_config_file) {
   const ProcessResult r = maestro_run({"models/tiny_mllm.sect", "--config", "configs/default.toml", "--check"});
   BOOST_TEST(r.status == 0, r.err);

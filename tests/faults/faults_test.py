@@ -266,6 +266,25 @@ def case_state():
     assert s["losses"] == losses[2:], s["losses"]
 
 
+def case_threads():
+    """[runtime] threads = 64: the run's OS threads grow linearly (about 5 per
+    thread: CAF's, the backends' pools, one per worker), not as N²."""
+    m = model("threads.sect", steps=12)
+    cfg = os.path.join(TMP, "threads.toml")
+    with open(cfg, "w") as f:
+        f.write(f'[runtime]\nthreads = 64\n[checkpoint]\ndir = "{TMP}/threads-ckpt"\n')
+    p = subprocess.Popen([RUN, m, "--config", cfg, "--quiet"], stdout=subprocess.DEVNULL)
+    peak = 0
+    while p.poll() is None:
+        try:
+            peak = max(peak, len(os.listdir(f"/proc/{p.pid}/task")))
+        except FileNotFoundError:
+            break
+        time.sleep(0.02)
+    assert p.wait() == 0
+    assert 64 < peak <= 8 * 64, f"{peak} OS threads at threads = 64"
+
+
 def case_soak(seconds=None):
     """Random SIGINT/SIGTERM/kill -9 at random moments, then random resumes,
     until the run is done: every trajectory ends bitwise equal to the
