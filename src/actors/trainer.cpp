@@ -100,7 +100,10 @@ TrainResult train(const Program& program, const TrainOptions& options,
           runners[s][k].push_back(std::move(runner));
         } catch (const std::exception& e) {
           const std::string stage = runs[s].pp > 1 ? fmt::format(", stage {}", k) : "";
-          return failure(1, fmt::format("section '{}'{}, replica {}: {}", program.sections[s].name, stage, r, e.what()));
+          const std::string named = fmt::format("section '{}': ", program.sections[s].name);
+          std::string what = e.what();
+          if (what.starts_with(named)) what.erase(0, named.size());  // named once
+          return failure(1, fmt::format("section '{}'{}, replica {}: {}", program.sections[s].name, stage, r, what));
         }
       }
     }
@@ -112,6 +115,7 @@ TrainResult train(const Program& program, const TrainOptions& options,
     result.plan_lines.push_back(fmt::format("{}: dp {}, pp {}, micro_batch {}{}", program.sections[s].name, runs[s].dp,
                                             runs[s].pp, runs[s].micro_batch,
                                             program.sections[s].mode == Mode::Frozen ? " (frozen)" : ""));
+  if (options.on_plan) options.on_plan(result.plan_lines);
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", size_t(devices));
   // CAF's default work-stealing workers spin-poll for messages, taking the

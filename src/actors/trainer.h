@@ -26,6 +26,7 @@ struct TrainOptions {
   std::optional<uint64_t> seed;        // overrides train.seed
   int64_t threads = 0;                 // CAF scheduler threads; 0 = all cores
   const std::atomic<bool>* interrupt = nullptr;  // SIGINT: checkpoint and stop
+  std::function<void(const std::vector<std::string>&)> on_plan;  // the plan lines, before the first step
 };
 
 struct StepProgress {

@@ -108,19 +108,23 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
   opt.checkpoint_keep = config.checkpoint.keep;
   opt.interrupt = &g_interrupt;
 
+  opt.on_plan = [&](const std::vector<std::string>& lines) {  // before training starts
+    if (cli.quiet) return;
+    for (const std::string& line : lines) std::printf("plan  %s\n", line.c_str());
+    std::fflush(stdout);
+  };
   const bool tty = isatty(fileno(stdout)) != 0;
   const TrainResult r = train(program, opt, [&](const StepProgress& p) {
     if (!cli.quiet) show_progress(p, tty);
   });
   set_stop_handlers(SIG_DFL);
   if (r.exit_code != 0) {
-    std::fprintf(stderr, "maestro-run: error: %s\n", r.error.c_str());
+    print_error(r.error);
     return r.exit_code;
   }
   const double first = r.losses.empty() ? 0 : r.losses.front(), last = r.losses.empty() ? 0 : r.losses.back();
   const double rate = r.wall_s > 0 ? double(r.samples) / r.wall_s : 0;
   if (!cli.quiet) {
-    for (const std::string& line : r.plan_lines) std::printf("plan  %s\n", line.c_str());
     std::printf("%s %lld steps (%lld samples) in %.2f s: %.1f samples/s, loss %.4f -> %.4f%s\n",
                 r.interrupted ? "interrupted after" : "trained", (long long)r.losses.size(), (long long)r.samples,
                 r.wall_s, rate, first, last, r.checkpoint.empty() ? "" : fmt::format(", checkpoint {}", r.checkpoint).c_str());

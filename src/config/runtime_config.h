@@ -22,8 +22,8 @@ struct RuntimeConfig {
   } runtime;
 
   struct Cluster {
-    int64_t devices = 0;            // 0 = the devices of this machine (GPUs, else CPU slots)
-    std::string device = "auto";    // auto | cpu | h100 | h200 | a100 | path to a profile .toml
+    int64_t devices = 0;            // 0 = nodes × devices_per_node (plan, simulate; docs/planner.md)
+    std::string device = "auto";    // auto (= h100) | cpu | h100 | h200 | a100 | path to a profile .toml
     int64_t devices_per_node = 8;
     int64_t nodes = 1;
     double intra_node_gbps = 900;   // per device

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "run_process.h"
 
@@ -135,6 +136,33 @@ BOOST_AUTO_TEST_CASE(limits_and_mistakes_are_plain_errors) {
     BOOST_TEST(r.out.empty(), c.args.back());
     BOOST_TEST(r.first_err_line() == c.first_line);
   }
+}
+
+// configs/default.toml is every default: --print plan without a config plans
+// for the same cluster (8 × h100, docs/planner.md) as with it.
+BOOST_AUTO_TEST_CASE(print_plan_default_config_agrees) {
+  const ProcessResult bare = maestro_run({"models/tiny_mllm.sect", "--print", "plan"});
+  const ProcessResult with = maestro_run({"models/tiny_mllm.sect", "--config", "configs/default.toml", "--print", "plan"});
+  BOOST_TEST(bare.status == 0, bare.err);
+  BOOST_TEST(bare.out == with.out);
+  BOOST_TEST(bare.out.find(" on 8 × h100 ") != std::string::npos, bare.out);
+}
+
+// One error format: a located error of the planner reads FILE:LINE:COL: error:.
+BOOST_AUTO_TEST_CASE(located_runtime_errors_use_the_one_format) {
+  std::ifstream in("models/tiny_mllm.sect");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string from = "parallel { dp = auto; }";
+  BOOST_TEST_REQUIRE(text.find(from) != std::string::npos);
+  const size_t at = text.find(from);
+  text.replace(at, from.size(), "parallel { dp = auto; tp = 2; }");
+  const std::string path = write_temp("maestro_e2e_tp.sect", text);
+  const ProcessResult r = maestro_run({path, "--steps", "1", "--quiet"});
+  BOOST_TEST(r.status == 2, r.err);
+  const std::string rest = r.first_err_line().substr(std::min(r.err.size(), path.size()));
+  BOOST_TEST(r.first_err_line().find(path) == 0u, r.err);
+  BOOST_TEST(std::regex_match(rest, std::regex(R"(:\d+:\d+: error: section 'llm': tp = 2: the CPU runtime runs tp = 1 only)")),
+             r.err);
 }
 
 BOOST_AUTO_TEST_CASE(good_config_file) {

@@ -142,7 +142,9 @@ def case_signals():
         p.send_signal(sig)
         assert p.wait(120) == status, (sig, p.returncode, open(out.name).read())
         out.seek(0)
-        assert "interrupted after" in out.read(), open(out.name).read()
+        text = out.read()
+        assert "interrupted after" in text, text
+        assert text.startswith("plan  ") and text.index("plan  ") < text.index("step 1/"), text  # plan first
         assert committed_step(d) >= 1
         assert_resumes_exactly(m, d, losses, final, committed_step(d))
     # twice: the second ends the run at once, whatever it was doing
@@ -264,6 +266,16 @@ def case_state():
     os.remove(os.path.join(d, "step-00000004", "vision.safetensors"))
     s = summary(train(m, d, "--resume", d))
     assert s["losses"] == losses[2:], s["losses"]
+
+
+def case_messages():
+    """A missing weights file names its section once."""
+    text = open("models/tiny_kd.sect").read().replace("mode     = frozen;", 'mode = frozen;\n  weights = "nope.safetensors";')
+    path = os.path.join(TMP, "weights.sect")
+    open(path, "w").write(text)
+    p = maestro(path, "--steps", "1", "--quiet", expect=1)
+    first = p.stderr.splitlines()[0]
+    assert first.startswith("maestro-run: error: section 'teacher', replica 0: ") and first.count("teacher") == 1, first
 
 
 def case_threads():
