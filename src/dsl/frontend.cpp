@@ -155,6 +155,14 @@ class Loader {
                                        : fmt::format("cannot read imported file \"{}\": {}", stmt.name, why));
       return;
     }
+    size_t total = text.size();
+    for (const SourceFile& f : files) total += f.text.size();
+    if (total > size_t(limits::kSourceBytes)) {  // the front end's memory is bounded by all files together
+      rep.error(stmt.name_span, fmt::format("cannot read imported file \"{}\": the program's files would be {} "
+                                           "bytes; together they may be at most 1 MiB ({} bytes)",
+                                           stmt.name, total, limits::kSourceBytes));
+      return;
+    }
     load(add(display, key, std::move(text)));
   }
 

@@ -10,7 +10,7 @@
 
 namespace maestro::limits {
 
-inline constexpr int64_t kSourceBytes = 1 << 20;         // a .sect file (and each import): 1 MiB (~180 MB to parse)
+inline constexpr int64_t kSourceBytes = 1 << 20;         // a program's .sect files together: 1 MiB (~180 MB to parse)
 inline constexpr int64_t kLayers = 16384;                // layers of a built-in model
 inline constexpr int64_t kWidth = 1 << 20;               // hidden, heads, kv_heads (1,048,576)
 inline constexpr int64_t kFfn = 1 << 22;                 // ffn (4,194,304)

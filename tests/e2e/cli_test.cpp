@@ -110,6 +110,11 @@ BOOST_AUTO_TEST_CASE(limits_and_mistakes_are_plain_errors) {
   const std::string profile = write_temp("maestro_e2e_profile.toml", "[cluster]\ndevice = \"no_such_gpu.toml\"\n");
   const std::string big = write_temp("maestro_e2e_big.sect", "// " + std::string(size_t(1) << 20, 'x') + "\n");
   const std::string tmp = fs::temp_directory_path().string();
+  const std::string half = "// " + std::string(size_t(600) << 10, 'x') + "\n";  // two of them pass 1 MiB together
+  write_temp("maestro_e2e_half_a.sect", half);
+  write_temp("maestro_e2e_half_b.sect", half);
+  const std::string imports = write_temp(
+      "maestro_e2e_imports.sect", "import \"maestro_e2e_half_a.sect\";\nimport \"maestro_e2e_half_b.sect\";\n");
   const std::string profile_path = (fs::path(profile).parent_path() / "no_such_gpu.toml").string();
   const std::vector<Case> cases = {
       {{"models/tiny_mllm.sect", "--steps", "0"},
@@ -136,6 +141,12 @@ BOOST_AUTO_TEST_CASE(limits_and_mistakes_are_plain_errors) {
     BOOST_TEST(r.out.empty(), c.args.back());
     BOOST_TEST(r.first_err_line() == c.first_line);
   }
+  const ProcessResult r = maestro_run({imports, "--check"});
+  BOOST_TEST(r.status == 2);
+  BOOST_TEST(r.err.find(imports + ":2:8: error: cannot read imported file \"maestro_e2e_half_b.sect\": the program's "
+                        "files would be 1228876 bytes; together they may be at most 1 MiB (1048576 bytes)\n") !=
+                 std::string::npos,
+             r.err);
 }
 
 // configs/default.toml is every default: --print plan without a config plans
