@@ -7,7 +7,7 @@ JOBS     ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build run test test-tsan bench fuzz clean
+.PHONY: all deps configure build run test test-tsan soak bench fuzz clean
 
 all: build
 
@@ -31,6 +31,12 @@ test-tsan: deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMAESTRO_SANITIZE=tsan $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build-tsan -j $(JOBS) --target test_actors
 	@ctest --test-dir build-tsan -R 'unit\.actors' --output-on-failure
+
+# The checkpoint soak (tests/faults): random SIGINT/SIGTERM/kill -9 and
+# resumes for SOAK_SECONDS; `make test` runs a 30 s version.
+SOAK_SECONDS ?= 600
+soak: build
+	@/usr/bin/python3 tests/faults/faults_test.py soak $(BUILD)/maestro-run $(SOAK_SECONDS)
 
 bench: build
 	@bash bench/run.sh $(BUILD)

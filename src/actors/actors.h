@@ -47,6 +47,7 @@ struct CheckpointerConfig {
   uint64_t seed = 0, data_seed = 0;
   int64_t global_batch = 0;
   std::string schedule;
+  int64_t keep = 0;                     // step folders kept (CheckpointWriter); 0 = all
 };
 caf::actor spawn_checkpointer(caf::actor_system& sys, CheckpointerConfig config, caf::actor tracer);
 

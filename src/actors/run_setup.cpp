@@ -27,9 +27,7 @@ Resume read_resume(const SectionGraph& graph, const Plan& plan, const TrainSpec&
   try {
     out.dir = resolve_checkpoint_dir(from);
     const CheckpointState st = read_checkpoint_state(out.dir);
-    if (st.global_batch != train.global_batch)
-      throw TrainFailure(2, fmt::format("--resume {}: the checkpoint has global_batch {}, the model {}", from,
-                                        st.global_batch, train.global_batch));
+    check_resumable(st, train.steps, graph.program->data.seed, train.global_batch);
     for (size_t s = 0; s < graph.nodes.size(); ++s)
       for (int64_t k = 0; k < plan.sections[s].pp && graph.section(int(s)).mode == Mode::Train; ++k) {
         const std::string part = part_name(graph.nodes[s].name, int(k), int(plan.sections[s].pp));
@@ -66,6 +64,13 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   // One runner per section × pipeline stage × dp replica, each with its own
   // backend (the factory's); the dp replicas of a section's stage form one
   // collective group (the gradient all-reduce).
+  // The runners share the run's threads: each backend's pool gets its part
+  // (at least one), so a run's thread count grows linearly with
+  // `runtime.threads`.
+  int64_t runner_count = 0;
+  for (const SectionPlan& sp : plan.sections) runner_count += sp.pp * sp.dp;
+  const int pool_threads =
+      int(std::max<int64_t>(1, (setup.threads + runner_count - 1) / std::max<int64_t>(1, runner_count)));
   setup.transport = std::make_unique<LocalTransport>();
   const Program& program = *graph.program;  // the sections' models and losses, as the engine reads them
   setup.runners.resize(graph.nodes.size());
@@ -78,14 +83,17 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
       for (int64_t r = 0; r < plan.sections[s].dp; ++r) {
         try {
           auto runner = std::make_shared<SectionRunner>(program, int(s), int(k), int(pp), setup.seed, *setup.transport,
-                                                        make_backend(options.backend, int(setup.threads)),
+                                                        make_backend(options.backend, pool_threads),
                                                         group[size_t(r)]);
           if (!resume.dir.empty() && graph.section(int(s)).mode == Mode::Train)
             runner->load(fmt::format("{}/{}.safetensors", resume.dir, runner->part_name()));
           setup.runners[s][size_t(k)].push_back(std::move(runner));
         } catch (const std::exception& e) {
           const std::string stage = pp > 1 ? fmt::format(", stage {}", k) : "";
-          throw TrainFailure(1, fmt::format("section '{}'{}, replica {}: {}", graph.nodes[s].name, stage, r, e.what()));
+          const std::string named = fmt::format("section '{}': ", graph.nodes[s].name);
+          std::string what = e.what();
+          if (what.starts_with(named)) what.erase(0, named.size());  // named once
+          throw TrainFailure(1, fmt::format("section '{}'{}, replica {}: {}", graph.nodes[s].name, stage, r, what));
         }
       }
     }

@@ -98,7 +98,7 @@ caf::behavior checkpointer(caf::stateful_actor<CheckpointerState>* self, Checkpo
           st.reply.deliver(out);
         };
         try {
-          st.writer = std::make_unique<CheckpointWriter>(cfg.root, w.steps_done);
+          st.writer = std::make_unique<CheckpointWriter>(cfg.root, w.steps_done, cfg.keep);
         } catch (const std::exception& e) {
           st.error = e.what();
           finish();

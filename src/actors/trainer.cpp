@@ -36,6 +36,7 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
     result.plan_lines.push_back(fmt::format("{}: dp {}, pp {}, micro_batch {}{}", graph.nodes[s].name,
                                             plan.sections[s].dp, plan.sections[s].pp, plan.sections[s].micro_batch,
                                             graph.section(int(s)).mode == Mode::Frozen ? " (frozen)" : ""));
+  if (options.on_plan) options.on_plan(result.plan_lines);
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", size_t(setup.threads));
   // CAF's default work-stealing workers spin-poll for messages, taking the

@@ -28,10 +28,12 @@ struct TrainOptions {
   std::string resume;                  // checkpoint folder (a step folder or a root with `latest`)
   std::string trace_path;              // Chrome trace, "" = none
   std::string checkpoint_dir;          // "" = the program's train.checkpoint.dir
+  int64_t checkpoint_keep = 0;         // step folders kept after each checkpoint; 0 = all
   std::optional<uint64_t> seed;        // overrides train.seed
   int64_t threads = 0;                 // CAF scheduler and CPU backend threads; 0 = all cores (cpu_slots)
   BackendKind backend = BackendKind::Cpu;  // every section replica's (gpu/backend_factory.h)
   const std::atomic<bool>* interrupt = nullptr;  // SIGINT: checkpoint and stop
+  std::function<void(const std::vector<std::string>&)> on_plan;  // the plan lines, before the first step
 };
 
 struct StepProgress {

@@ -40,6 +40,12 @@ struct CommandRegistration {
   CommandRegistration(const char* name, CommandFn fn);
 };
 
+// Prints one error in the one format of maestro-run (docs/cli.md): a message
+// that starts with a place, "FILE:LINE:COL: what" (or is already "FILE: error:
+// what"), as "FILE:LINE:COL: error: what"; any other as "maestro-run: error:
+// what".
+void print_error(const std::string& message);
+
 // The command of that name; every command file is compiled into maestro-run,
 // so a missing one is a bug (std::logic_error).
 CommandFn find_command(const std::string& name);

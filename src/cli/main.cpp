@@ -6,18 +6,34 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <exception>
 #include <iostream>
 
 #include "cli/command.h"
 #include "config/runtime_config.h"
 #include "dsl/frontend.h"
+#include "dsl/limits.h"
 
 namespace maestro {
 
 namespace {
 
 constexpr const char* kUsage = "usage: maestro-run MODEL.sect [--config FILE.toml] [options]  (see --help)";
+
+// A count flag: digits only, from 1 to `max` (a plain message, not CLI11's
+// floating-point range).
+CLI::Validator whole_number(int64_t max) {
+  return CLI::Validator(
+      [max](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.size() <= 19 &&
+                            std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (!digits || std::stoll(text) < 1 || std::stoll(text) > max)
+          return fmt::format("must be a whole number from 1 to {}, not '{}'", max, text);
+        return "";
+      },
+      fmt::format("1..{}", max));
+}
 
 // Parses argv into `cli`. Returns an exit status when the process should stop
 // here (--help, --version, a bad command line), or -1 to go on.
@@ -40,11 +56,11 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
       ->check(CLI::IsMember({"wavefront", "monolithic"}));
   int64_t steps = 0;
   auto* steps_opt = app.add_option("--steps", steps, "override train.steps (the learning-rate schedule's length)")
-                        ->check(CLI::PositiveNumber);
+                        ->check(whole_number(limits::kSteps));
   int64_t stop_after = 0;
   auto* stop_opt = app.add_option("--stop-after", stop_after,
                                   "stop after K steps with a checkpoint; the schedule still runs over train.steps")
-                       ->check(CLI::PositiveNumber);
+                       ->check(whole_number(limits::kSteps));
   app.add_option("--resume", cli.resume, "continue from a checkpoint folder");
   app.add_option("--trace", cli.trace, "write a Chrome trace of the run to FILE");
   bool repl = false;

@@ -56,10 +56,10 @@ int with_plan(const Program& program, const RuntimeConfig& config, Body body) {
     std::fwrite(out.data(), 1, out.size(), stdout);
     return 0;
   } catch (const PlanError& e) {
-    fmt::print(stderr, "{}: error: {}\n", program.file, e.what());
+    print_error(e.what());
     return 2;
   } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "{}: error: {}\n", program.file, e.what());
+    print_error(e.what());
     return 2;
   }
 }
@@ -175,7 +175,7 @@ int calibrate_command(const Program&, const RuntimeConfig&, const CliOptions& cl
   try {
     write_device_profile(d, cli.calibrate);
   } catch (const PlanError& e) {
-    fmt::print(stderr, "{}\n", e.what());
+    print_error(e.what());
     return 1;
   }
   fmt::print("calibrated: sgemm {:.1f} GFLOP/s, memory {:.1f} GB/s, {:.1f} GB, engine efficiency {:.2f} · size / "

@@ -2,17 +2,21 @@
 // actor runtime (actors/trainer.h). It shows progress (a bar on a terminal,
 // plain lines otherwise, nothing with --quiet), prints a human summary, and
 // with --json the training summary of runtime-config.md as the last stdout
-// line. Ctrl-C asks the run to checkpoint and stop. The Program is turned
-// into what the runtime runs here, once: the CPU runtime's program (tp = 1),
-// its SectionGraph, the step inputs and the run's Plan (actors/run_plan.h).
+// line. The Program is turned into what the runtime runs here, once: the
+// CPU runtime's program (tp = 1), its SectionGraph, the step inputs and the
+// run's Plan (actors/run_plan.h). It holds the checkpoint folder's lock for
+// the run; SIGINT, SIGTERM and SIGHUP ask the run to checkpoint and stop
+// (docs/cli.md, "Signals").
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 
+#include "actors/checkpoint.h"
 #include "actors/run_plan.h"
 #include "actors/step_inputs.h"
 #include "actors/trainer.h"
@@ -23,9 +27,26 @@ namespace maestro {
 
 namespace {
 
+// SIGINT, SIGTERM, SIGHUP: the first asks the run to checkpoint and stop
+// (exit 128 + that signal); a second one of any kind ends the process at
+// once (exit 128 + it), leaving the last committed checkpoint intact.
 std::atomic<bool> g_interrupt{false};
+volatile std::sig_atomic_t g_signal = 0;
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
-extern "C" void on_sigint(int) { g_interrupt.store(true); }
+extern "C" void on_stop_signal(int sig) {
+  if (g_signal != 0) ::_exit(128 + sig);
+  g_signal = sig;
+  g_interrupt.store(true);
+}
+
+void set_stop_handlers(void (*handler)(int)) {
+  struct sigaction sa {};
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (const int sig : kStopSignals) ::sigaction(sig, &sa, nullptr);
+}
 
 std::string clock_text(double s) {
   const int64_t t = int64_t(s + 0.5);
@@ -55,7 +76,7 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
   const std::string& checkpoint_dir =
       config.checkpoint.dir.empty() ? program.train.checkpoint_dir : config.checkpoint.dir;
   if (cli.stop_after && checkpoint_dir.empty()) {
-    std::fprintf(stderr, "error: --stop-after %lld: no checkpoint folder to stop into: set [checkpoint] dir in the "
+    std::fprintf(stderr, "maestro-run: error: --stop-after %lld: no checkpoint folder to stop into: set [checkpoint] dir in the "
                  "config or train.checkpoint in the model\n", (long long)*cli.stop_after);
     return 2;
   }
@@ -63,13 +84,27 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
   try {
     backend = choose_backend(config.runtime.backend);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s%s\n", config.file.empty() ? "" : (config.file + ": ").c_str(), e.what());
+    std::fprintf(stderr, "maestro-run: error: %s%s\n", config.file.empty() ? "" : (config.file + ": ").c_str(), e.what());
     return 2;
   }
   if (config.transport.kind != "auto" && config.transport.kind != "local") {
-    std::fprintf(stderr, "error: transport.kind = \"%s\": a single-process CPU run uses the local transport only\n",
+    std::fprintf(stderr, "maestro-run: error: transport.kind = \"%s\": a single-process CPU run uses the local transport only\n",
                  config.transport.kind.c_str());
     return 2;
+  }
+  set_stop_handlers(on_stop_signal);  // from here on, a signal stops the run cleanly
+  // One run per checkpoint folder; what dead runs left there is cleaned.
+  std::optional<CheckpointDirLock> lock;
+  if (!checkpoint_dir.empty()) {
+    try {
+      lock.emplace(checkpoint_dir);
+    } catch (const CheckpointBusy& e) {
+      std::fprintf(stderr, "maestro-run: error: %s\n", e.what());
+      return 2;
+    } catch (const CheckpointError& e) {
+      std::fprintf(stderr, "maestro-run: error: %s\n", e.what());
+      return 1;
+    }
   }
   TrainOptions opt;
   opt.schedule = cli.schedule;
@@ -80,6 +115,7 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
   opt.seed = config.runtime.seed;
   opt.threads = config.runtime.threads;
   opt.backend = backend.kind;
+  opt.checkpoint_keep = config.checkpoint.keep;
   opt.interrupt = &g_interrupt;
 
   Program runnable;
@@ -92,28 +128,30 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     inputs = std::make_unique<StepInputs>(graph, runnable.data, runnable.train.global_batch);
     plan = plan_cpu_run(graph, cpu_slots(opt.threads), inputs->step(0)->batch);  // sized on step 0, as --print plan
   } catch (const DataError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    print_error(e.what());
     return 2;
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    print_error(e.what());
     return 2;
   }
 
-  std::signal(SIGINT, on_sigint);
-
+  opt.on_plan = [&](const std::vector<std::string>& lines) {  // before training starts
+    if (cli.quiet) return;
+    for (const std::string& line : lines) std::printf("plan  %s\n", line.c_str());
+    std::fflush(stdout);
+  };
   const bool tty = isatty(fileno(stdout)) != 0;
   const TrainResult r = train(graph, plan, *inputs, runnable.train, opt, [&](const StepProgress& p) {
     if (!cli.quiet) show_progress(p, tty);
   });
-  std::signal(SIGINT, SIG_DFL);
+  set_stop_handlers(SIG_DFL);
   if (r.exit_code != 0) {
-    std::fprintf(stderr, "error: %s\n", r.error.c_str());
+    print_error(r.error);
     return r.exit_code;
   }
   const double first = r.losses.empty() ? 0 : r.losses.front(), last = r.losses.empty() ? 0 : r.losses.back();
   const double rate = r.wall_s > 0 ? double(r.samples) / r.wall_s : 0;
   if (!cli.quiet) {
-    for (const std::string& line : r.plan_lines) std::printf("plan  %s\n", line.c_str());
     std::printf("%s %lld steps (%lld samples) in %.2f s: %.1f samples/s, loss %.4f -> %.4f%s\n",
                 r.interrupted ? "interrupted after" : "trained", (long long)r.losses.size(), (long long)r.samples,
                 r.wall_s, rate, first, last, r.checkpoint.empty() ? "" : fmt::format(", checkpoint {}", r.checkpoint).c_str());
@@ -135,7 +173,7 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
                         {"losses", r.losses}};
     std::printf("%s\n", j.dump().c_str());
   }
-  return 0;
+  return g_signal != 0 ? 128 + int(g_signal) : 0;
 }
 
 static CommandRegistration reg("train", &train_command);

@@ -36,10 +36,11 @@ class Reader {
     }
   }
 
-  int64_t integer(const toml::node& node, const std::string& key, int64_t min) const {
+  int64_t integer(const toml::node& node, const std::string& key, int64_t min, int64_t max = INT64_MAX) const {
     const auto* v = node.as_integer();
     if (!v) fail(node.source(), fmt::format("'{}' must be an integer, not {}", key, type_name(node)));
     if (v->get() < min) fail(node.source(), fmt::format("'{}' must be at least {}, got {}", key, min, v->get()));
+    if (v->get() > max) fail(node.source(), fmt::format("'{}' must be at most {}, got {}", key, max, v->get()));
     return v->get();
   }
 
@@ -98,7 +99,7 @@ class Reader {
 void read_runtime(const Reader& r, const toml::table& t, RuntimeConfig::Runtime& out) {
   r.keys(t, "runtime", {"backend", "threads", "seed"}, [&](const std::string& k, const toml::node& v) {
     if (k == "backend") out.backend = r.one_of(v, k, {"auto", "cpu", "cuda"});
-    else if (k == "threads") out.threads = r.integer(v, k, 0);
+    else if (k == "threads") out.threads = r.integer(v, k, 0, kMaxThreads);
     else out.seed = uint64_t(r.integer(v, k, 0));
   });
 }
@@ -106,18 +107,22 @@ void read_runtime(const Reader& r, const toml::table& t, RuntimeConfig::Runtime&
 void read_cluster(const Reader& r, const toml::table& t, RuntimeConfig::Cluster& out) {
   r.keys(t, "cluster", {"devices", "device", "devices_per_node", "nodes", "intra_node_gbps", "inter_node_gbps"},
          [&](const std::string& k, const toml::node& v) {
-           if (k == "devices") out.devices = r.integer(v, k, 0);
+           if (k == "devices") out.devices = r.integer(v, k, 0, kMaxDevices);
            else if (k == "device") {
              out.device = r.string(v, k);
              // a device profile .toml (written by --calibrate), relative to this file
              if (out.device.ends_with(".toml")) {
                const std::filesystem::path p(out.device);
                out.device = (p.is_absolute() ? p : std::filesystem::path(r.file()).parent_path() / p).string();
+               std::error_code ec;
+               if (!std::filesystem::is_regular_file(out.device, ec))
+                 r.fail(v.source(), fmt::format("the device profile '{}' does not exist (a path is relative to this "
+                                                "file; write one with --calibrate)", out.device));
              } else {
                out.device = r.one_of(v, k, {"auto", "cpu", "h100", "h200", "a100"});
              }
-           } else if (k == "devices_per_node") out.devices_per_node = r.integer(v, k, 1);
-           else if (k == "nodes") out.nodes = r.integer(v, k, 1);
+           } else if (k == "devices_per_node") out.devices_per_node = r.integer(v, k, 1, kMaxDevices);
+           else if (k == "nodes") out.nodes = r.integer(v, k, 1, kMaxDevices);
            else if (k == "intra_node_gbps") out.intra_node_gbps = r.positive_number(v, k);
            else out.inter_node_gbps = r.positive_number(v, k);
          });
@@ -129,6 +134,9 @@ RuntimeConfig load_runtime_config(const std::string& path) {
   RuntimeConfig config;
   if (path.empty()) return config;
   config.file = path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError(fmt::format("{}: error: is a folder, not a config file", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(fmt::format("{}: error: cannot open the config file", path));
   std::stringstream text;
@@ -162,7 +170,10 @@ RuntimeConfig load_runtime_config(const std::string& path) {
                else config.repl.token_file = r.string(n, key);
              });
            else
-             r.keys(t, k, {"dir"}, [&](const std::string& key, const toml::node& n) { config.checkpoint.dir = r.string(n, key); });
+             r.keys(t, k, {"dir", "keep"}, [&](const std::string& key, const toml::node& n) {
+               if (key == "dir") config.checkpoint.dir = r.string(n, key);
+               else config.checkpoint.keep = r.integer(n, key, 0, 1'000'000);
+             });
          });
   return config;
 }

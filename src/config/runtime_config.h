@@ -10,6 +10,10 @@
 
 namespace maestro {
 
+// Upper bounds (docs/runtime-config, "Limits"): each an error at the key.
+inline constexpr int64_t kMaxThreads = 256;    // [runtime] threads
+inline constexpr int64_t kMaxDevices = 65536;  // [cluster] devices, devices_per_node, nodes
+
 struct RuntimeConfig {
   struct Runtime {
     std::string backend = "auto";   // auto | cpu | cuda
@@ -18,8 +22,8 @@ struct RuntimeConfig {
   } runtime;
 
   struct Cluster {
-    int64_t devices = 0;            // 0 = the devices of this machine (GPUs, else CPU slots)
-    std::string device = "auto";    // auto | cpu | h100 | h200 | a100 | path to a profile .toml
+    int64_t devices = 0;            // 0 = nodes × devices_per_node (plan, simulate; docs/planner.md)
+    std::string device = "auto";    // auto (= h100) | cpu | h100 | h200 | a100 | path to a profile .toml
     int64_t devices_per_node = 8;
     int64_t nodes = 1;
     double intra_node_gbps = 900;   // per device
@@ -42,6 +46,7 @@ struct RuntimeConfig {
 
   struct Checkpoint {
     std::string dir;                // overrides train.checkpoint.dir
+    int64_t keep = 3;               // step folders kept after each checkpoint (0 = all); never the one `latest` names
   } checkpoint;
 
   std::string file;                 // the TOML file read ("" = defaults only)

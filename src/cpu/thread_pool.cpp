@@ -1,22 +1,37 @@
 // ThreadPool (thread_pool.h).
 #include "cpu/thread_pool.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <stdexcept>
+#include <system_error>
 
 namespace maestro {
 
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this] { work(); });
+  try {
+    for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this] { work(); });
+  } catch (const std::system_error& e) {
+    // Out of threads (ulimit -u, pid_max): stop the ones started, say so.
+    const size_t started = workers_.size();
+    stop_workers();
+    throw std::runtime_error(fmt::format("cannot start worker thread {} of {}: {}", started + 1, threads - 1,
+                                         e.code().message()));
+  }
 }
 
-ThreadPool::~ThreadPool() {
+void ThreadPool::stop_workers() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
   }
   wake_.notify_all();
   for (auto& w : workers_) w.join();
+  workers_.clear();
 }
+
+ThreadPool::~ThreadPool() { stop_workers(); }
 
 // Takes chunks until none is left; called by the workers and the caller.
 void ThreadPool::run_chunks() {

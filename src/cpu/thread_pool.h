@@ -17,7 +17,9 @@ namespace maestro {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);  // threads >= 1 (the caller counts as one)
+  // threads >= 1 (the caller counts as one). Throws std::runtime_error when
+  // a worker cannot be started (none is left running).
+  explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -28,6 +30,7 @@ class ThreadPool {
 
  private:
   void work();
+  void stop_workers();
   void run_chunks();
 
   std::vector<std::thread> workers_;

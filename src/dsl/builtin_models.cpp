@@ -3,8 +3,25 @@
 // declarations, aliases and inline calls into their ModelSpec, with the
 // rules between their parameters.
 #include "dsl/checker.h"
+#include "dsl/limits.h"
 
 namespace maestro::sect {
+
+namespace {
+
+// The upper bound of a built-in model's integer parameter (dsl/limits.h).
+int64_t max_of(const std::string& param) {
+  if (param == "layers") return limits::kLayers;
+  if (param == "hidden" || param == "heads" || param == "kv_heads") return limits::kWidth;
+  if (param == "ffn") return limits::kFfn;
+  if (param == "image" || param == "patch") return limits::kImage;
+  if (param == "channels") return limits::kChannels;
+  if (param == "mel_bins") return limits::kMelBins;
+  if (param == "frames_per_token") return limits::kFramesPerToken;
+  return limits::kVocab;  // vocab, max_seq, max_frames, mlp in/out
+}
+
+}  // namespace
 
 const std::map<std::string, std::vector<Param>>& builtin_params() {
   using T = Param::Type;
@@ -86,7 +103,7 @@ std::optional<ModelSpec> Checker::model_expr(const Expr& e) {
   bool ok = true;
   auto int_arg = [&](const char* name, int64_t& out) {
     if (const Expr* v = a->get(name)) {
-      auto n = integer(*v, fmt::format("'{}'", name), 1);
+      auto n = integer(*v, fmt::format("'{}'", name), 1, max_of(name));
       if (n) out = *n;
       ok &= n.has_value();
     }

@@ -2,6 +2,7 @@
 // misplaced, repeated), then each section, flow, data and train block read
 // into the Program with the language's defaults and the rules local to it.
 #include "dsl/checker.h"
+#include "dsl/limits.h"
 
 namespace maestro::sect {
 
@@ -326,7 +327,7 @@ void Checker::check_edge(const std::string& a, const std::string& b, FlowKind ki
     error(edge, fmt::format("flow {} -> {}: '{}' has vocabulary {} but '{}' has vocabulary {}", a, b, a, va, b, vb));
 }
 
-std::optional<Distribution> Checker::distribution(const Expr& e, const std::string& what) {
+std::optional<Distribution> Checker::distribution(const Expr& e, const std::string& what, int64_t max) {
   static const std::vector<std::string> kinds = {"uniform", "lognormal", "choice"};
   Distribution d;
   if (e.kind != Expr::Kind::Call) {
@@ -335,7 +336,7 @@ std::optional<Distribution> Checker::distribution(const Expr& e, const std::stri
                                 kind_of(e)));
       return std::nullopt;
     }
-    auto v = integer(e, what, 1);
+    auto v = integer(e, what, 1, max);
     if (!v) return std::nullopt;
     d.kind = Distribution::Kind::Constant;
     d.value = static_cast<double>(*v);
@@ -344,8 +345,8 @@ std::optional<Distribution> Checker::distribution(const Expr& e, const std::stri
   if (e.text == "uniform") {
     auto a = args(e, {"min", "max"}, {"min", "max"});
     if (!a) return std::nullopt;
-    auto lo = integer(*a->get("min"), "'min'", 1);
-    auto hi = integer(*a->get("max"), "'max'", 1);
+    auto lo = integer(*a->get("min"), "'min'", 1, max);
+    auto hi = integer(*a->get("max"), "'max'", 1, max);
     if (!lo || !hi) return std::nullopt;
     if (*lo > *hi) {
       error(a->get("min")->span, fmt::format("uniform: 'min' ({}) is larger than 'max' ({})", *lo, *hi));
@@ -360,7 +361,7 @@ std::optional<Distribution> Checker::distribution(const Expr& e, const std::stri
     if (!a) return std::nullopt;
     auto median = positive_real(*a->get("median"), "'median'");
     auto sigma = positive_real(*a->get("sigma"), "'sigma'");
-    auto cap = integer(*a->get("max"), "'max'", 1);
+    auto cap = integer(*a->get("max"), "'max'", 1, max);
     if (!median || !sigma || !cap) return std::nullopt;
     d.kind = Distribution::Kind::LogNormal;
     d.median = *median, d.sigma = *sigma, d.max = static_cast<double>(*cap);
@@ -377,8 +378,9 @@ std::optional<Distribution> Checker::distribution(const Expr& e, const std::stri
       return std::nullopt;
     }
     for (size_t i = 0; i < vs->size(); ++i)
-      if ((*vs)[i] < 1 || (*vs)[i] != std::floor((*vs)[i])) {
-        error(values.items[i]->span, fmt::format("choice values are whole numbers of at least 1, not {}", show((*vs)[i])));
+      if ((*vs)[i] < 1 || (*vs)[i] > double(max) || (*vs)[i] != std::floor((*vs)[i])) {
+        error(values.items[i]->span,
+              fmt::format("choice values are whole numbers from 1 to {}, not {}", max, show((*vs)[i])));
         return std::nullopt;
       }
     std::vector<double> ws(vs->size(), 1.0);
@@ -494,11 +496,11 @@ void Checker::read_data(const Stmt& s) {
   bool synthetic = d.source == DataSpec::Source::Synthetic;
   if (auto it = keys.find("mix"); it != keys.end()) read_mix(*it->second->block, it->second->key_span);
   else if (synthetic && keys.missing("mix")) error(s.span, "the data block has no 'mix' (a synthetic source draws samples from it)");
-  if (auto it = keys.find("text_tokens"); it != keys.end()) d.text_tokens = distribution(*it->second->value, "'text_tokens'");
+  if (auto it = keys.find("text_tokens"); it != keys.end()) d.text_tokens = distribution(*it->second->value, "'text_tokens'", limits::kSampleTokens);
   else if (synthetic && keys.missing("text_tokens"))
     error(s.span, "the data block has no 'text_tokens' (a synthetic source draws lengths from it)");
-  if (auto it = keys.find("images"); it != keys.end()) d.images = distribution(*it->second->value, "'images'");
-  if (auto it = keys.find("audio_frames"); it != keys.end()) d.audio_frames = distribution(*it->second->value, "'audio_frames'");
+  if (auto it = keys.find("images"); it != keys.end()) d.images = distribution(*it->second->value, "'images'", limits::kSampleImages);
+  if (auto it = keys.find("audio_frames"); it != keys.end()) d.audio_frames = distribution(*it->second->value, "'audio_frames'", limits::kSampleTokens);
   data_read_ = true;
 }
 
@@ -516,7 +518,9 @@ void Checker::read_train(const Stmt& s) {
       if (keys.missing(key)) error(s.span, fmt::format("the train block has no '{}'", key));
       continue;
     }
-    if (auto v = integer(*value(key), fmt::format("'{}'", key), 1)) (std::string(key) == "steps" ? t.steps : t.global_batch) = *v;
+    const bool steps = std::string(key) == "steps";
+    if (auto v = integer(*value(key), fmt::format("'{}'", key), 1, steps ? limits::kSteps : limits::kGlobalBatch))
+      (steps ? t.steps : t.global_batch) = *v;
   }
   if (const Expr* e = value("seed"))
     if (auto v = integer(*e, "'seed'", 0)) t.seed = static_cast<uint64_t>(*v);

@@ -284,7 +284,7 @@ std::optional<double> Checker::positive_real(const Expr& e, const std::string& w
   return v;
 }
 
-std::optional<int64_t> Checker::integer(const Expr& e, const std::string& what, int64_t min) {
+std::optional<int64_t> Checker::integer(const Expr& e, const std::string& what, int64_t min, int64_t max) {
   auto n = number(e, what);
   if (!n) return std::nullopt;
   if (n->is_size) {
@@ -304,6 +304,10 @@ std::optional<int64_t> Checker::integer(const Expr& e, const std::string& what, 
   }
   if (v < min) {
     error(e.span, fmt::format("{} must be at least {}, not {}", what, min, v));
+    return std::nullopt;
+  }
+  if (v > max) {
+    error(e.span, fmt::format("{} must be at most {}, not {}", what, max, v));
     return std::nullopt;
   }
   return v;

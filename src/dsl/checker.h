@@ -110,7 +110,7 @@ class Checker {
   // A plain real number with `value > 0` (or `>= 0` when zero is allowed).
   std::optional<double> positive_real(const Expr& e, const std::string& what, bool zero_ok = false);
   // A plain whole number at least `min`.
-  std::optional<int64_t> integer(const Expr& e, const std::string& what, int64_t min);
+  std::optional<int64_t> integer(const Expr& e, const std::string& what, int64_t min, int64_t max = INT64_MAX);
   // `auto` (nullopt inside) or a whole number >= 1.
   std::optional<std::optional<int64_t>> count_or_auto(const Expr& e, const std::string& what);
   std::optional<bool> boolean(const Expr& e, const std::string& what);
@@ -153,7 +153,7 @@ class Checker {
   void read_flow(const Stmt& s);
   // Width and vocabulary agreement across one edge (when both models resolved).
   void check_edge(const std::string& a, const std::string& b, FlowKind kind, Span edge);
-  std::optional<Distribution> distribution(const Expr& e, const std::string& what);
+  std::optional<Distribution> distribution(const Expr& e, const std::string& what, int64_t max);  // values <= max
   void read_mix(const Block& b, Span key_span);
   void read_data(const Stmt& s);
   void read_train(const Stmt& s);

@@ -9,6 +9,7 @@
 
 #include "dsl/check.h"
 #include "dsl/frontend.h"
+#include "dsl/limits.h"
 #include "dsl/source.h"
 
 namespace maestro {
@@ -28,15 +29,19 @@ fs::path canonical_key(const fs::path& p) {
   return ec ? p.lexically_normal() : c;
 }
 
-bool read_file(const fs::path& path, std::string& out) {
+// Reads a source file into out; returns "" or why it cannot be read.
+std::string read_file(const fs::path& path, std::string& out) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return false;
+  if (!fs::is_regular_file(path, ec)) return "it does not exist or is not a regular file";
+  const auto bytes = fs::file_size(path, ec);
+  if (!ec && bytes > uint64_t(limits::kSourceBytes))
+    return fmt::format("it is {} bytes; a source file may be at most 1 MiB ({} bytes)", bytes, limits::kSourceBytes);
   std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
+  if (!in) return "it cannot be opened";
   std::ostringstream ss;
   ss << in.rdbuf();
   out = ss.str();
-  return true;
+  return "";
 }
 
 // The place of the first byte that is not valid UTF-8, or line 0 when all are.
@@ -143,9 +148,19 @@ class Loader {
       return;
     }
     std::string text;
-    if (!read_file(key, text)) {
-      rep.error(stmt.name_span, fmt::format("cannot read imported file \"{}\" (an import is relative to the importing "
-                                           "file's folder)", stmt.name));
+    if (const std::string why = read_file(key, text); !why.empty()) {
+      const bool absent = !fs::is_regular_file(key);
+      rep.error(stmt.name_span, absent ? fmt::format("cannot read imported file \"{}\" (an import is relative to the "
+                                                     "importing file's folder)", stmt.name)
+                                       : fmt::format("cannot read imported file \"{}\": {}", stmt.name, why));
+      return;
+    }
+    size_t total = text.size();
+    for (const SourceFile& f : files) total += f.text.size();
+    if (total > size_t(limits::kSourceBytes)) {  // the front end's memory is bounded by all files together
+      rep.error(stmt.name_span, fmt::format("cannot read imported file \"{}\": the program's files would be {} "
+                                           "bytes; together they may be at most 1 MiB ({} bytes)",
+                                           stmt.name, total, limits::kSourceBytes));
       return;
     }
     load(add(display, key, std::move(text)));
@@ -173,8 +188,8 @@ std::optional<Program> load_program(const std::string& path, Diagnostics& diags)
   Loader loader;
   std::string text;
   fs::path key = canonical_key(fs::absolute(path));
-  if (!read_file(key, text)) {
-    diags.error(SourceLoc{path, 0, 0}, 1, "cannot read this file (it does not exist or is not a regular file)", "");
+  if (const std::string why = read_file(key, text); !why.empty()) {
+    diags.error(SourceLoc{path, 0, 0}, 1, fmt::format("cannot read this file ({})", why), "");
     return std::nullopt;
   }
   loader.load(loader.add(path, key, std::move(text)));
@@ -183,6 +198,10 @@ std::optional<Program> load_program(const std::string& path, Diagnostics& diags)
 
 std::optional<Program> load_program_text(std::string_view text, const std::string& virtual_path,
                                          Diagnostics& diags) {
+  if (text.size() > size_t(limits::kSourceBytes)) {
+    diags.error(SourceLoc{virtual_path, 0, 0}, 1, "the source is larger than 1 MiB", "");
+    return std::nullopt;
+  }
   Loader loader;
   loader.load(loader.add(virtual_path, canonical_key(fs::absolute(virtual_path)), std::string(text)));
   return finish(loader, diags);

@@ -114,10 +114,48 @@ std::vector<TensorShape> model_tensors(const ModelSpec& model) {
   return out;
 }
 
+namespace {
+
+// Checked int64 arithmetic for parameter_count.
+struct Count {
+  int64_t v;
+  friend Count operator+(Count a, Count b) {
+    int64_t r;
+    if (__builtin_add_overflow(a.v, b.v, &r)) throw std::overflow_error("the parameter count overflows 64 bits");
+    return {r};
+  }
+  friend Count operator*(Count a, Count b) {
+    int64_t r;
+    if (__builtin_mul_overflow(a.v, b.v, &r)) throw std::overflow_error("the parameter count overflows 64 bits");
+    return {r};
+  }
+};
+
+}  // namespace
+
 int64_t parameter_count(const ModelSpec& model) {
-  int64_t n = 0;
-  for (const auto& t : model_tensors(model)) n += t.numel();
-  return n;
+  // Each formula is the sum of the shapes model_tensors lists (tested equal).
+  if (auto* t = std::get_if<TransformerSpec>(&model.spec)) {
+    const Count h{t->hidden}, kv{t->kv_heads * (t->hidden / t->heads)}, f{t->ffn}, vocab{t->vocab};
+    const Count layer = h + h * h + kv * h + kv * h + h * h + h + f * h + f * h + h * f;
+    return (vocab * h + Count{t->layers} * layer + h + vocab * h).v;
+  }
+  if (auto* v = std::get_if<VitSpec>(&model.spec)) {
+    const Count h{v->hidden}, f{v->ffn};
+    const Count embed = h + h * Count{v->channels} * Count{v->patch} * Count{v->patch} +
+                        (Count{v->patches_per_image()} + Count{1}) * h + h + h;
+    const Count layer = Count{4} * (h * h + h) + h + h + f * h + f + h * f + h + h + h;
+    return (embed + Count{v->layers} * layer + h + h).v;
+  }
+  if (auto* a = std::get_if<AudioEncoderSpec>(&model.spec)) {
+    const Count h{a->hidden}, f{a->ffn};
+    const Count layer = Count{4} * (h * h) + Count{3} * h + h + h + f * h + f + h * f + h + h + h;
+    return (h * Count{a->mel_bins} * Count{a->frames_per_token} + h + Count{a->layers} * layer + h + h).v;
+  }
+  const auto& m = std::get<MlpSpec>(model.spec);
+  if (m.layers == 1) return (Count{m.out} * Count{m.in} + Count{m.out}).v;
+  const Count h{m.hidden};
+  return (h * Count{m.in} + h + Count{m.layers - 2} * (h * h + h) + Count{m.out} * h + Count{m.out}).v;
 }
 
 int64_t layer_count(const ModelSpec& model) {

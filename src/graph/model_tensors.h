@@ -24,7 +24,10 @@ struct TensorShape {
 // sinusoidal position tables) are not listed.
 std::vector<TensorShape> model_tensors(const ModelSpec& model);
 
-// Sum of numel() over model_tensors(model).
+// Sum of numel() over model_tensors(model), counted in closed form (never
+// enumerating the layers) with checked 64-bit arithmetic: throws
+// std::overflow_error when it does not fit (the front end's limits,
+// dsl/limits.h, keep every model it accepts well inside).
 int64_t parameter_count(const ModelSpec& model);
 
 // Pipeline stages (runtime `pp`): stage k of `stages` holds layers

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -130,15 +132,16 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   text.append((8 - text.size() % 8) % 8, ' ');  // pad so the data starts 8-byte aligned
   const std::string tmp = path + ".tmp";
   {
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(tmp, "cannot open for writing");
+    if (!out) fail(tmp, fmt::format("cannot open for writing: {}", std::strerror(errno)));
     uint8_t len[8];
     for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
     out.write(reinterpret_cast<const char*>(len), 8);
     out.write(text.data(), std::streamsize(text.size()));
     for (const auto& nt : tensors) out.write(static_cast<const char*>(nt.tensor.data), std::streamsize(nt.tensor.bytes()));
     out.flush();
-    if (!out) fail(tmp, "write failed");
+    if (!out) fail(tmp, fmt::format("write failed: {}", std::strerror(errno)));  // e.g. No space left on device
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);

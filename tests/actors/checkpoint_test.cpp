@@ -72,3 +72,37 @@ BOOST_AUTO_TEST_CASE(errors_are_clear) {
   BOOST_CHECK_THROW(read_checkpoint_state(root + "/step-00000001"), CheckpointError);
   fs::remove_all(root);
 }
+
+BOOST_AUTO_TEST_CASE(write_failures_name_the_path_and_the_reason) {
+  const std::string root = fresh_root("ckpt-write-fail");
+  CheckpointWriter w(root, 3);
+  std::ofstream(w.section_path("llm")) << "weights";
+  const std::string state = fs::path(w.section_path("llm")).parent_path().string() + "/state.json";
+  fs::create_directory(state);  // state.json cannot be created: EISDIR
+  try {
+    w.commit(CheckpointState{3, 3, 1, 7, 1, "wavefront", {"llm"}, {1, 1, 1}});
+    BOOST_FAIL("expected a CheckpointError");
+  } catch (const CheckpointError& e) {
+    BOOST_TEST(std::string(e.what()).find(state) != std::string::npos, e.what());
+    BOOST_TEST(std::string(e.what()).find("Is a directory") != std::string::npos, e.what());
+  }
+  fs::remove_all(root);
+}
+
+BOOST_AUTO_TEST_CASE(recommitting_a_step_keeps_latest_valid) {
+  // Re-writing the step `latest` names swaps the folders atomically.
+  const std::string root = fresh_root("ckpt-recommit");
+  for (const char* weights : {"old", "new"}) {
+    CheckpointWriter w(root, 2);
+    std::ofstream(w.section_path("llm")) << weights;
+    w.commit(CheckpointState{2, 2, 1, 7, 1, "wavefront", {"llm"}, {1, 1}});
+  }
+  BOOST_TEST(resolve_checkpoint_dir(root) == root + "/step-00000002");
+  std::ifstream in(root + "/step-00000002/llm.safetensors");
+  std::string text;
+  in >> text;
+  BOOST_TEST(text == "new");
+  for (const auto& e : fs::directory_iterator(root))
+    BOOST_TEST((e.path().filename() == "latest" || e.path().filename() == "step-00000002"), e.path());
+  fs::remove_all(root);
+}

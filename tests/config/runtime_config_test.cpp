@@ -105,6 +105,8 @@ dir = "ck"
 
 BOOST_AUTO_TEST_CASE(device_profile_path_is_relative_to_the_file) {
   const std::string path = write_toml("profile.toml", "[cluster]\ndevice = \"prof/my_gpu.toml\"\n");
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path() / "prof");
+  write_toml("prof/my_gpu.toml", "");
   const RuntimeConfig c = load_runtime_config(path);
   BOOST_TEST(c.cluster.device == (std::filesystem::path(path).parent_path() / "prof/my_gpu.toml").string());
 }
@@ -137,4 +139,26 @@ BOOST_AUTO_TEST_CASE(syntax_error_and_missing_file) {
   BOOST_TEST(e.find("syntax.toml:2:") != std::string::npos, e);
   BOOST_TEST(e.find(": error: ") != std::string::npos, e);
   BOOST_CHECK_THROW(load_runtime_config("/nonexistent/maestro.toml"), ConfigError);
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_device_profile_is_an_error_at_the_key) {
+  const std::string path = write_toml("no_profile.toml", "[cluster]\ndevice = \"absent/gpu.toml\"\n");
+  BOOST_CHECK_THROW(load_runtime_config(path), ConfigError);
+}
+
+BOOST_AUTO_TEST_CASE(upper_bounds) {
+  for (const char* text : {"[runtime]\nthreads = 257\n", "[cluster]\ndevices = 1000000000\n",
+                           "[cluster]\nnodes = 65537\n", "[checkpoint]\nkeep = 1000001\n"})
+    BOOST_CHECK_THROW(load_runtime_config(write_toml("bounds.toml", text)), ConfigError);
+  BOOST_TEST(load_runtime_config(write_toml("bounds.toml", "[runtime]\nthreads = 256\n")).runtime.threads == 256);
+}
+
+BOOST_AUTO_TEST_CASE(a_folder_is_not_a_config_file) {
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  try {
+    load_runtime_config(dir);
+    BOOST_FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    BOOST_TEST(std::string(e.what()) == dir + ": error: is a folder, not a config file");
+  }
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "run_process.h"
 
@@ -96,6 +97,83 @@ BOOST_AUTO_TEST_CASE(bad_config_file) {
   const ProcessResult missing = maestro_run({"models/tiny_mllm.sect", "--config", "/nonexistent.toml", "--check"});
   BOOST_TEST(missing.status == 2);
   BOOST_TEST(missing.first_err_line().find("/nonexistent.toml: error:") == 0u, missing.err);
+}
+
+// Limits and mistakes of issue 11: each a plain or located message, status 2.
+BOOST_AUTO_TEST_CASE(limits_and_mistakes_are_plain_errors) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string first_line;
+  };
+  const std::string threads = write_temp("maestro_e2e_threads.toml", "[runtime]\nthreads = 100000\n");
+  const std::string devices = write_temp("maestro_e2e_devices.toml", "[cluster]\ndevices = 1000000000\n");
+  const std::string profile = write_temp("maestro_e2e_profile.toml", "[cluster]\ndevice = \"no_such_gpu.toml\"\n");
+  const std::string big = write_temp("maestro_e2e_big.sect", "// " + std::string(size_t(1) << 20, 'x') + "\n");
+  const std::string tmp = fs::temp_directory_path().string();
+  const std::string half = "// " + std::string(size_t(600) << 10, 'x') + "\n";  // two of them pass 1 MiB together
+  write_temp("maestro_e2e_half_a.sect", half);
+  write_temp("maestro_e2e_half_b.sect", half);
+  const std::string imports = write_temp(
+      "maestro_e2e_imports.sect", "import \"maestro_e2e_half_a.sect\";\nimport \"maestro_e2e_half_b.sect\";\n");
+  const std::string profile_path = (fs::path(profile).parent_path() / "no_such_gpu.toml").string();
+  const std::vector<Case> cases = {
+      {{"models/tiny_mllm.sect", "--steps", "0"},
+       "maestro-run: error: --steps: must be a whole number from 1 to 1000000000, not '0'"},
+      {{"models/tiny_mllm.sect", "--steps", "1e20"},
+       "maestro-run: error: --steps: must be a whole number from 1 to 1000000000, not '1e20'"},
+      {{"models/tiny_mllm.sect", "--config", tmp, "--check"}, tmp + ": error: is a folder, not a config file"},
+      {{"models/tiny_mllm.sect", "--config", threads, "--check"},
+       threads + ":2:11: error: 'threads' must be at most 256, got 100000"},
+      {{"models/tiny_mllm.sect", "--config", devices, "--print", "plan"},
+       devices + ":2:11: error: 'devices' must be at most 65536, got 1000000000"},
+      {{"models/tiny_mllm.sect", "--config", profile, "--print", "plan"},
+       profile + ":2:10: error: the device profile '" + profile_path +
+           "' does not exist (a path is relative to this file; write one with --calibrate)"},
+      {{"models/tiny_mllm.sect", "--config", profile, "--steps", "1"},
+       profile + ":2:10: error: the device profile '" + profile_path +
+           "' does not exist (a path is relative to this file; write one with --calibrate)"},
+      {{big, "--check"},
+       big + ": error: cannot read this file (it is 1048580 bytes; a source file may be at most 1 MiB (1048576 bytes))"},
+  };
+  for (const Case& c : cases) {
+    const ProcessResult r = maestro_run(c.args);
+    BOOST_TEST(r.status == 2, c.args.back() << ": " << r.err);
+    BOOST_TEST(r.out.empty(), c.args.back());
+    BOOST_TEST(r.first_err_line() == c.first_line);
+  }
+  const ProcessResult r = maestro_run({imports, "--check"});
+  BOOST_TEST(r.status == 2);
+  BOOST_TEST(r.err.find(imports + ":2:8: error: cannot read imported file \"maestro_e2e_half_b.sect\": the program's "
+                        "files would be 1228876 bytes; together they may be at most 1 MiB (1048576 bytes)\n") !=
+                 std::string::npos,
+             r.err);
+}
+
+// configs/default.toml is every default: --print plan without a config plans
+// for the same cluster (8 × h100, docs/planner.md) as with it.
+BOOST_AUTO_TEST_CASE(print_plan_default_config_agrees) {
+  const ProcessResult bare = maestro_run({"models/tiny_mllm.sect", "--print", "plan"});
+  const ProcessResult with = maestro_run({"models/tiny_mllm.sect", "--config", "configs/default.toml", "--print", "plan"});
+  BOOST_TEST(bare.status == 0, bare.err);
+  BOOST_TEST(bare.out == with.out);
+  BOOST_TEST(bare.out.find(" on 8 × h100 ") != std::string::npos, bare.out);
+}
+
+// One error format: a located error of the planner reads FILE:LINE:COL: error:.
+BOOST_AUTO_TEST_CASE(located_runtime_errors_use_the_one_format) {
+  std::ifstream in("models/tiny_mllm.sect");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string from = "parallel { dp = auto; }";
+  BOOST_TEST_REQUIRE(text.find(from) != std::string::npos);
+  const size_t at = text.find(from);
+  text.replace(at, from.size(), "parallel { dp = auto; tp = 2; }");
+  const std::string path = write_temp("maestro_e2e_tp.sect", text);
+  const ProcessResult r = maestro_run({path, "--steps", "1", "--quiet"});
+  BOOST_TEST(r.status == 2, r.err);
+  const std::string rest = r.first_err_line().substr(std::min(r.err.size(), path.size()));
+  BOOST_TEST(r.first_err_line().find(path) == 0u, r.err);
+  BOOST_TEST(std::regex_match(rest, std::regex(R"(:\d+:\d+: error: section 'llm': tp = 2: the CPU runtime runs tp = 1 only)")),
+             r.err);
 }
 
 BOOST_AUTO_TEST_CASE(good_config_file) {

@@ -169,3 +169,35 @@ BOOST_AUTO_TEST_CASE(one_plan_by_hand) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(parameter_count_in_closed_form)
+
+// The closed form equals the sum over the enumerated tensors, model by model.
+BOOST_AUTO_TEST_CASE(equals_the_enumeration) {
+  auto enumerated = [](const ModelSpec& m) {
+    int64_t n = 0;
+    for (const auto& t : model_tensors(m)) n += t.numel();
+    return n;
+  };
+  std::vector<ModelSpec> models = {transformer(3, 8, 2, 1, 16, 10), transformer(2, 12, 3, 3, 20, 7),
+                                   vit(2, 4, 2, 8, 2, 4), vit(1, 6, 3, 5, 3, 9)};
+  AudioEncoderSpec a;
+  a.layers = 2, a.hidden = 4, a.heads = 2, a.ffn = 8, a.mel_bins = 3, a.frames_per_token = 2;
+  models.push_back({"audio_encoder", a});
+  for (int64_t layers : {1, 2, 4}) {
+    MlpSpec m;
+    m.in = 3, m.out = 5, m.hidden = 7, m.layers = layers;
+    models.push_back({"mlp", m});
+  }
+  for (const ModelSpec& m : models) BOOST_TEST(parameter_count(m) == enumerated(m), m.name);
+}
+
+// layers: 1e12 is counted at once (no per-layer name; 592 per layer: 16
+// norm, 128 q/o, 64 k/v, 384 mlp), and a count past 64
+// bits is an error, not a wrapped number.
+BOOST_AUTO_TEST_CASE(huge_models_count_fast_or_overflow) {
+  BOOST_TEST(parameter_count(transformer(1'000'000'000'000, 8, 2, 1, 16, 10)) == 10 * 8 * 2 + 8 + 1'000'000'000'000 * 592);
+  BOOST_CHECK_THROW(parameter_count(transformer(1, 1'099'511'627'776, 1, 1, 16, 10)), std::overflow_error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -57,6 +57,20 @@ BOOST_AUTO_TEST_CASE(round_trip_f32_and_bf16) {
   std::filesystem::remove_all(dir);
 }
 
+BOOST_AUTO_TEST_CASE(a_full_disk_names_the_file_and_the_reason) {
+  // The staging file is a link to /dev/full: every write fails with ENOSPC.
+  const std::string dir = temp_dir("st-full"), path = dir + "/full.safetensors";
+  std::filesystem::create_symlink("/dev/full", path + ".tmp");
+  Tensor a = Tensor::host(DType::F32, {4});
+  try {
+    write_safetensors(path, {{"a", a}});
+    BOOST_FAIL("expected an error");
+  } catch (const std::runtime_error& e) {
+    BOOST_TEST(message_has(e, path + ".tmp", "write failed: No space left on device"), e.what());
+  }
+  std::filesystem::remove_all(dir);
+}
+
 BOOST_AUTO_TEST_CASE(malformed_files_are_named_errors) {
   const std::string dir = temp_dir("bad"), p = dir + "/bad.safetensors";
   const std::string good = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
