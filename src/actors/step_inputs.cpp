@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-
 #include "data/content.h"
 #include "data/sampler.h"
 
@@ -25,16 +24,32 @@ struct StepInputs::SamplerBox {
 
 StepInputs::StepInputs(const Program& program, uint64_t data_seed) : program_(program), data_seed_(data_seed) {
   if (program.data.source == DataSpec::Source::Files) {
-    manifest_ = Manifest::load(program.data.manifest);
-    for (const Section& s : program.sections)
-      if (auto* t = std::get_if<TransformerSpec>(&s.model.spec); t && consumes(s, Modality::Text))
-        manifest_->check_vocab(t->vocab, s.name);
+    ManifestOptions options;
+    options.skip_bad = program.data.skip_bad_samples;
+    for (const Section& s : program.sections) {
+      if (auto* t = std::get_if<TransformerSpec>(&s.model.spec);
+          t && consumes(s, Modality::Text) && (options.vocab == 0 || t->vocab < options.vocab)) {
+        options.vocab = t->vocab;
+        options.vocab_section = s.name;
+      }
+      if (auto* a = std::get_if<AudioEncoderSpec>(&s.model.spec); a && consumes(s, Modality::Audio))
+        options.audio_frames = a->max_frames;
+      if (auto* v = std::get_if<VitSpec>(&s.model.spec); v && v->channels != 3)
+        throw DataError(fmt::format("section '{}': files(manifest) images are RGB, the vit needs channels = 3, not {}",
+                                    s.name, v->channels));
+    }
+    manifest_ = Manifest::load(program.data.manifest, options);
   } else {
     sampler_ = std::make_unique<SamplerBox>(SamplerBox{Sampler(program.data, program.train.global_batch)});
   }
 }
 
 StepInputs::~StepInputs() = default;
+
+const std::vector<std::string>& StepInputs::skipped_samples() const {
+  static const std::vector<std::string> none;
+  return manifest_ ? manifest_->skipped() : none;
+}
 StepInputs::StepInputs(StepInputs&&) noexcept = default;
 
 Batch StepInputs::batch(int64_t step) const {
@@ -63,9 +78,10 @@ std::shared_ptr<const StepData> StepInputs::step(int64_t step) const {
         }
         if (!sec.loss.empty()) d->loss_positions[s] += std::max<int64_t>(shape.text - 1, 0);
       } else if (auto* v = std::get_if<VitSpec>(&sec.model.spec); v && consumes(sec, Modality::Image)) {
-        in.pixels = synthetic_pixels(data_seed_, sample, v->channels, v->image);
+        in.pixels = manifest_ ? manifest_->pixels(sample.id, int(v->image))
+                              : synthetic_pixels(data_seed_, sample, v->channels, v->image);
       } else if (auto* a = std::get_if<AudioEncoderSpec>(&sec.model.spec); a && consumes(sec, Modality::Audio)) {
-        in.mel = synthetic_mel(data_seed_, sample, a->mel_bins);
+        in.mel = manifest_ ? manifest_->mel(sample.id, int(a->mel_bins)) : synthetic_mel(data_seed_, sample, a->mel_bins);
       }
       if (d->inputs[s].empty()) d->inputs[s].resize(n);
       d->inputs[s][i] = std::move(in);

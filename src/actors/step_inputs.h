@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "actors/sample_shape.h"
@@ -26,6 +27,9 @@ class StepInputs {
   StepInputs(StepInputs&&) noexcept;
 
   std::shared_ptr<const StepData> step(int64_t step) const;
+
+  // Manifest lines left out by on_bad_sample = "skip", each "manifest:line: reason".
+  const std::vector<std::string>& skipped_samples() const;
 
  private:
   Batch batch(int64_t step) const;

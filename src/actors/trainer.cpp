@@ -105,6 +105,7 @@ TrainResult train(const Program& program, const TrainOptions& options,
   // ---------------------------------------------------------------- actors
   TrainResult result;
   result.first_step = first_step;
+  result.skipped_samples = inputs->skipped_samples();
   for (size_t s = 0; s < program.sections.size(); ++s)
     result.plan_lines.push_back(fmt::format("{}: dp {}, pp {}, micro_batch {}{}", program.sections[s].name, runs[s].dp,
                                             runs[s].pp, runs[s].micro_batch,

@@ -46,6 +46,7 @@ struct TrainResult {
   double sched_share = 0;            // scheduler busy time / step time, over the run
   std::string transport = "local";
   std::vector<std::string> plan_lines;  // "llm: dp 2, micro_batch 8" per section
+  std::vector<std::string> skipped_samples;  // manifest lines left out (on_bad_sample = "skip")
 };
 
 TrainResult train(const Program& program, const TrainOptions& options,

@@ -52,6 +52,10 @@ std::vector<std::string> string_list(const nlohmann::json& j, const char* key) {
 Manifest Manifest::load(const std::string& path, const ManifestOptions& options) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(fmt::format("{}: cannot open the manifest", path));
+  return parse(in, path, options);
+}
+
+Manifest Manifest::parse(std::istream& in, const std::string& path, const ManifestOptions& options) {
   Manifest m;
   m.path_ = path;
   m.options_ = options;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ class Manifest {
  public:
   // Reads and checks every line; throws DataError.
   static Manifest load(const std::string& path, const ManifestOptions& options = {});
+  // The same from a stream that holds the manifest's text (paths still
+  // resolve against `path`'s folder).
+  static Manifest parse(std::istream& in, const std::string& path, const ManifestOptions& options = {});
 
   int64_t size() const { return int64_t(samples_.size()); }
   const std::string& path() const { return path_; }

@@ -10,7 +10,10 @@
 // - log-mel (fp32 FFTW vs float64 numpy): max abs error <= 1e-4.
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -27,7 +30,8 @@ namespace {
 const std::string kFixtures = "tests/data/fixtures/";
 
 std::vector<float> oracle(const std::string& args, size_t expect) {
-  const std::string out = "oracle_data_" + std::to_string(std::hash<std::string>{}(args)) + ".f32";
+  const std::string out = (std::filesystem::temp_directory_path() /
+                           ("maestro_oracle_data_" + std::to_string(::getpid()) + ".f32")).string();
   const std::string cmd = test::oracle_python() + " tests/data/data_oracle.py " + args + " " + out;
   BOOST_REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, cmd);
   std::ifstream in(out, std::ios::binary);
