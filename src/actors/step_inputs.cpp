@@ -77,7 +77,8 @@ std::shared_ptr<const StepData> StepInputs::step(int64_t step) const {
           in.tokens.resize(size_t(shape.text));
         }
         if (!sec.loss.empty()) d->loss_positions[s] += std::max<int64_t>(shape.text - 1, 0);
-      } else if (auto* v = std::get_if<VitSpec>(&sec.model.spec); v && consumes(sec, Modality::Image)) {
+      } else if (auto* v = std::get_if<VitSpec>(&sec.model.spec);
+                 v && (consumes(sec, Modality::Image) || consumes(sec, Modality::Video))) {
         in.pixels = manifest_ ? manifest_->pixels(sample.id, int(v->image))
                               : synthetic_pixels(data_seed_, sample, v->channels, v->image);
       } else if (auto* a = std::get_if<AudioEncoderSpec>(&sec.model.spec); a && consumes(sec, Modality::Audio)) {

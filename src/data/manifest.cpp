@@ -35,6 +35,16 @@ std::string resolve(const fs::path& dir, const std::string& rel) {
   return (dir / normal).string();
 }
 
+// A file the manifest names must exist and be a regular file (not a
+// folder, a FIFO or a device that could block or never end).
+const std::string& regular_file(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) throw DataError(fmt::format("{}: no such file", path));
+  if (!fs::is_regular_file(st)) throw DataError(fmt::format("{}: not a regular file", path));
+  return path;
+}
+
 std::vector<std::string> string_list(const nlohmann::json& j, const char* key) {
   const auto& v = j[key];
   if (!v.is_array() || v.empty())
@@ -109,13 +119,13 @@ Manifest Manifest::parse(std::istream& in, const std::string& path, const Manife
         files.insert(files.end(), frames.begin(), frames.end());
       }
       for (const std::string& f : files) {
-        l.images.push_back(resolve(dir, f));
+        l.images.push_back(regular_file(resolve(dir, f)));
         int w = 0, h = 0;
         probe_image(l.images.back(), &w, &h);
       }
       if (j.contains("audio")) {
         if (!j["audio"].is_string()) throw DataError("\"audio\" must be a file name");
-        l.audio = resolve(dir, j["audio"].get<std::string>());
+        l.audio = regular_file(resolve(dir, j["audio"].get<std::string>()));
         l.audio_samples = probe_wav(l.audio).frames;
         if (l.audio_samples < 2 * kHop) throw DataError(fmt::format("{}: shorter than two 10 ms frames", l.audio));
       }

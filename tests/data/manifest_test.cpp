@@ -91,7 +91,7 @@ BOOST_AUTO_TEST_CASE(every_bad_line_names_manifest_line_and_file) {
     BOOST_TEST(e.find(expect) != std::string::npos);
   };
   const std::string media = (d.dir / "media").string();
-  check("{\"text\": \"xy\", \"images\": [\"media/nope.png\"]}", media + "/nope.png: cannot open");
+  check("{\"text\": \"xy\", \"images\": [\"media/nope.png\"]}", media + "/nope.png: no such file");
   check("{\"text\": \"xy\", \"images\": [\"media/not_an_image.png\"]}", media + "/not_an_image.png: cannot read the image header");
   check("{\"text\": \"xy\", \"images\": [\"media/bitmap.bmp\"]}", media + "/bitmap.bmp: not a PNG or JPEG");
   check("{\"text\": \"xy\", \"audio\": \"media/tone_44k.wav\"}", media + "/tone_44k.wav: 44100 Hz with 1 channel(s)");
@@ -102,6 +102,8 @@ BOOST_AUTO_TEST_CASE(every_bad_line_names_manifest_line_and_file) {
   check("{\"text\": \"xy\", \"images\": [\"../escape.png\"]}", "\"../escape.png\" is outside the manifest's folder");
   check("{\"text\": \"xy\", \"images\": [\"media/../../x.png\"]}", "is outside the manifest's folder");
   check("{\"text\": \"xy\", \"pictures\": []}", "unknown key \"pictures\"");
+  check("{\"text\": \"xy\", \"audio\": \"/dev/zero\"}", "/dev/zero: not a regular file");
+  check("{\"text\": \"xy\", \"images\": [\"media\"]}", media + ": not a regular file");
 }
 
 BOOST_AUTO_TEST_CASE(an_absolute_path_may_point_outside) {

@@ -95,10 +95,10 @@ BOOST_AUTO_TEST_CASE(every_bad_input_exits_2_naming_the_line_and_the_file) {
     std::string line, expect;
   };
   const std::vector<Case> cases = {
-      {"{\"text\": \"ab\", \"images\": [\"img/none.png\"]}", dir + "/img/none.png: cannot open the image"},
+      {"{\"text\": \"ab\", \"images\": [\"img/none.png\"]}", dir + "/img/none.png: no such file"},
       {"{\"text\": \"ab\", \"images\": [\"train.jsonl\"]}", dir + "/train.jsonl: not a PNG or JPEG file"},
       {"{\"text\": \"ab\", \"audio\": \"img/000.png\"}", dir + "/img/000.png: not a RIFF/WAVE file"},
-      {"{\"text\": \"ab\", \"audio\": \"none.wav\"}", dir + "/none.wav: cannot open the audio file"},
+      {"{\"text\": \"ab\", \"audio\": \"none.wav\"}", dir + "/none.wav: no such file"},
       {"{\"tokens\": [1, 256]}", "token id 256 is outside the vocabulary of section 'llm' (256)"},
       {"{\"text\": \"ab\",", "not a JSON object"},
       {"{\"text\": \"ab\", \"video\": [\"../tiny_mllm.sect\"]}", "\"../tiny_mllm.sect\" is outside the manifest's folder"},
