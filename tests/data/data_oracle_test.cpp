@@ -71,6 +71,7 @@ BOOST_AUTO_TEST_CASE(png_clip_preprocessing_matches_pil) {
     for (int size : {16, 8, 24}) {
       const std::vector<float> ours = clip_preprocess(decode_image(kFixtures + f), size);
       const Diff d = diff(ours, oracle(fmt_args(f, size), size_t(3) * size * size));
+      BOOST_TEST_MESSAGE(f << " at " << size << ": max " << d.max);
       BOOST_TEST_INFO(f << " at " << size << ": max " << d.max);
       BOOST_TEST(d.max <= 1e-5);
     }
@@ -80,6 +81,7 @@ BOOST_AUTO_TEST_CASE(jpeg_clip_preprocessing_is_close_to_pil) {
   for (int size : {16, 32}) {
     const std::vector<float> ours = clip_preprocess(decode_image(kFixtures + "photo_64x48.jpg"), size);
     const Diff d = diff(ours, oracle(fmt_args("photo_64x48.jpg", size), size_t(3) * size * size));
+    BOOST_TEST_MESSAGE("photo_64x48.jpg at " << size << ": max " << d.max << ", mean " << d.mean);
     BOOST_TEST_INFO("max " << d.max << " mean " << d.mean);
     BOOST_TEST(d.max <= 4.0 / 255 / 0.26);
     BOOST_TEST(d.mean <= 1.0 / 255 / 0.26);
@@ -93,6 +95,7 @@ BOOST_AUTO_TEST_CASE(log_mel_matches_whisper_numpy) {
       const std::string args = std::string("mel ") + kFixtures + f + " " + std::to_string(bins) + " " +
                                std::to_string(frames);
       const Diff d = diff(ours, oracle(args, size_t(bins) * frames));
+      BOOST_TEST_MESSAGE(f << " " << bins << " bins, " << frames << " frames: max " << d.max);
       BOOST_TEST_INFO(f << " " << bins << " bins, " << frames << " frames: max " << d.max);
       BOOST_TEST(d.max <= 1e-4);
     }
