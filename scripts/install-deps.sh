@@ -20,6 +20,9 @@ PACKAGES=(
   python3 python3-torch python3-numpy  # the test oracle (Debian's /usr/bin/python3)
   graphviz                         # tests that `dot` accepts --print dot
   clang libclang-rt-14-dev         # libFuzzer target, sanitizers
+  libstb-dev                       # PNG/JPEG decoding (stb_image) for files(manifest)
+  libfftw3-dev                     # the log-mel spectrogram's FFT (single precision)
+  python3-pil                      # the image oracle (PIL's bicubic resize)
 )
 
 missing=()

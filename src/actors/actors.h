@@ -31,10 +31,12 @@ caf::actor spawn_compute_worker(caf::actor_system& sys, std::shared_ptr<SectionR
 // the result back, and records each transfer in the trace.
 caf::actor spawn_section_replica(caf::actor_system& sys, caf::actor worker, std::string track, caf::actor tracer);
 
-// Draws and materialises steps ahead of use: GetBatch{k} -> BatchReady, then
-// prepares k+1 while the step runs. Detached (materialising is CPU work).
+// Draws and materialises steps ahead of use: GetBatch{k} -> BatchReady.
+// Steps are materialised (files decoded) on `threads` threads of its own, in
+// step order, up to 2 steps past the one taken (data/prefetcher.h).
 using StepDataSource = std::function<std::shared_ptr<const StepData>(int64_t step)>;
-caf::actor spawn_data_loader(caf::actor_system& sys, StepDataSource source, int64_t last_step, caf::actor tracer);
+caf::actor spawn_data_loader(caf::actor_system& sys, StepDataSource source, int64_t last_step, caf::actor tracer,
+                             int threads = 2);
 
 // Writes checkpoints: WriteCheckpoint -> CheckpointWritten. Asks replica 0
 // of every train section (of each pipeline stage) to save into a temporary

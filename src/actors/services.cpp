@@ -1,63 +1,56 @@
 // The data loader, checkpointer and tracer actors (see actors.h).
 #include <fmt/format.h>
 
-#include <map>
+#include <memory>
 
 #include "actors/actors.h"
 #include "actors/checkpoint.h"
+#include "data/prefetcher.h"
 
 namespace maestro {
 
 namespace {
 
 // ------------------------------------------------------------- data loader
+// The steps are made (sample contents decoded) by a Prefetcher's threads,
+// ahead of use in step order, at most kLoaderDepth steps past the one taken;
+// the actor hands them out and records on the trace how long it waited.
+constexpr int kLoaderDepth = 2;
+
 struct LoaderState {
-  std::map<int64_t, std::shared_ptr<const StepData>> ready;  // prefetched steps
-  std::string error;                                         // first failure, reported on request
+  std::unique_ptr<Prefetcher<std::shared_ptr<const StepData>>> prefetcher;
+  std::string error;  // first failure, reported on request
 };
-
-// A self-message: materialise this step now (prefetch).
-struct Prefetch {
-  int64_t step = 0;
-};
-
-}  // namespace
-}  // namespace maestro
-
-// In-process only: the loader sends it to itself (a type in an anonymous
-// namespace of this file; no other actor can name it).
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(maestro::Prefetch)
-
-namespace maestro {
-namespace {
 
 caf::behavior data_loader(caf::stateful_actor<LoaderState>* self, StepDataSource source, int64_t last_step,
-                          caf::actor tracer) {
-  auto materialise = [self, source, tracer](int64_t step) {
-    if (self->state.ready.count(step) || !self->state.error.empty()) return;
-    const int64_t begin = trace_now_us();
-    try {
-      self->state.ready[step] = source(step);
-    } catch (const std::exception& e) {
-      self->state.error = fmt::format("data for step {}: {}", step, e.what());
-    }
-    self->send(tracer, TraceEvent{"data loader", fmt::format("load step {}", step), "data", begin,
-                                  trace_now_us() - begin});
-  };
+                          caf::actor tracer, int threads) {
+  self->state.prefetcher = std::make_unique<Prefetcher<std::shared_ptr<const StepData>>>(
+      [source, tracer](int64_t step, int thread) {
+        const int64_t begin = trace_now_us();
+        auto d = source(step);
+        std::string track = thread < 0 ? std::string("data loader") : fmt::format("data loader thread {}", thread);
+        caf::anon_send(tracer, TraceEvent{std::move(track), fmt::format("load step {}", step), "data", begin,
+                                          trace_now_us() - begin});
+        return d;
+      },
+      last_step, threads, kLoaderDepth);
   return {
       [=](const GetBatch& g) -> BatchReady {
-        materialise(g.step);
         BatchReady out;
-        if (auto it = self->state.ready.find(g.step); it != self->state.ready.end()) {
-          out.data = it->second;
-          self->state.ready.erase(it);
-        } else {
+        if (!self->state.error.empty()) {
           out.error = self->state.error;
+          return out;
         }
-        if (g.step + 1 < last_step) self->send(self, Prefetch{g.step + 1});
+        const int64_t begin = trace_now_us();
+        try {
+          out.data = self->state.prefetcher->get(g.step);
+        } catch (const std::exception& e) {
+          out.error = self->state.error = fmt::format("data for step {}: {}", g.step, e.what());
+        }
+        self->send(tracer, TraceEvent{"data loader", fmt::format("wait for step {}", g.step), "data", begin,
+                                      trace_now_us() - begin});
         return out;
       },
-      [=](const Prefetch& p) { materialise(p.step); },
   };
 }
 
@@ -148,8 +141,9 @@ caf::behavior tracer(caf::stateful_actor<TracerState>* self, bool keep_events) {
 
 }  // namespace
 
-caf::actor spawn_data_loader(caf::actor_system& sys, StepDataSource source, int64_t last_step, caf::actor tracer) {
-  return sys.spawn<caf::detached>(data_loader, std::move(source), last_step, std::move(tracer));
+caf::actor spawn_data_loader(caf::actor_system& sys, StepDataSource source, int64_t last_step, caf::actor tracer,
+                             int threads) {
+  return sys.spawn<caf::detached>(data_loader, std::move(source), last_step, std::move(tracer), threads);
 }
 
 caf::actor spawn_checkpointer(caf::actor_system& sys, CheckpointerConfig config, caf::actor tracer) {

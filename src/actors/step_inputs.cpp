@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-
 #include "actors/sample_shape.h"
 #include "data/content.h"
 #include "data/sampler.h"
@@ -27,18 +26,33 @@ struct StepInputs::SamplerBox {
 StepInputs::StepInputs(const SectionGraph& graph, const DataSpec& data, int64_t global_batch)
     : graph_(graph), data_seed_(data.seed), global_batch_(global_batch) {
   if (data.source == DataSpec::Source::Files) {
-    manifest_ = Manifest::load(data.manifest);
-    for (size_t s = 0; s < graph.nodes.size(); ++s) {
-      const Section& sec = graph.section(int(s));
-      if (auto* t = std::get_if<TransformerSpec>(&sec.model.spec); t && consumes(sec, Modality::Text))
-        manifest_->check_vocab(t->vocab, sec.name);
+    ManifestOptions options;
+    options.skip_bad = data.skip_bad_samples;
+    for (size_t i = 0; i < graph.nodes.size(); ++i) {
+      const Section& s = graph.section(int(i));
+      if (auto* t = std::get_if<TransformerSpec>(&s.model.spec);
+          t && consumes(s, Modality::Text) && (options.vocab == 0 || t->vocab < options.vocab)) {
+        options.vocab = t->vocab;
+        options.vocab_section = s.name;
+      }
+      if (auto* a = std::get_if<AudioEncoderSpec>(&s.model.spec); a && consumes(s, Modality::Audio))
+        options.audio_frames = a->max_frames;
+      if (auto* v = std::get_if<VitSpec>(&s.model.spec); v && v->channels != 3)
+        throw DataError(fmt::format("section '{}': files(manifest) images are RGB, the vit needs channels = 3, not {}",
+                                    s.name, v->channels));
     }
+    manifest_ = Manifest::load(data.manifest, options);
   } else {
     sampler_ = std::make_unique<SamplerBox>(SamplerBox{Sampler(data, global_batch)});
   }
 }
 
 StepInputs::~StepInputs() = default;
+
+const std::vector<std::string>& StepInputs::skipped_samples() const {
+  static const std::vector<std::string> none;
+  return manifest_ ? manifest_->skipped() : none;
+}
 StepInputs::StepInputs(StepInputs&&) noexcept = default;
 
 Batch StepInputs::batch(int64_t step) const {
@@ -65,10 +79,12 @@ std::shared_ptr<const StepData> StepInputs::step(int64_t step) const {
           in.tokens.resize(size_t(shape.text));
         }
         if (!sec.loss.empty()) d->loss_positions[s] += std::max<int64_t>(shape.text - 1, 0);
-      } else if (auto* v = std::get_if<VitSpec>(&sec.model.spec); v && consumes(sec, Modality::Image)) {
-        in.pixels = synthetic_pixels(data_seed_, sample, v->channels, v->image);
+      } else if (auto* v = std::get_if<VitSpec>(&sec.model.spec);
+                 v && (consumes(sec, Modality::Image) || consumes(sec, Modality::Video))) {
+        in.pixels = manifest_ ? manifest_->pixels(sample.id, int(v->image))
+                              : synthetic_pixels(data_seed_, sample, v->channels, v->image);
       } else if (auto* a = std::get_if<AudioEncoderSpec>(&sec.model.spec); a && consumes(sec, Modality::Audio)) {
-        in.mel = synthetic_mel(data_seed_, sample, a->mel_bins);
+        in.mel = manifest_ ? manifest_->mel(sample.id, int(a->mel_bins)) : synthetic_mel(data_seed_, sample, a->mel_bins);
       }
       if (d->inputs[s].empty()) d->inputs[s].resize(n);
       d->inputs[s][i] = std::move(in);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "actors/step_data.h"
@@ -28,6 +29,9 @@ class StepInputs {
 
   std::shared_ptr<const StepData> step(int64_t step) const;
   uint64_t data_seed() const { return data_seed_; }  // the data block's seed (checkpoints record it)
+
+  // Manifest lines left out by on_bad_sample = "skip", each "manifest:line: reason".
+  const std::vector<std::string>& skipped_samples() const;
 
  private:
   Batch batch(int64_t step) const;

@@ -32,6 +32,7 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   }
   TrainResult result;
   result.first_step = setup.first_step;
+  result.skipped_samples = inputs.skipped_samples();
   for (size_t s = 0; s < graph.nodes.size(); ++s)
     result.plan_lines.push_back(fmt::format("{}: dp {}, pp {}, micro_batch {}{}", graph.nodes[s].name,
                                             plan.sections[s].dp, plan.sections[s].pp, plan.sections[s].micro_batch,

@@ -55,6 +55,7 @@ struct TrainResult {
   double sched_share = 0;            // scheduler busy time / step time, over the run
   std::string transport = "local";
   std::vector<std::string> plan_lines;  // "llm: dp 2, micro_batch 8" per section
+  std::vector<std::string> skipped_samples;  // manifest lines left out (on_bad_sample = "skip")
 };
 
 // `graph` (and the Program it refers to), `plan` and `inputs` outlive the call.

@@ -152,6 +152,9 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
   const double first = r.losses.empty() ? 0 : r.losses.front(), last = r.losses.empty() ? 0 : r.losses.back();
   const double rate = r.wall_s > 0 ? double(r.samples) / r.wall_s : 0;
   if (!cli.quiet) {
+    if (!r.skipped_samples.empty())
+      std::printf("data  skipped %zu bad manifest line(s), the first: %s\n", r.skipped_samples.size(),
+                  r.skipped_samples.front().c_str());
     std::printf("%s %lld steps (%lld samples) in %.2f s: %.1f samples/s, loss %.4f -> %.4f%s\n",
                 r.interrupted ? "interrupted after" : "trained", (long long)r.losses.size(), (long long)r.samples,
                 r.wall_s, rate, first, last, r.checkpoint.empty() ? "" : fmt::format(", checkpoint {}", r.checkpoint).c_str());
@@ -170,6 +173,7 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
                         {"sched_share", r.sched_share},
                         {"checkpoint", r.checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.checkpoint)},
                         {"interrupted", r.interrupted},
+                        {"skipped_samples", r.skipped_samples.size()},
                         {"losses", r.losses}};
     std::printf("%s\n", j.dump().c_str());
   }

@@ -472,7 +472,8 @@ void Checker::read_mix(const Block& b, Span key_span) {
 }
 
 void Checker::read_data(const Stmt& s) {
-  auto keys = entries(*s.block, {"source", "text_tokens", "images", "audio_frames"}, {"mix"}, "in the data block");
+  auto keys = entries(*s.block, {"source", "text_tokens", "images", "audio_frames", "on_bad_sample"}, {"mix"},
+                      "in the data block");
   DataSpec& d = program_.data;
   d.loc = SourceLoc{files_[s.span.file].display, s.span.line, s.span.col};
   if (auto it = keys.find("source"); it != keys.end()) {
@@ -501,6 +502,14 @@ void Checker::read_data(const Stmt& s) {
     error(s.span, "the data block has no 'text_tokens' (a synthetic source draws lengths from it)");
   if (auto it = keys.find("images"); it != keys.end()) d.images = distribution(*it->second->value, "'images'", limits::kSampleImages);
   if (auto it = keys.find("audio_frames"); it != keys.end()) d.audio_frames = distribution(*it->second->value, "'audio_frames'", limits::kSampleTokens);
+  if (auto it = keys.find("on_bad_sample"); it != keys.end())
+    if (auto v = string(*it->second->value, "'on_bad_sample'")) {
+      if (*v != "error" && *v != "skip")
+        error(it->second->value->span, fmt::format("'on_bad_sample' is \"error\" or \"skip\", not \"{}\"", *v));
+      else if (synthetic)
+        error(it->second->value->span, "'on_bad_sample' applies to files(manifest: ...) only");
+      d.skip_bad_samples = *v == "skip";
+    }
   data_read_ = true;
 }
 

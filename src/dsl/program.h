@@ -204,6 +204,7 @@ struct DataSpec {
   std::string manifest;   // files: absolute path
   std::vector<MixEntry> mix;
   std::optional<Distribution> text_tokens, images, audio_frames;
+  bool skip_bad_samples = false;  // files: on_bad_sample = "skip" (default "error")
   SourceLoc loc;
 };
 

@@ -266,7 +266,7 @@ def case_errors():
     img = variant("models/tiny_kd.sect", "img.sect",
                   [(r"source = synthetic\(seed: 3\);", 'source = files(manifest: "img.jsonl");')])
     p = maestro(img, "--steps", "1", expect=2)
-    assert "img.jsonl:2" in p.stderr and "not yet supported" in p.stderr, p.stderr
+    assert "img.jsonl:2: " in p.stderr and "cat.png: no such file" in p.stderr, p.stderr
     p = maestro("models/tiny_kd.sect", "--resume", os.path.join(TMP, "no-such-ckpt"), expect=2)
     assert "no-such-ckpt" in p.stderr, p.stderr
 
