@@ -14,15 +14,14 @@
 #include "graph/section_graph.h"
 #include "plan/plan.h"
 #include "plan/schedule.h"
-#include "transport/local_transport.h"
 
 namespace maestro {
 
 class SectionRunner;
 
 // The compute worker of one replica: a detached actor (its own thread) that
-// owns the SectionRunner and runs RunTask, GetGrads, ApplyGrads,
-// SaveSection one at a time, replying TaskDone, Grads, Applied, Saved.
+// owns the SectionRunner and runs RunTask, ReduceGrads, ApplyGrads,
+// SaveSection one at a time, replying TaskDone, GradsReduced, Applied, Saved.
 caf::actor spawn_compute_worker(caf::actor_system& sys, std::shared_ptr<SectionRunner> runner, int section,
                                 int stage, int replica, caf::actor tracer);
 
@@ -66,7 +65,6 @@ struct SchedulerConfig {
   int64_t checkpoint_every = 0;         // 0 = never
   std::vector<std::vector<std::vector<caf::actor>>> replicas;  // [section][pp stage][dp replica]
   caf::actor loader, checkpointer, tracer;        // checkpointer may be null
-  LocalTransport* transport = nullptr;
   std::vector<double> losses;           // losses of the steps before first_step (resume)
   int64_t global_batch = 0;
   const std::atomic<bool>* interrupt = nullptr;  // set by SIGINT: checkpoint and stop

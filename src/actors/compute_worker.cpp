@@ -31,7 +31,6 @@ caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<Secti
           SectionRunner::Result r = t.task.kind == Task::Kind::Forward ? runner->forward(t) : runner->backward(t);
           d.outputs = std::move(r.outputs);
           d.stage_out = std::move(r.stage_out);
-          d.loss = r.loss;
         } catch (const std::exception& e) {
           d.error = fmt::format("{}: {} failed: {}", where(t.step), task_name(t.task), e.what());
         }
@@ -39,20 +38,24 @@ caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<Secti
         self->send(tracer, TraceEvent{track, task_name(t.task), "task", d.begin_us, d.duration_us});
         return d;
       },
-      [=](const GetGrads& g) -> Grads {
-        Grads out{section, stage, replica, {}, {}};
+      [=](const ReduceGrads& g) -> GradsReduced {
+        const int64_t begin = trace_now_us();
+        GradsReduced out{section, stage, replica, 0, {}, {}};
         try {
-          out.grads = runner->grads();
+          SectionRunner::StepScalars r = runner->reduce_grads();
+          out.grad_sq_norm = r.grad_sq_norm;
+          out.losses = std::move(r.losses);
         } catch (const std::exception& e) {
-          out.error = fmt::format("{}: reading gradients failed: {}", where(g.step), e.what());
+          out.error = fmt::format("{}: reducing gradients failed: {}", where(g.step), e.what());
         }
+        self->send(tracer, TraceEvent{track, "all-reduce", "sync", begin, trace_now_us() - begin});
         return out;
       },
       [=](const ApplyGrads& a) -> Applied {
         const int64_t begin = trace_now_us();
         Applied out{section, stage, replica, {}};
         try {
-          runner->apply(a.summed, a.scale, a.lr);
+          runner->apply(a.scale, a.lr);
         } catch (const std::exception& e) {
           out.error = fmt::format("{}: optimizer step failed: {}", where(a.step), e.what());
         }

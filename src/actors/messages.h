@@ -58,27 +58,34 @@ struct TaskDone {
   int64_t step = 0;
   int64_t task = 0;
   std::vector<FlowTensor> outputs;  // forward: outputs per outgoing flow; backward: input gradients per incoming flow
-  double loss = 0;                  // forward of a loss section: its share of the step's loss
   int64_t begin_us = 0, duration_us = 0;
   std::string error;
   StageTensor stage_out;  // forward before the last stage / backward after the first: for the neighbouring stage
 };
 
-// scheduler -> replica: hand over the summed gradient buffer (end of step).
-struct GetGrads {
+// scheduler -> every replica, once every task of the step is done: sum the
+// gradients over the section's data-parallel group (each replica through
+// its Communicator, transport/collectives.h) and report what the step
+// left in the replica's scalar accumulators, read back in one go.
+struct ReduceGrads {
   int64_t step = 0;
 };
-struct Grads {
+// A forward task's share of the step's loss (loss sections only).
+struct TaskLoss {
+  int64_t task = 0;
+  double loss = 0;
+};
+struct GradsReduced {
   int section = 0, stage = 0, replica = 0;
-  TensorRef grads;  // [section's parameter count], flat in the engine's order
+  double grad_sq_norm = 0;      // Σ g² of the reduced gradients (train sections; equal on every replica of a group)
+  std::vector<TaskLoss> losses; // this replica's forward tasks of the step
   std::string error;
 };
 
-// scheduler -> replica: set grads to the all-reduced sum, scale by the clip
-// coefficient, take one AdamW step at this learning rate, zero the grads.
+// scheduler -> replica of a train section: scale the reduced gradients by
+// the clip coefficient, take one AdamW step at this learning rate, zero them.
 struct ApplyGrads {
   int64_t step = 0;
-  TensorRef summed;  // [parameter count]
   double scale = 1;
   double lr = 0;
 };
@@ -160,10 +167,11 @@ typename Inspector::result_type inspect(Inspector& f, StageTensor& x) {
 
 MAESTRO_INSPECT(FlowTensor, x.flow, x.sample, x.tensor)
 MAESTRO_INSPECT(RunTask, x.step, x.task, x.samples, x.inputs, x.data, x.stage_in)
-MAESTRO_INSPECT(TaskDone, x.step, x.task, x.outputs, x.loss, x.begin_us, x.duration_us, x.error, x.stage_out)
-MAESTRO_INSPECT(GetGrads, x.step)
-MAESTRO_INSPECT(Grads, x.section, x.stage, x.replica, x.grads, x.error)
-MAESTRO_INSPECT(ApplyGrads, x.step, x.summed, x.scale, x.lr)
+MAESTRO_INSPECT(TaskDone, x.step, x.task, x.outputs, x.begin_us, x.duration_us, x.error, x.stage_out)
+MAESTRO_INSPECT(ReduceGrads, x.step)
+MAESTRO_INSPECT(TaskLoss, x.task, x.loss)
+MAESTRO_INSPECT(GradsReduced, x.section, x.stage, x.replica, x.grad_sq_norm, x.losses, x.error)
+MAESTRO_INSPECT(ApplyGrads, x.step, x.scale, x.lr)
 MAESTRO_INSPECT(Applied, x.section, x.stage, x.replica, x.error)
 MAESTRO_INSPECT(SaveSection, x.path)
 MAESTRO_INSPECT(Saved, x.section, x.error)
@@ -182,8 +190,8 @@ MAESTRO_INSPECT(FlushTrace, x.path)
 inline void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<RunTask>("maestro.RunTask")
       .add_message_type<TaskDone>("maestro.TaskDone")
-      .add_message_type<GetGrads>("maestro.GetGrads")
-      .add_message_type<Grads>("maestro.Grads")
+      .add_message_type<ReduceGrads>("maestro.ReduceGrads")
+      .add_message_type<GradsReduced>("maestro.GradsReduced")
       .add_message_type<ApplyGrads>("maestro.ApplyGrads")
       .add_message_type<Applied>("maestro.Applied")
       .add_message_type<SaveSection>("maestro.SaveSection")

@@ -36,7 +36,7 @@ caf::behavior section_replica(caf::stateful_actor<ReplicaState>* self, caf::acto
                 });
         return rp;
       },
-      [=](const GetGrads& g) { return self->delegate(worker, g); },
+      [=](const ReduceGrads& g) { return self->delegate(worker, g); },
       [=](const ApplyGrads& a) { return self->delegate(worker, a); },
       [=](const SaveSection& s) { return self->delegate(worker, s); },
   };

@@ -63,7 +63,9 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   setup.first_step = resume.first_step;
   setup.past_losses = resume.losses;
 
-  // One runner per section × pipeline stage × dp replica.
+  // One runner per section × pipeline stage × dp replica, each with its own
+  // backend (gpu/backend_factory.h); the dp replicas of a section's stage
+  // form one collective group (the gradient all-reduce).
   setup.transport = std::make_unique<LocalTransport>();
   const Program& program = *graph.program;  // the sections' models and losses, as the engine reads them
   setup.runners.resize(graph.nodes.size());
@@ -71,10 +73,13 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
     const int64_t pp = plan.sections[s].pp;
     for (int64_t k = 0; k < pp; ++k) {
       setup.runners[s].emplace_back();
+      const std::vector<std::shared_ptr<Communicator>> group = make_local_group(int(plan.sections[s].dp));
+      setup.dp_groups.push_back(group[0]);
       for (int64_t r = 0; r < plan.sections[s].dp; ++r) {
         try {
           auto runner = std::make_shared<SectionRunner>(program, int(s), int(k), int(pp), setup.seed, *setup.transport,
-                                                        int(setup.threads));
+                                                        make_backend(options.backend, int(setup.threads)),
+                                                        group[size_t(r)]);
           if (!resume.dir.empty() && graph.section(int(s)).mode == Mode::Train)
             runner->load(fmt::format("{}/{}.safetensors", resume.dir, runner->part_name()));
           setup.runners[s][size_t(k)].push_back(std::move(runner));

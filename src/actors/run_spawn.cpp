@@ -52,7 +52,6 @@ RunActors spawn_run(caf::actor_system& sys, RunSetup& setup, const SectionGraph&
   sc.lr_at = [&train](int64_t step) { return lr_at(train, step); };
   sc.grad_clip = train.grad_clip;
   sc.tracer = out.tracer;
-  sc.transport = setup.transport.get();
   sc.losses = setup.past_losses;
   sc.global_batch = train.global_batch;
   sc.interrupt = options.interrupt;

@@ -1,10 +1,12 @@
 // The scheduler actor (see actors.h): one step at a time, it takes the
 // prefetched batch, executes the step's Schedule through a StepExecution and sends
 // every ready task to its replica at once; each completion releases the next
-// frontier. When every task is done it syncs gradients — per section and
-// pipeline stage, the dp replicas' gradients summed in replica order; the
-// global norm over all of them; one clip coefficient — and has every replica
-// take its AdamW step.
+// frontier. When every task is done it has every replica reduce its
+// gradients with the other replicas of its data-parallel group (through
+// their Communicator, in replica order: the scheduler never touches a
+// gradient) and report its step's losses and the reduced gradients' norm²;
+// from those, the global norm over all sections and one clip coefficient;
+// then every train replica takes its AdamW step.
 // Then it reports the step and, when due, has the checkpointer write one.
 #include <fmt/format.h>
 
@@ -14,7 +16,6 @@
 
 #include "actors/actors.h"
 #include "actors/step_execution.h"
-#include "transport/collectives.h"
 
 namespace maestro {
 
@@ -33,9 +34,9 @@ struct SchedulerState {
   int64_t samples = 0;  // samples consumed so far (data position)
   std::string last_checkpoint;
   bool ended = false;
-  // gradient sync
-  std::vector<std::vector<std::vector<TensorRef>>> grads;  // [section][stage][replica]
-  size_t grads_pending = 0, applies_pending = 0;
+  // end of step
+  std::vector<std::vector<std::vector<double>>> sq_norms;  // [section][stage][replica] of train sections
+  size_t reduces_pending = 0, applies_pending = 0;
 };
 
 using Self = caf::stateful_actor<SchedulerState>;
@@ -90,27 +91,34 @@ void finish_step(Self* self) {
 void apply_grads(Self* self) {
   Busy busy{self};
   auto& st = self->state;
-  const size_t n_sections = st.cfg.graph->nodes.size();
-  // Sum over replicas (replica order), then the global norm (section, stage order).
-  std::vector<std::vector<TensorRef>> summed(n_sections);  // [section][stage]
+  const SectionGraph& g = *st.cfg.graph;
+  const double loss = st.exec->loss();
+  if (!std::isfinite(loss)) return end_run(self, fmt::format("step {}: the loss is not finite ({})", st.step, loss));
+  // The global norm: Σ over train sections and stages (in that order) of
+  // their group's norm², which every replica of the group computed from
+  // the same reduced gradients.
   double sq = 0;
-  for (size_t s = 0; s < n_sections; ++s)
-    for (const std::vector<TensorRef>& stage : st.grads[s]) {
-      summed[s].push_back(sum_in_order(*st.cfg.transport, stage));
-      sq += sum_of_squares(summed[s].back());
+  for (size_t s = 0; s < g.nodes.size(); ++s)
+    for (const std::vector<double>& replicas : st.sq_norms[s]) {
+      for (double r : replicas)
+        if (r != replicas[0] && !(std::isnan(r) && std::isnan(replicas[0])))
+          return end_run(self, fmt::format("step {}: the replicas of section '{}' disagree on the reduced gradients",
+                                           st.step, g.nodes[s].name));
+      sq += replicas[0];
     }
-  st.grads.clear();
+  st.sq_norms.clear();
   const double norm = std::sqrt(sq);
   if (!std::isfinite(norm)) return end_run(self, fmt::format("step {}: the gradient norm is not finite", st.step));
   // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1.
   const double scale = st.cfg.grad_clip > 0 ? std::min(1.0, st.cfg.grad_clip / (norm + 1e-6)) : 1.0;
   const double lr = st.cfg.lr_at(st.step);
   st.applies_pending = 0;
-  for (size_t s = 0; s < n_sections; ++s)
-    for (size_t k = 0; k < summed[s].size(); ++k)
-      for (const caf::actor& r : st.cfg.replicas[s][k]) {
+  for (size_t s = 0; s < g.nodes.size(); ++s) {
+    if (g.section(int(s)).mode != Mode::Train) continue;
+    for (const std::vector<caf::actor>& stage : st.cfg.replicas[s])
+      for (const caf::actor& r : stage) {
         ++st.applies_pending;
-        self->request(r, caf::infinite, ApplyGrads{st.step, summed[s][k], scale, lr})
+        self->request(r, caf::infinite, ApplyGrads{st.step, scale, lr})
             .then(
                 [=](const Applied& a) {
                   if (!a.error.empty()) return end_run(self, a.error);
@@ -118,35 +126,43 @@ void apply_grads(Self* self) {
                 },
                 [=](caf::error& err) { end_run(self, fmt::format("replica lost: {}", caf::to_string(err))); });
       }
+  }
   if (st.applies_pending == 0) finish_step(self);  // nothing trains
 }
 
-void sync_grads(Self* self) {
+// Every replica of every section: train ones reduce their gradients, loss
+// sections report their forwards' losses.
+void reduce_grads(Self* self) {
   auto& st = self->state;
-  const SectionGraph& g = *st.cfg.graph;
-  const double loss = st.exec->loss();
-  if (!std::isfinite(loss)) return end_run(self, fmt::format("step {}: the loss is not finite ({})", st.step, loss));
-  st.grads.assign(g.nodes.size(), {});
-  st.grads_pending = 0;
-  for (size_t s = 0; s < g.nodes.size(); ++s) {
-    if (g.section(int(s)).mode != Mode::Train) continue;
-    st.grads[s].resize(st.cfg.replicas[s].size());
+  const SectionGraph& graph = *st.cfg.graph;
+  st.sq_norms.assign(graph.nodes.size(), {});
+  st.reduces_pending = 0;
+  for (size_t s = 0; s < graph.nodes.size(); ++s) {
+    const bool trains = graph.section(int(s)).mode == Mode::Train;
+    if (trains) st.sq_norms[s].resize(st.cfg.replicas[s].size());
     for (size_t k = 0; k < st.cfg.replicas[s].size(); ++k) {
-      st.grads[s][k].resize(st.cfg.replicas[s][k].size());
-      for (size_t r = 0; r < st.cfg.replicas[s][k].size(); ++r) {
-        ++st.grads_pending;
-        self->request(st.cfg.replicas[s][k][r], caf::infinite, GetGrads{st.step})
+      if (trains) st.sq_norms[s][k].assign(st.cfg.replicas[s][k].size(), 0.0);
+      for (const caf::actor& replica : st.cfg.replicas[s][k]) {
+        ++st.reduces_pending;
+        self->request(replica, caf::infinite, ReduceGrads{st.step})
             .then(
-                [=](Grads& g) {
+                [=](const GradsReduced& g) {
+                  auto& st = self->state;
+                  if (st.ended) return;
                   if (!g.error.empty()) return end_run(self, g.error);
-                  self->state.grads.at(g.section).at(g.stage).at(g.replica) = std::move(g.grads);
-                  if (--self->state.grads_pending == 0) apply_grads(self);
+                  try {
+                    for (const TaskLoss& l : g.losses) st.exec->set_loss(l.task, l.loss);
+                  } catch (const std::exception& e) {
+                    return end_run(self, fmt::format("step {}: {}", st.step, e.what()));
+                  }
+                  if (trains) st.sq_norms.at(size_t(g.section)).at(size_t(g.stage)).at(size_t(g.replica)) = g.grad_sq_norm;
+                  if (--st.reduces_pending == 0) apply_grads(self);
                 },
                 [=](caf::error& err) { end_run(self, fmt::format("replica lost: {}", caf::to_string(err))); });
       }
     }
   }
-  if (st.grads_pending == 0) apply_grads(self);
+  if (st.reduces_pending == 0) apply_grads(self);
 }
 
 void dispatch(Self* self) {
@@ -167,7 +183,7 @@ void dispatch(Self* self) {
               } catch (const std::exception& e) {
                 return end_run(self, fmt::format("step {}: {}", step, e.what()));
               }
-              if (st.exec->finished()) return sync_grads(self);
+              if (st.exec->finished()) return reduce_grads(self);
               dispatch(self);
             },
             [=](caf::error& err) { end_run(self, fmt::format("replica lost: {}", caf::to_string(err))); });
@@ -201,7 +217,7 @@ void begin_step(Self* self) {
                 return end_run(self, fmt::format("step {}: cannot schedule: {}", st.step, e.what()));
               }
             }
-            if (st.exec->finished()) return sync_grads(self);
+            if (st.exec->finished()) return reduce_grads(self);
             dispatch(self);
           },
           [=](caf::error& err) { end_run(self, fmt::format("data loader lost: {}", caf::to_string(err))); });

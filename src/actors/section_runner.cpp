@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "cpu/cpu_backend.h"
 #include "nn/section_model.h"
 
 namespace maestro {
@@ -21,19 +20,31 @@ struct SectionRunner::Pending {
 };
 
 SectionRunner::SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed,
-                             LocalTransport& transport, int threads)
+                             Transport& transport, std::unique_ptr<Backend> backend,
+                             std::shared_ptr<Communicator> dp_group)
     : program_(program),
       section_(section),
       stage_(stage),
       stages_(stages),
       transport_(transport),
-      backend_(make_cpu_backend(threads)) {
+      backend_(std::move(backend)),
+      dp_group_(std::move(dp_group)) {
   model_ = std::make_unique<SectionModel>(program.sections[size_t(section)], *backend_, seed, stage, stages);
 }
 
 SectionRunner::~SectionRunner() {
   pending_.clear();  // contexts die before the model that made them
   model_.reset();
+  for (double* c : chunks_) backend_->release(c);
+}
+
+size_t SectionRunner::take_slots(size_t n) {
+  if (n > kSlots) throw std::logic_error(fmt::format("{} scalar slots at once (at most {})", n, kSlots));
+  if (used_ % kSlots + n > kSlots) used_ = (used_ / kSlots + 1) * kSlots;  // not across chunks
+  while (chunks_.size() * kSlots < used_ + n) chunks_.push_back(backend_->allocate_scalars(kSlots));
+  const size_t first = used_;
+  used_ += n;
+  return first;
 }
 
 const std::string& SectionRunner::section_name() const { return program_.sections[size_t(section_)].name; }
@@ -45,6 +56,13 @@ std::string part_name(const std::string& section, int stage, int stages) {
 std::string SectionRunner::part_name() const { return maestro::part_name(section_name(), stage_, stages_); }
 
 namespace {
+
+// A host tensor holding a copy of backend memory.   [shape]
+TensorRef host_copy(Transport& transport, Backend& backend, std::vector<int64_t> shape, const float* src) {
+  TensorRef t = transport.allocate(std::move(shape));
+  if (t.numel() > 0) backend.copy_to_host(t.values().data(), src, t.bytes());
+  return t;
+}
 
 // Index of a sample within the task's micro-batch.
 size_t position_of(const RunTask& t, int32_t sample) {
@@ -102,17 +120,20 @@ SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
   ForwardOutput out = model_->forward(in, stage_ > 0 ? &stage_in : nullptr);
   Result result;
   if (!last) {
-    result.stage_out = {transport_.copy_of({out.hidden.rows, out.hidden.cols}, out.hidden.data), out.geometry};
+    result.stage_out = {host_copy(transport_, *backend_, {out.hidden.rows, out.hidden.cols}, out.hidden.data),
+                        out.geometry};
   } else if (!sec.loss.empty()) {
     if (!has_teacher) teacher.clear();
-    result.loss = model_->loss(*out.context, teacher, rt.data->loss_positions.at(size_t(section_)));
+    const QueuedLoss q{t.id, rt.data->loss_positions.at(size_t(section_)), take_slots(sec.loss.size())};
+    model_->loss_terms(*out.context, teacher, q.n_global, slot(q.slot));
+    queued_losses_.push_back(q);
   }
   // Outputs: a copy per outgoing flow and sample, handed on by handle.
   for (size_t fi = 0; fi < program_.flows.size() && last; ++fi) {
     if (program_.flows[fi].from != sec.name) continue;
     for (size_t k = 0; k < n; ++k) {
       const RowsView& v = out.outputs[k];
-      result.outputs.push_back({int32_t(fi), rt.samples[k], transport_.copy_of({v.rows, v.cols}, v.data)});
+      result.outputs.push_back({int32_t(fi), rt.samples[k], host_copy(transport_, *backend_, {v.rows, v.cols}, v.data)});
     }
   }
   if (sec.mode == Mode::Train) {
@@ -162,28 +183,42 @@ SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
   Result out;
   if (stage_ > 0) {
     const RowsView d = SectionModel::stage_input_grad(*pending.context);
-    out.stage_out.tensor = transport_.copy_of({d.rows, d.cols}, d.data);
+    out.stage_out.tensor = host_copy(transport_, *backend_, {d.rows, d.cols}, d.data);
     return out;
   }
   for (size_t k = 0; k < n && k < in_grads.size(); ++k)
     for (size_t b = 0; b < in_grads[k].size() && b < pending.spliced_flows[k].size(); ++b) {
       const RowsView& v = in_grads[k][b];
-      out.outputs.push_back({pending.spliced_flows[k][b], rt.samples[k], transport_.copy_of({v.rows, v.cols}, v.data)});
+      out.outputs.push_back(
+          {pending.spliced_flows[k][b], rt.samples[k], host_copy(transport_, *backend_, {v.rows, v.cols}, v.data)});
     }
   return out;
 }
 
-TensorRef SectionRunner::grads() {
-  if (model_->grad_count() == 0) return {};
-  return transport_.copy_of({int64_t(model_->grad_count())}, model_->grads());
+SectionRunner::StepScalars SectionRunner::reduce_grads() {
+  size_t norm_slot = 0;
+  if (float* g = model_->grads()) {
+    if (dp_group_ && dp_group_->size() > 1) dp_group_->all_reduce(g, model_->grad_count());
+    norm_slot = take_slots(1);
+    model_->grad_sq_norm(slot(norm_slot));
+  }
+  // The one read of the step: every used chunk, in one copy each.
+  std::vector<double> host(used_);
+  for (size_t c = 0; c * kSlots < used_; ++c)
+    backend_->copy_to_host(host.data() + c * kSlots, chunks_[c], std::min(kSlots, used_ - c * kSlots) * sizeof(double));
+  StepScalars out;
+  const Section& sec = program_.sections[size_t(section_)];
+  for (const QueuedLoss& q : queued_losses_)
+    out.losses.push_back(
+        {q.task, SectionModel::loss_value(sec, std::span<const double>(host.data() + q.slot, sec.loss.size()), q.n_global)});
+  if (model_->grads()) out.grad_sq_norm = host[norm_slot];
+  queued_losses_.clear();
+  used_ = 0;
+  return out;
 }
 
-void SectionRunner::apply(const TensorRef& summed, double scale, double lr) {
-  float* g = model_->grads();
-  if (!g) return;
-  std::span<const float> s = summed.values();
-  if (s.size() != model_->grad_count()) throw std::logic_error("summed gradient of the wrong size");
-  std::copy(s.begin(), s.end(), g);
+void SectionRunner::apply(double scale, double lr) {
+  if (!model_->grads()) throw std::logic_error("an optimizer step on a frozen section");
   if (scale != 1.0) model_->scale_grads(float(scale));
   model_->adamw_step(program_.train.optimizer, lr);
   model_->zero_grads();

@@ -3,7 +3,9 @@
 // tensors and step data into the engine's per-sample inputs, keeps each
 // micro-batch's forward context until its backward, and turns the engine's
 // outputs back into TensorRefs from the transport. Plain C++: the worker
-// actor calls it, nothing here knows about CAF.
+// actor calls it, nothing here knows about CAF. The Backend is injected
+// (chosen by gpu/backend_factory.h); host data crosses into and out of it
+// only by the backend's explicit copies.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +16,8 @@
 
 #include "actors/messages.h"
 #include "dsl/program.h"
-#include "transport/local_transport.h"
+#include "transport/collectives.h"
+#include "transport/transport.h"
 
 namespace maestro {
 
@@ -30,11 +33,12 @@ class SectionRunner {
   // Creates the section's model: random init from `seed`, then the
   // section's `weights` file when it names one. Throws std::runtime_error
   // naming the section on a missing or mismatched weights file.
-  // `threads`: the section's CPU backend's thread count (0 = all cores).
-  // Pipeline stage `stage` of `stages` holds that stage's layers only
-  // (nn/section_model.h); stages = 1 is the whole section.
-  SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, LocalTransport& transport,
-                int threads);
+  // `backend`: this replica's own (make_backend). `dp_group`: this
+  // replica's rank in the section's (and stage's) data-parallel group; null
+  // = a group of one. Pipeline stage `stage` of `stages` holds that stage's
+  // layers only (nn/section_model.h); stages = 1 is the whole section.
+  SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, Transport& transport,
+                std::unique_ptr<Backend> backend, std::shared_ptr<Communicator> dp_group);
   ~SectionRunner();
 
   struct Result {
@@ -43,18 +47,25 @@ class SectionRunner {
     // flow and sample.
     std::vector<FlowTensor> outputs;
     StageTensor stage_out;            // for the neighbouring stage (see messages.h)
-    double loss = 0;                  // forward of a loss section: this micro-batch's share of the step's loss
   };
-  // Runs the forward of a micro-batch and keeps its context for backward.
+  // Runs the forward of a micro-batch and keeps its context for backward;
+  // a loss section's loss is queued into the step's scalar accumulators.
   Result forward(const RunTask& task);
   // Runs the backward of a forward done earlier, accumulating (+=) into the
   // parameter gradients.
   Result backward(const RunTask& task);
 
-  // A copy of the gradient buffer.                         [parameter count]
-  TensorRef grads();
-  // grads = summed * scale; AdamW step at lr; grads = 0.
-  void apply(const TensorRef& summed, double scale, double lr);
+  // End of step, on every replica of the group together: all-reduces the
+  // gradients over the data-parallel group (train sections), queues their
+  // norm², then reads the step's scalars (the forwards' losses, the norm²)
+  // back — the replica's one wait for its backend in a step.
+  struct StepScalars {
+    std::vector<TaskLoss> losses;  // forward tasks of the step, in run order
+    double grad_sq_norm = 0;
+  };
+  StepScalars reduce_grads();
+  // grads *= scale; AdamW step at lr; grads = 0.
+  void apply(double scale, double lr);
 
   void save(const std::string& path);  // parameters + AdamW state, under the section prefix
   void load(const std::string& path);
@@ -65,11 +76,24 @@ class SectionRunner {
  private:
   const Program& program_;
   int section_, stage_, stages_;
-  LocalTransport& transport_;
+  Transport& transport_;
   std::unique_ptr<Backend> backend_;
+  std::shared_ptr<Communicator> dp_group_;
   std::unique_ptr<SectionModel> model_;
   struct Pending;
   std::map<int64_t, Pending> pending_;  // micro-batch id -> its forward, until its backward
+  // The step's scalar accumulators in backend memory: slots [0, used_)
+  // of chunks of kSlots doubles, read back by reduce_grads().
+  static constexpr size_t kSlots = 256;
+  std::vector<double*> chunks_;
+  size_t used_ = 0;
+  struct QueuedLoss {
+    int64_t task = 0, n_global = 0;
+    size_t slot = 0;  // its terms' raw sums: [slot, slot + loss terms)
+  };
+  std::vector<QueuedLoss> queued_losses_;
+  size_t take_slots(size_t n);  // n consecutive slots in one chunk
+  double* slot(size_t i) { return chunks_[i / kSlots] + i % kSlots; }
 };
 
 }  // namespace maestro

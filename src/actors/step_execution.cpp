@@ -80,7 +80,6 @@ void StepExecution::complete(const TaskDone& done) {
     throw std::logic_error(fmt::format("task {} finished before it was released, or twice", t.id));
   done_[size_t(t.id)] = true;
   ++done_count_;
-  loss_of_task_[size_t(t.id)] = done.loss;
   const bool forward = t.kind == Task::Kind::Forward;
   // The hand-off to the next stage: forward on, backward back.
   const int64_t next_stage = forward ? t.stage + 1 : t.stage - 1;
@@ -99,6 +98,12 @@ void StepExecution::complete(const TaskDone& done) {
     table[{ft.flow, ft.sample}] = ft.tensor;
   }
   frontier_.complete(t.id);
+}
+
+void StepExecution::set_loss(int64_t task, double loss) {
+  if (task < 0 || size_t(task) >= schedule_.tasks.size() || schedule_.tasks[size_t(task)].kind != Task::Kind::Forward)
+    throw std::logic_error(fmt::format("a loss for task {}, which is not a forward of this step", task));
+  loss_of_task_[size_t(task)] = loss;
 }
 
 double StepExecution::loss() const {

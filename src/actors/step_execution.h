@@ -47,6 +47,9 @@ class StepExecution {
   const Schedule& schedule() const { return schedule_; }
   // Sum of the forward tasks' loss shares, in issue order.
   double loss() const;
+  // A forward task's loss share, reported at the end of the step (the
+  // replicas read their losses back once per step, not per task).
+  void set_loss(int64_t task, double loss);
 
  private:
   int64_t stages(int section) const { return plan_.sections[size_t(section)].pp; }

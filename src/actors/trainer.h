@@ -16,6 +16,7 @@
 
 #include "actors/step_inputs.h"
 #include "dsl/program.h"
+#include "gpu/backend_factory.h"
 #include "graph/section_graph.h"
 #include "plan/plan.h"
 
@@ -29,6 +30,7 @@ struct TrainOptions {
   std::string checkpoint_dir;          // "" = the program's train.checkpoint.dir
   std::optional<uint64_t> seed;        // overrides train.seed
   int64_t threads = 0;                 // CAF scheduler and CPU backend threads; 0 = all cores (cpu_slots)
+  BackendKind backend = BackendKind::Cpu;  // every section replica's (gpu/backend_factory.h)
   const std::atomic<bool>* interrupt = nullptr;  // SIGINT: checkpoint and stop
 };
 

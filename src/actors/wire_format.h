@@ -1,10 +1,10 @@
 // How the payloads of the runtime's messages serialise (CAF `inspect`
 // overloads), so that a message can cross a process: the step's batch and
 // sample contents, a Schedule task, and a TensorRef. In process, CAF never
-// serialises a message — handles stay zero-copy; crossing a process, a
-// TensorRef travels by value (shape and fp32 values) and arrives as a fresh
+// serialises a message — handles stay zero-copy; crossing a process, a host
+// TensorRef travels by value (shape, dtype and bytes) and arrives as a fresh
 // buffer on the other side (a transport that puts tensors into a peer's
-// registered buffer would send only a descriptor instead).
+// registered buffer sends only a TensorDescriptor, transport/transport.h).
 #pragma once
 
 #include <caf/meta/load_callback.hpp>
@@ -12,7 +12,11 @@
 #include <caf/meta/type_name.hpp>
 #include <caf/error.hpp>
 #include <caf/sec.hpp>
+#include <cstdint>
+#include <cstring>
 #include <memory>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "actors/step_data.h"
@@ -52,13 +56,28 @@ typename Inspector::result_type inspect(Inspector& f, std::shared_ptr<const Step
 
 MAESTRO_INSPECT(Task, x.id, x.section, x.replica, x.stage, x.kind, x.micro_batch, x.deps)
 
-// A tensor by value: present, shape, values [numel].
+// A tensor by value: present, shape, storage dtype, its bytes [bytes()].
+// It arrives as a standalone host block (nn/dtype.h's dtype kept as sent):
+// where the sender's block was registered is its process's business. A
+// tensor in device memory has no host bytes to send: serialising one fails
+// with a clear error (it crosses as a TensorDescriptor, transport.h, the
+// peer putting into it).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TensorRef& x) {
   bool present = !x.empty();
-  std::vector<float> values;
+  std::vector<uint8_t> bytes;
+  auto save = caf::meta::save_callback([&]() -> caf::error {
+    if (present && x.device() != Device::Host)
+      return caf::make_error(caf::sec::state_not_serializable,
+                             "a tensor in device memory does not cross processes by value (send its TensorDescriptor)");
+    return caf::none;
+  });
   if constexpr (Inspector::reads_state) {
-    if (present) values.assign(x.values().begin(), x.values().end());
+    if (present && x.device() == Device::Host) {
+      const std::span<const std::byte> raw = std::as_const(x).raw();
+      bytes.resize(raw.size());
+      if (!raw.empty()) std::memcpy(bytes.data(), raw.data(), raw.size());
+    }
   }
   auto load = caf::meta::load_callback([&]() -> caf::error {
     if (!present) {
@@ -66,12 +85,15 @@ typename Inspector::result_type inspect(Inspector& f, TensorRef& x) {
       return caf::none;
     }
     x.buffer = std::make_shared<Buffer>();
-    x.buffer->data = std::move(values);
-    if (x.numel() != int64_t(x.buffer->data.size()))
-      return caf::make_error(caf::sec::invalid_argument, "TensorRef: shape and values disagree");
+    x.buffer->standalone.resize(bytes.size());
+    if (!bytes.empty()) std::memcpy(x.buffer->standalone.data(), bytes.data(), bytes.size());
+    x.buffer->data = x.buffer->standalone.data();
+    x.buffer->capacity = x.buffer->standalone.size();
+    if (x.numel() < 0 || x.bytes() != x.buffer->capacity)
+      return caf::make_error(caf::sec::invalid_argument, "TensorRef: shape, dtype and bytes disagree");
     return caf::none;
   });
-  return f(caf::meta::type_name("TensorRef"), present, x.shape, values, load);
+  return f(caf::meta::type_name("TensorRef"), save, present, x.shape, x.dtype, bytes, load);
 }
 
 }  // namespace maestro

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "gpu/device_query.h"
+#include "gpu/backend_factory.h"
 
 namespace maestro {
 
@@ -71,7 +71,7 @@ std::string consumes_summary(const std::vector<Modality>& consumes) {
 
 std::string detected_backend(const RuntimeConfig& config) {
   if (config.runtime.backend != "auto") return config.runtime.backend;
-  return cuda_device_count().value_or(0) > 0 ? "cuda" : "cpu";
+  return backend_kind_name(choose_backend("auto").kind);
 }
 
 }  // namespace maestro

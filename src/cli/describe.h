@@ -24,7 +24,7 @@ std::string loss_summary(const std::vector<LossTerm>& loss);
 std::string parallel_summary(const ParallelSpec& parallel);
 // "text, image", "-" for none
 std::string consumes_summary(const std::vector<Modality>& consumes);
-// What `backend = "auto"` means here: "cuda" when a GPU is found, else "cpu".
+// What `backend = "auto"` means here (gpu/backend_factory.h: "cpu" until a CUDA backend exists).
 std::string detected_backend(const RuntimeConfig& config);
 
 }  // namespace maestro

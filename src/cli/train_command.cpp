@@ -59,8 +59,11 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
                  "config or train.checkpoint in the model\n", (long long)*cli.stop_after);
     return 2;
   }
-  if (config.runtime.backend == "cuda") {
-    std::fprintf(stderr, "error: runtime.backend = \"cuda\": this build trains on the CPU only\n");
+  BackendChoice backend;
+  try {
+    backend = choose_backend(config.runtime.backend);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s%s\n", config.file.empty() ? "" : (config.file + ": ").c_str(), e.what());
     return 2;
   }
   if (config.transport.kind != "auto" && config.transport.kind != "local") {
@@ -76,6 +79,7 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
   opt.checkpoint_dir = checkpoint_dir;
   opt.seed = config.runtime.seed;
   opt.threads = config.runtime.threads;
+  opt.backend = backend.kind;
   opt.interrupt = &g_interrupt;
 
   Program runnable;
@@ -122,7 +126,7 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
                         {"samples_per_s", rate},
                         {"first_loss", first},
                         {"final_loss", last},
-                        {"backend", "cpu"},
+                        {"backend", backend_kind_name(backend.kind)},
                         {"transport", r.transport},
                         {"schedule", cli.schedule},
                         {"sched_share", r.sched_share},

@@ -43,28 +43,39 @@ class CpuBackend final : public Backend {
   // OpenBLAS runs single-threaded: its own threading changes the bits of a
   // product with the thread count, so gemm() splits the output over the pool.
   explicit CpuBackend(int threads)
-      : pool_(threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()))) {
+      : Backend(Device::Host), pool_(threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()))) {
     openblas_set_num_threads(1);
   }
 
   const char* name() const override { return "cpu"; }
 
   // ---- memory ---------------------------------------------------------------
-  float* allocate(size_t floats) override {
-    const size_t bytes = std::max<size_t>(64, (floats * sizeof(float) + 63) / 64 * 64);
-    auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (!p) throw std::bad_alloc();
-    std::memset(p, 0, bytes);
-    return p;
+  // Host memory: the copies in and out are memmoves, and nothing is queued, so
+  // copy_to_host has nothing to wait for.
+  void* allocate(size_t n, DType dtype) override { return aligned_zeroed(n * dtype_size(dtype)); }
+  double* allocate_scalars(size_t n) override { return static_cast<double*>(aligned_zeroed(n * sizeof(double))); }
+  void release(void* p) override { std::free(p); }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override { copy_bytes(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { copy_bytes(dst, src, bytes); }
+  void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, size_t n) override {
+    if (dst_dtype == src_dtype) return copy_bytes(dst, src, n * dtype_size(dst_dtype));
+    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
+      if (dst_dtype == DType::BF16) {
+        auto* d = static_cast<uint16_t*>(dst);
+        const auto* x = static_cast<const float*>(src);
+        for (int64_t i = b; i < e; ++i) d[i] = float_to_bf16(x[i]);
+      } else {
+        auto* d = static_cast<float*>(dst);
+        const auto* x = static_cast<const uint16_t*>(src);
+        for (int64_t i = b; i < e; ++i) d[i] = bf16_to_float(x[i]);
+      }
+    });
   }
-  void release(float* p) override { std::free(p); }
   void zero(float* p, size_t n) override {
     pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) { std::memset(p + b, 0, (e - b) * sizeof(float)); });
   }
-  void copy(float* dst, const float* src, size_t n) override {
-    if (dst == src) return;
-    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) { std::memmove(dst + b, src + b, (e - b) * sizeof(float)); });
-  }
+  void zero_scalars(double* p, size_t n) override { std::fill(p, p + n, 0.0); }
+  void copy(float* dst, const float* src, size_t n) override { copy_bytes(dst, src, n * sizeof(float)); }
   void add(float* out, const float* a, const float* b_, size_t n) override {
     pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) out[i] = a[i] + b_[i];
@@ -81,7 +92,7 @@ class CpuBackend final : public Backend {
     });
   }
   // Partials over fixed blocks, summed in block order.
-  double sq_norm(const float* p, size_t n) override {
+  void sq_norm(double* out, const float* p, size_t n) override {
     const int64_t blocks = (int64_t(n) + kReduceBlock - 1) / kReduceBlock;
     std::vector<double> partial(size_t(blocks), 0.0);
     pool_.parallel_for(blocks, 4, [&](int64_t b, int64_t e) {
@@ -94,7 +105,7 @@ class CpuBackend final : public Backend {
     });
     double s = 0;
     for (double x : partial) s += x;
-    return s;
+    *out = s;
   }
 
   // ---- embedding --------------------------------------------------------------
@@ -388,8 +399,8 @@ class CpuBackend final : public Backend {
   }
 
   // ---- losses ---------------------------------------------------------------------------------
-  double cross_entropy(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
-                       float scale) override {
+  void cross_entropy(double* loss, float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                     float scale) override {
     std::vector<double> row_loss(size_t(N), 0.0);
     pool_.parallel_for(N, std::max<int64_t>(1, kElementGrain / V), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
@@ -411,10 +422,10 @@ class CpuBackend final : public Backend {
     });
     double total = 0;
     for (double l : row_loss) total += l;
-    return total;
+    *loss = total;
   }
-  double kl_divergence(float* dstudent, const float* student, const float* teacher, const int32_t* targets,
-                       int64_t N, int64_t V, float T, float scale) override {
+  void kl_divergence(double* loss, float* dstudent, const float* student, const float* teacher,
+                     const int32_t* targets, int64_t N, int64_t V, float T, float scale) override {
     std::vector<double> row_loss(size_t(N), 0.0);
     pool_.parallel_for(N, std::max<int64_t>(1, kElementGrain / V), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
@@ -443,7 +454,7 @@ class CpuBackend final : public Backend {
     });
     double total = 0;
     for (double l : row_loss) total += l;
-    return total;
+    *loss = total;
   }
 
   // ---- optimizer ------------------------------------------------------------------------------
@@ -469,6 +480,21 @@ class CpuBackend final : public Backend {
 
  private:
   static constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/π)
+
+  static void* aligned_zeroed(size_t bytes) {
+    bytes = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+    void* p = std::aligned_alloc(64, bytes);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  // dst = src over the pool (dst == src: nothing to do).
+  void copy_bytes(void* dst, const void* src, size_t bytes) {
+    if (dst == src || bytes == 0) return;
+    auto* d = static_cast<char*>(dst);
+    const auto* x = static_cast<const char*>(src);
+    pool_.parallel_for(int64_t(bytes), kElementGrain * 4, [&](int64_t b, int64_t e) { std::memmove(d + b, x + b, size_t(e - b)); });
+  }
 
   // C[M,Nc] = op(A)·op(B) + beta·C (row-major; op = transpose when ta/tb),
   // cut along the output's longer side into gemm_tile() tiles, each one

@@ -47,7 +47,7 @@ class AudioEncoder final : public ModelImpl {
         table[t * C + half + i] = float(std::cos(angle));
       }
     positions_ = b_.allocate(table.size());
-    b_.copy(positions_, table.data(), table.size());
+    b_.copy_from_host(positions_, table.data(), table.size() * sizeof(float));
   }
   ~AudioEncoder() override { b_.release(positions_); }
 
@@ -97,12 +97,12 @@ class AudioEncoder final : public ModelImpl {
     if (part_.first) {
       a.frames = ctx.take(N * K);
       for (size_t i = 0; i < samples.size(); ++i)
-        b_.copy(a.frames + g.pk.cu_seqlens[i] * K, samples[i].values.data(), g.sample_tokens[i] * K);
+        b_.copy_from_host(a.frames + g.pk.cu_seqlens[i] * K, samples[i].values.data(), (g.sample_tokens[i] * K) * sizeof(float));
       b_.linear_forward(x0, a.frames, embed_w_.w, embed_b_.w, N, K, C);
       for (size_t i = 0; i < samples.size(); ++i)
         b_.accumulate(x0 + g.pk.cu_seqlens[i] * C, positions_, g.sample_tokens[i] * C);
     } else {
-      b_.copy(x0, stage_input->hidden.data(), N * C);
+      b_.copy_from_host(x0, stage_input->hidden.data(), (N * C) * sizeof(float));
     }
     const float* xL = stack_.forward(b_, ctx, g.pk, a.stack, x0);
     ForwardOutput out;
@@ -138,7 +138,7 @@ class AudioEncoder final : public ModelImpl {
         if (int64_t(output_grads[i].size()) != g.sample_tokens[i] * C)
           input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
                                             output_grads[i].size(), g.sample_tokens[i], C));
-        b_.copy(dout + g.pk.cu_seqlens[i] * C, output_grads[i].data(), output_grads[i].size());
+        b_.copy_from_host(dout + g.pk.cu_seqlens[i] * C, output_grads[i].data(), output_grads[i].size() * sizeof(float));
       }
       b_.layernorm_backward(dxL, norm_w_.g, norm_b_.g, dout, a.stack.xs.back(), norm_w_.w, a.mean, a.rstd, N, C);
     } else {

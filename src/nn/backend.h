@@ -1,7 +1,21 @@
 // Backend: the ops the models are written against, once, so that a CUDA
-// backend can plug in beside the CPU one (cpu/cpu_backend.h). Every op works
-// on raw fp32 row-major buffers the backend allocated; every buffer's shape
-// is in the comment. Forward ops write (=) their outputs; backward ops
+// backend can plug in beside the CPU one (cpu/cpu_backend.h). The runtime
+// picks one with make_backend (gpu/backend_factory.h) and hands it to each
+// section replica.
+//
+// Memory: every buffer lives in the backend's memory (host for the CPU
+// backend, device memory for a GPU one) and has a storage dtype chosen at
+// allocate(): F32, or BF16 for storage that ops read and write through
+// convert() (compute is fp32). Host data enters and leaves only through
+// copy_from_host / copy_to_host; copy() moves data inside the backend.
+//
+// Ops are queued work: none returns a host value. Scalar results (a loss, a
+// squared norm) are written into fp64 accumulators from allocate_scalars(),
+// which the runner reads with one copy_to_host per step, so a GPU backend
+// never waits for the device in the middle of a step.
+//
+// Every compute op works on fp32 row-major buffers; every buffer's shape is
+// in the comment. Forward ops write (=) their outputs; backward ops
 // ACCUMULATE (+=) into every gradient they produce, llm.c style, so a
 // caller zeroes a gradient buffer once and several uses sum into it. A
 // gradient pointer may be null when that gradient is not wanted (frozen
@@ -9,12 +23,16 @@
 //
 // Packed variable-length sequences: N tokens of n_seq sequences laid end to
 // end, sequence s occupying rows [cu_seqlens[s], cu_seqlens[s+1]) — no
-// padding. Attention never crosses a sequence boundary.
+// padding. Attention never crosses a sequence boundary. Index arrays
+// (tokens, positions, targets, cu_seqlens) are host memory the caller keeps
+// alive until the op returns.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+
+#include "nn/dtype.h"
 
 namespace maestro {
 
@@ -24,15 +42,30 @@ class Backend {
   virtual const char* name() const = 0;
 
   // ---- memory -----------------------------------------------------------
-  // Zero-filled, 64-byte aligned; freed by release().
-  virtual float* allocate(size_t floats) = 0;
-  virtual void release(float* p) = 0;
+  Device device() const { return device_; }
+  // n elements of `dtype`, zero-filled, 64-byte aligned; freed by release().
+  virtual void* allocate(size_t n, DType dtype) = 0;
+  float* allocate(size_t floats) { return static_cast<float*>(allocate(floats, DType::F32)); }
+  // n fp64 accumulators for scalar results (losses, norms), zero-filled.
+  virtual double* allocate_scalars(size_t n) = 0;
+  virtual void release(void* p) = 0;
+  // Host <-> backend copies of `bytes` bytes. copy_to_host returns once the
+  // work queued before it is done and the bytes are in host memory: the
+  // backend's only synchronisation point.
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  // dst[n] (dst_dtype) = src[n] (src_dtype): F32 -> BF16 rounds to nearest
+  // even (nn/dtype.h), BF16 -> F32 is exact, equal dtypes copy.
+  virtual void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, size_t n) = 0;
+
   virtual void zero(float* p, size_t n) = 0;
-  virtual void copy(float* dst, const float* src, size_t n) = 0;  // dst = src
+  virtual void zero_scalars(double* p, size_t n) = 0;
+  virtual void copy(float* dst, const float* src, size_t n) = 0;  // dst = src, both backend memory
   virtual void add(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b
   virtual void accumulate(float* dst, const float* src, size_t n) = 0;     // dst += src
   virtual void scale(float* p, float s, size_t n) = 0;                    // p *= s
-  virtual double sq_norm(const float* p, size_t n) = 0;                   // sum p^2 (in double)
+  // *out = Σ p² accumulated in fp64, in a fixed order (out: a scalar accumulator)
+  virtual void sq_norm(double* out, const float* p, size_t n) = 0;
 
   // ---- embedding --------------------------------------------------------
   // out[N,C] = table[tokens[i]]            tokens[N] in [0,V), table[V,C]
@@ -99,17 +132,17 @@ class Backend {
 
   // ---- losses (fused forward + gradient, one pass over the logits) --------
   // Cross-entropy over rows of logits[N,V] with targets[N] (a row with
-  // target < 0 is skipped). Returns Σ_rows -log softmax(row)[target] (in
-  // double) and, when dlogits[N,V] is not null, adds
+  // target < 0 is skipped). Writes *loss = Σ_rows -log softmax(row)[target]
+  // (fp64 accumulator) and, when dlogits[N,V] is not null, adds
   // scale · (softmax(row) - onehot(target)) to it.
-  virtual double cross_entropy(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
-                               float scale) = 0;
+  virtual void cross_entropy(double* loss, float* dlogits, const float* logits, const int32_t* targets, int64_t N,
+                             int64_t V, float scale) = 0;
   // Distillation KL with temperature T over rows of student[N,V] against
   // teacher[N,V] (rows with targets[i] < 0 skipped; targets only mask).
-  // Returns Σ_rows T² · KL(softmax(teacher/T) ‖ softmax(student/T)) and, when
-  // dstudent[N,V] is not null, adds scale · T · (softmax(student/T) - softmax(teacher/T)).
-  virtual double kl_divergence(float* dstudent, const float* student, const float* teacher,
-                               const int32_t* targets, int64_t N, int64_t V, float T, float scale) = 0;
+  // Writes *loss = Σ_rows T² · KL(softmax(teacher/T) ‖ softmax(student/T)) and,
+  // when dstudent[N,V] is not null, adds scale · T · (softmax(student/T) - softmax(teacher/T)).
+  virtual void kl_divergence(double* loss, float* dstudent, const float* student, const float* teacher,
+                             const int32_t* targets, int64_t N, int64_t V, float T, float scale) = 0;
 
   // ---- optimizer ----------------------------------------------------------
   // torch.optim.AdamW on n parameters: p -= lr·wd·p; m = b1 m + (1-b1) g;
@@ -121,6 +154,12 @@ class Backend {
   // Threads for the non-GEMM kernels and the BLAS (0 = all cores).
   virtual void set_threads(int threads) = 0;
   virtual int threads() const = 0;
+
+ protected:
+  explicit Backend(Device device) : device_(device) {}
+
+ private:
+  Device device_;
 };
 
 }  // namespace maestro

@@ -23,7 +23,7 @@ class Mlp final : public ModelImpl {
       const std::vector<float> ones(spec_.hidden, 1.0f);
       ones_capacity_ = spec_.hidden;
       ones_ = b_.allocate(ones_capacity_);
-      b_.copy(ones_, ones.data(), ones.size());
+      b_.copy_from_host(ones_, ones.data(), ones.size() * sizeof(float));
     }
   }
   ~Mlp() override {
@@ -53,7 +53,7 @@ class Mlp final : public ModelImpl {
     float* x = ctx.take(N * spec_.in);
     int64_t at = 0;
     for (const auto& s : samples) {
-      b_.copy(x + at, s.values.data(), s.values.size());
+      b_.copy_from_host(x + at, s.values.data(), s.values.size() * sizeof(float));
       at += int64_t(s.values.size());
     }
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -90,7 +90,7 @@ class Mlp final : public ModelImpl {
         if (int64_t(output_grads[i].size()) != a.rows[i] * spec_.out)
           input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
                                             output_grads[i].size(), a.rows[i], spec_.out));
-        b_.copy(dz + first * spec_.out, output_grads[i].data(), output_grads[i].size());
+        b_.copy_from_host(dz + first * spec_.out, output_grads[i].data(), output_grads[i].size() * sizeof(float));
       }
       first += a.rows[i];
     }

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <stdexcept>
@@ -25,7 +26,7 @@ void copy_stage_grad(const Section& s, Backend& b, float* dst, std::span<const f
   if (int64_t(grad.size()) != rows * cols)
     input_error(s, fmt::format("the gradient of the stage's output has {} floats, expected [{}, {}]", grad.size(),
                                rows, cols));
-  b.copy(dst, grad.data(), size_t(rows * cols));
+  b.copy_from_host(dst, grad.data(), size_t(rows * cols) * sizeof(float));
 }
 
 struct SectionModel::Impl {
@@ -48,6 +49,7 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
     n_params_ += t.numel();
   }
   params_ = backend_.allocate(n_params_);
+  scalars_ = backend_.allocate_scalars(std::max<size_t>(1, section_.loss.size()));
   if (section_.mode == Mode::Train) {
     grads_ = backend_.allocate(n_params_);
     adam_m_ = backend_.allocate(n_params_);
@@ -57,7 +59,7 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
   for (size_t i = 0; i < tensors_.size(); ++i) {
     host.resize(tensors_[i].numel());
     init_tensor(host.data(), tensors_[i], section_.name + "." + tensors_[i].name, seed);
-    backend_.copy(params_ + offsets_[i], host.data(), host.size());
+    backend_.copy_from_host(params_ + offsets_[i], host.data(), host.size() * sizeof(float));
   }
   if (!section_.weights.empty()) {
     try {
@@ -90,6 +92,7 @@ SectionModel::~SectionModel() {
 void SectionModel::release_buffers() {
   for (float** p : {&params_, &grads_, &adam_m_, &adam_v_})
     if (*p) backend_.release(std::exchange(*p, nullptr));
+  if (scalars_) backend_.release(std::exchange(scalars_, nullptr));
 }
 
 size_t SectionModel::activation_pool_floats() const { return impl_->pool.allocated_floats(); }
@@ -99,8 +102,8 @@ ForwardOutput SectionModel::forward(const std::vector<SampleInput>& samples, con
   return impl_->model->forward(std::move(ctx), samples, stage_ == 0 ? nullptr : stage_input);
 }
 
-double SectionModel::loss(ForwardContext& ctx, const std::vector<std::span<const float>>& teacher_logits,
-                          int64_t n_global) {
+void SectionModel::loss_terms(ForwardContext& ctx, const std::vector<std::span<const float>>& teacher_logits,
+                              int64_t n_global, double* raw) {
   if (section_.loss.empty()) input_error(section_, "loss() on a section without a loss");
   if (!ctx.logits) input_error(section_, "loss() needs a transformer's logits");
   if (ctx.dlogits) input_error(section_, "loss() called twice for one micro-batch");
@@ -110,14 +113,13 @@ double SectionModel::loss(ForwardContext& ctx, const std::vector<std::span<const
   if (positions > 0 && n_global <= 0)
     input_error(section_, fmt::format("loss normaliser N_global = {} with {} target positions", n_global, positions));
   ctx.dlogits = ctx.take_zeroed(Nt * V);
-  if (positions == 0) return 0.0;
+  if (positions == 0) return backend_.zero_scalars(raw, section_.loss.size());
   const float* teacher = nullptr;
-  double total = 0;
-  for (const LossTerm& term : section_.loss) {
+  for (size_t k = 0; k < section_.loss.size(); ++k) {
+    const LossTerm& term = section_.loss[k];
     const float scale = float(term.weight / double(n_global));
     if (term.kind == LossKind::CrossEntropy) {
-      total += term.weight * backend_.cross_entropy(ctx.dlogits, ctx.logits, ctx.targets.data(), Nt, V, scale) /
-               double(n_global);
+      backend_.cross_entropy(raw + k, ctx.dlogits, ctx.logits, ctx.targets.data(), Nt, V, scale);
       continue;
     }
     if (!teacher) {  // the teacher's logits of the kept text rows, packed like ours   [Nt, V]
@@ -131,16 +133,27 @@ double SectionModel::loss(ForwardContext& ctx, const std::vector<std::span<const
         if (int64_t(teacher_logits[i].size()) % V != 0 || int64_t(teacher_logits[i].size()) < rows * V)
           input_error(section_, fmt::format("sample {}: teacher logits of {} floats, expected at least [{}, {}]", i,
                                             teacher_logits[i].size(), rows, V));
-        backend_.copy(packed + ctx.text_offsets[i] * V, teacher_logits[i].data(), rows * V);
+        backend_.copy_from_host(packed + ctx.text_offsets[i] * V, teacher_logits[i].data(), (rows * V) * sizeof(float));
       }
       teacher = packed;
     }
-    const float T = float(term.temperature);
-    total += term.weight *
-             backend_.kl_divergence(ctx.dlogits, ctx.logits, teacher, ctx.targets.data(), Nt, V, T, scale) /
-             double(n_global);
+    backend_.kl_divergence(raw + k, ctx.dlogits, ctx.logits, teacher, ctx.targets.data(), Nt, V,
+                           float(term.temperature), scale);
   }
+}
+
+double SectionModel::loss_value(const Section& section, std::span<const double> raw, int64_t n_global) {
+  double total = 0;
+  for (size_t k = 0; k < section.loss.size(); ++k) total += section.loss[k].weight * raw[k] / double(n_global);
   return total;
+}
+
+double SectionModel::loss(ForwardContext& ctx, const std::vector<std::span<const float>>& teacher_logits,
+                          int64_t n_global) {
+  loss_terms(ctx, teacher_logits, n_global, scalars_);
+  std::vector<double> raw(section_.loss.size());
+  backend_.copy_to_host(raw.data(), scalars_, raw.size() * sizeof(double));
+  return loss_value(section_, raw, n_global);
 }
 
 std::vector<std::vector<RowsView>> SectionModel::backward(ForwardContext& ctx,
@@ -157,7 +170,17 @@ void SectionModel::zero_grads() {
   if (grads_) backend_.zero(grads_, n_params_);
 }
 
-double SectionModel::grad_sq_norm() { return grads_ ? backend_.sq_norm(grads_, n_params_) : 0.0; }
+void SectionModel::grad_sq_norm(double* out) {
+  if (grads_) backend_.sq_norm(out, grads_, n_params_);
+  else backend_.zero_scalars(out, 1);
+}
+
+double SectionModel::grad_sq_norm() {
+  grad_sq_norm(scalars_);
+  double host = 0;
+  backend_.copy_to_host(&host, scalars_, sizeof(double));
+  return host;
+}
 
 void SectionModel::scale_grads(float f) {
   if (grads_) backend_.scale(grads_, f, n_params_);
@@ -179,7 +202,7 @@ std::string full_name(const std::string& prefix, const std::string& name) {
 // A host copy of n floats of backend memory, as an F32 tensor of `shape`.
 Tensor host_copy(Backend& b, const float* src, const std::vector<int64_t>& shape) {
   Tensor t = Tensor::host(DType::F32, shape);
-  b.copy(t.f32(), src, t.numel());
+  b.copy_to_host(t.f32(), src, t.numel() * sizeof(float));
   return t;
 }
 
@@ -207,7 +230,7 @@ void SectionModel::read_parameters(const std::string& path, const std::string& p
   auto read = [&](const std::string& name, size_t i, float* dst) {
     host.resize(tensors_[i].numel());
     file.read_f32(name, tensors_[i].shape, host.data());
-    backend_.copy(dst + offsets_[i], host.data(), host.size());
+    backend_.copy_from_host(dst + offsets_[i], host.data(), host.size() * sizeof(float));
   };
   for (size_t i = 0; i < tensors_.size(); ++i) read(full_name(prefix, tensors_[i].name), i, params_);
   if (!with_optimizer) return;

@@ -10,9 +10,11 @@
 // Threading: one caller at a time per SectionModel (the replica's compute
 // worker). A context must not outlive the model that made it.
 //
-// Memory: everything here is fp32 in the Backend's memory, which the CPU
-// backend keeps in host memory; inputs are copied in at forward, outputs and
-// input gradients are views into the context, valid until the context dies.
+// Memory: everything here is fp32 in the Backend's memory (host memory for
+// the CPU backend, device memory for a GPU one); inputs are copied in from
+// the host at forward, outputs and input gradients are views into the
+// context (backend memory: read them with Backend::copy_to_host), valid
+// until the context dies.
 #pragma once
 
 #include <cstdint>
@@ -123,6 +125,16 @@ class SectionModel {
   // which the front end checks on a logits flow; a teacher that kept more
   // text rows has its first n_text rows used). Seeds the
   // context's backward with d(loss)/d(logits).
+  //
+  // loss_terms is the step's path: it queues the work and writes each
+  // term's raw sum (Σ over target positions) into raw[k], k in
+  // section().loss order — fp64 accumulators from
+  // Backend::allocate_scalars, read back later, once per step; loss_value
+  // turns the read values into the share. loss() does both at once (it
+  // waits for the backend: tests and tools).
+  void loss_terms(ForwardContext& ctx, const std::vector<std::span<const float>>& teacher_logits, int64_t n_global,
+                  double* raw);
+  static double loss_value(const Section& section, std::span<const double> raw, int64_t n_global);
   double loss(ForwardContext& ctx, const std::vector<std::span<const float>>& teacher_logits, int64_t n_global);
 
   // Backward of a forward done earlier. output_grads[i] is the gradient of
@@ -144,7 +156,8 @@ class SectionModel {
 
   // ---- gradients and optimizer (train mode; frozen: no such memory) --------
   void zero_grads();
-  double grad_sq_norm();       // Σ g² over every parameter (double)
+  void grad_sq_norm(double* out);  // *out = Σ g² over every parameter (a scalar accumulator; 0 when frozen)
+  double grad_sq_norm();           // the same, waited for and read back (tests and tools)
   void scale_grads(float f);   // g *= f
   // The flat gradient buffer, [parameter_count()] in model_tensors order,
   // for the data-parallel all-reduce; null in frozen mode.
@@ -187,6 +200,7 @@ class SectionModel {
   float* grads_ = nullptr;   // [n_params_]  train only
   float* adam_m_ = nullptr;  // [n_params_]  train only
   float* adam_v_ = nullptr;  // [n_params_]  train only
+  double* scalars_ = nullptr;  // [max(1, loss terms)] for loss() and grad_sq_norm()
   int64_t adam_t_ = 0;
   std::unique_ptr<Impl> impl_;
 };

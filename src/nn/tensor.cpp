@@ -1,4 +1,4 @@
-// Tensor helpers and the bf16 conversions (see tensor.h).
+// Tensor helpers (see tensor.h).
 #include "nn/tensor.h"
 
 #include <fmt/format.h>
@@ -7,9 +7,6 @@
 #include <cstring>
 
 namespace maestro {
-
-const char* dtype_name(DType d) { return d == DType::F32 ? "F32" : "BF16"; }
-size_t dtype_size(DType d) { return d == DType::F32 ? 4 : 2; }
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -39,20 +36,5 @@ Tensor Tensor::host(DType dtype, std::vector<int64_t> shape) {
 }
 
 int64_t Tensor::numel() const { return numel_of(shape); }
-
-uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-
-float bf16_to_float(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 }  // namespace maestro

@@ -9,12 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "nn/dtype.h"
+
 namespace maestro {
-
-enum class DType { F32, BF16 };
-
-const char* dtype_name(DType d);   // "F32", "BF16" (safetensors spelling)
-size_t dtype_size(DType d);        // bytes per element
 
 struct Tensor {
   DType dtype = DType::F32;
@@ -34,9 +31,5 @@ struct Tensor {
 
 int64_t numel_of(const std::vector<int64_t>& shape);
 std::string shape_str(const std::vector<int64_t>& shape);  // "[4, 8]"
-
-// bfloat16 <-> float: the top 16 bits of an IEEE float, rounded to nearest even.
-uint16_t float_to_bf16(float f);
-float bf16_to_float(uint16_t b);
 
 }  // namespace maestro

@@ -104,14 +104,14 @@ class Transformer final : public ModelImpl {
       for (size_t i = 0; i < samples.size(); ++i) {
         int64_t row = g.seq_row[i];
         for (const auto& blk : samples[i].spliced) {
-          b_.copy(x0 + row * C, blk.data(), blk.size());
+          b_.copy_from_host(x0 + row * C, blk.data(), blk.size() * sizeof(float));
           row += int64_t(blk.size()) / C;
         }
         const int64_t t0 = g.text_offsets[i], nt = g.text_offsets[i + 1] - t0;
         b_.embedding_forward(x0 + row * C, g.tokens.data() + t0, embed_.w, nt, C);
       }
     } else {
-      b_.copy(x0, stage_input->hidden.data(), N * C);
+      b_.copy_from_host(x0, stage_input->hidden.data(), (N * C) * sizeof(float));
     }
     // Layers.
     a.xs.push_back(x0);

@@ -1,49 +1,50 @@
 // The `local` transport: tensors handed between actors of one process
-// without copying. A producer allocates a TensorRef from the pool, writes
-// into it and sends the handle; the consumer reads the same memory. Buffers
-// are reference-counted and return to the pool's free lists when the last
-// handle drops, so a steady-state training step allocates nothing.
+// without copying, and one-sided puts between LocalTransports of one
+// process (what the tests and a future per-replica transport use).
 //
-// Thread-safe: replicas' compute workers allocate and release concurrently.
+// Memory is host memory in registered pools. Blocks have power-of-two
+// capacities (at least 256 bytes), carved from a pool's unused end and,
+// once freed (the last TensorRef dropped), kept on a free list per pool
+// and capacity for the next tensor of that class — so a steady-state
+// training step allocates nothing. The default pool grows by registering
+// another 16 MiB (or larger) region when it is full; a pool from
+// register_pool() has the size it was given.
+//
+// Thread-safe: replicas' compute workers allocate, release and put
+// concurrently.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <vector>
 
-#include "transport/tensor_ref.h"
+#include "transport/transport.h"
 
 namespace maestro {
 
-struct PoolStats {
-  int64_t allocations = 0;  // buffers created with new storage
-  int64_t reuses = 0;       // buffers handed out again from a free list
-  int64_t live = 0;         // buffers currently referenced by a TensorRef
-  int64_t pooled = 0;       // buffers waiting in free lists
-};
-
-class LocalTransport {
+class LocalTransport final : public Transport {
  public:
   LocalTransport();
-  ~LocalTransport();
+  ~LocalTransport() override;
   LocalTransport(const LocalTransport&) = delete;
   LocalTransport& operator=(const LocalTransport&) = delete;
 
-  // A zero-filled tensor of this shape, in a buffer of at least its size
-  // (capacities are rounded up to a power of two so buffers are reusable).
-  TensorRef allocate(std::vector<int64_t> shape);
-  // A tensor holding a copy of `values` (shape's numel must match).
-  TensorRef copy_of(std::vector<int64_t> shape, const float* values);
+  const char* name() const override { return "local"; }
+  uint64_t id() const override;
+  uint64_t register_pool(size_t bytes, Device device) override;
+  TensorRef allocate(std::vector<int64_t> shape, DType dtype = DType::F32, uint64_t pool = kDefaultPool) override;
+  TensorDescriptor describe(const TensorRef& tensor) const override;
+  // Synchronous: the bytes are copied (or the put refused) and `done` has
+  // run when put() returns. Reaches every LocalTransport of the process.
+  void put(const TensorRef& src, const TensorDescriptor& dst, PutCompletion done) override;
+  TransportStats stats() const override;
 
-  PoolStats stats() const;
-  const char* name() const { return "local"; }
+  // Internal (local_transport.cpp): shared with the blocks' deleters, so it
+  // outlives the transport while refs do, and with the process's table of
+  // transports that puts look targets up in.
+  struct State;
 
  private:
-  struct Pool;  // shared with the buffers' deleters, so it outlives the transport if refs do
-  std::shared_ptr<Pool> pool_;
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace maestro

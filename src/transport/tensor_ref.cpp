@@ -1,7 +1,25 @@
 // TensorRef accessors.
 #include "transport/tensor_ref.h"
 
+#include <cstring>
+#include <stdexcept>
+
 namespace maestro {
+
+TensorRef TensorRef::of(std::vector<float> values, std::vector<int64_t> shape) {
+  if (shape.empty()) shape = {int64_t(values.size())};
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (size_t(n) != values.size()) throw std::invalid_argument("TensorRef::of: shape and values differ in size");
+  TensorRef t;
+  t.shape = std::move(shape);
+  t.buffer = std::make_shared<Buffer>();
+  t.buffer->standalone.resize(values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(t.buffer->standalone.data(), values.data(), values.size() * sizeof(float));
+  t.buffer->data = t.buffer->standalone.data();
+  t.buffer->capacity = t.buffer->standalone.size();
+  return t;
+}
 
 int64_t TensorRef::numel() const {
   if (!buffer) return 0;
@@ -10,14 +28,36 @@ int64_t TensorRef::numel() const {
   return n;
 }
 
+namespace {
+void require_host(const TensorRef& t, bool f32) {
+  if (t.device() != Device::Host) throw std::logic_error("TensorRef: the bytes of a device tensor are not host memory");
+  if (f32 && t.dtype != DType::F32)
+    throw std::logic_error(std::string("TensorRef::values() of a ") + dtype_name(t.dtype) + " tensor");
+}
+}  // namespace
+
 std::span<float> TensorRef::values() {
   if (!buffer) return {};
-  return {buffer->data.data(), static_cast<size_t>(numel())};
+  require_host(*this, true);
+  return {reinterpret_cast<float*>(buffer->data), size_t(numel())};
 }
 
 std::span<const float> TensorRef::values() const {
   if (!buffer) return {};
-  return {buffer->data.data(), static_cast<size_t>(numel())};
+  require_host(*this, true);
+  return {reinterpret_cast<const float*>(buffer->data), size_t(numel())};
+}
+
+std::span<std::byte> TensorRef::raw() {
+  if (!buffer) return {};
+  require_host(*this, false);
+  return {buffer->data, bytes()};
+}
+
+std::span<const std::byte> TensorRef::raw() const {
+  if (!buffer) return {};
+  require_host(*this, false);
+  return {buffer->data, bytes()};
 }
 
 }  // namespace maestro

@@ -1,25 +1,25 @@
 // Every message that may cross a process round-trips through CAF's
 // binary_serializer / binary_deserializer, alone and inside a caf::message
 // (which needs the type registered by name: add_message_types): tensors by
-// value, the step's data by value, null stays null; a stage hand-off that
-// carries the engine's geometry refuses to serialise.
+// value with their storage dtype, the step's data by value, null stays
+// null; a stage hand-off that carries the engine's geometry, or a tensor in
+// device memory, refuses to serialise. The transport's TensorDescriptor
+// (what crosses instead of a device tensor) round-trips too.
 #include <boost/test/unit_test.hpp>
 
 #include <caf/all.hpp>
 
 #include "actors/messages.h"
 #include "nn/model_impl.h"  // StageGeometry
+#include "transport/local_transport.h"
+#include "transport/transport.h"
 
 using namespace maestro;
 
 namespace {
 
 TensorRef tensor(std::vector<float> values, std::vector<int64_t> shape) {
-  TensorRef t;
-  t.buffer = std::make_shared<Buffer>();
-  t.buffer->data = std::move(values);
-  t.shape = std::move(shape);
-  return t;
+  return TensorRef::of(std::move(values), std::move(shape));
 }
 
 std::vector<float> values_of(const TensorRef& t) {
@@ -105,36 +105,83 @@ BOOST_FIXTURE_TEST_CASE(run_task_and_task_done, System) {
   BOOST_TEST(e.data == nullptr);
   BOOST_TEST(e.stage_in.tensor.empty());
 
-  TaskDone d{9, 4, {{1, 0, tensor({0.25f}, {1, 1})}}, 1.5, 10, 20, "boom", {tensor({2, 3}, {2}), nullptr}};
+  TaskDone d{9, 4, {{1, 0, tensor({0.25f}, {1, 1})}}, 10, 20, "boom", {tensor({2, 3}, {2}), nullptr}};
   const TaskDone o = round_trip(d);
   BOOST_TEST(o.step == 9);
   BOOST_TEST(o.task == 4);
   BOOST_TEST(o.outputs.size() == 1u);
   BOOST_TEST(values_of(o.outputs[0].tensor) == (std::vector<float>{0.25f}));
-  BOOST_TEST(o.loss == 1.5);
   BOOST_TEST(o.begin_us == 10);
   BOOST_TEST(o.duration_us == 20);
   BOOST_TEST(o.error == "boom");
   BOOST_TEST(values_of(o.stage_out.tensor) == (std::vector<float>{2, 3}));
 }
 
-BOOST_FIXTURE_TEST_CASE(gradient_messages, System) {
-  BOOST_TEST(round_trip(GetGrads{5}).step == 5);
-  const Grads g = round_trip(Grads{2, 1, 3, tensor({1, -1}, {2}), "e"});
+BOOST_FIXTURE_TEST_CASE(end_of_step_messages, System) {
+  BOOST_TEST(round_trip(ReduceGrads{41}).step == 41);
+  // TaskLoss, a payload, inside it.
+  const GradsReduced g = round_trip(GradsReduced{2, 1, 3, 0.1 + 0.2, {{5, 1.25}, {9, -3e-300}}, "boom"});
   BOOST_TEST(g.section == 2);
   BOOST_TEST(g.stage == 1);
   BOOST_TEST(g.replica == 3);
-  BOOST_TEST(values_of(g.grads) == (std::vector<float>{1, -1}));
-  BOOST_TEST(g.error == "e");
-  const ApplyGrads a = round_trip(ApplyGrads{6, tensor({4}, {1}), 0.5, 1e-3});
+  BOOST_TEST(g.grad_sq_norm == 0.1 + 0.2);  // bitwise
+  BOOST_TEST_REQUIRE(g.losses.size() == 2u);
+  BOOST_TEST(g.losses[0].task == 5);
+  BOOST_TEST(g.losses[0].loss == 1.25);
+  BOOST_TEST(g.losses[1].task == 9);
+  BOOST_TEST(g.losses[1].loss == -3e-300);
+  BOOST_TEST(g.error == "boom");
+  const ApplyGrads a = round_trip(ApplyGrads{6, 0.5, 1e-3});
   BOOST_TEST(a.step == 6);
-  BOOST_TEST(values_of(a.summed) == (std::vector<float>{4}));
   BOOST_TEST(a.scale == 0.5);
   BOOST_TEST(a.lr == 1e-3);
   const Applied ap = round_trip(Applied{1, 0, 1, "x"});
   BOOST_TEST(ap.section == 1);
   BOOST_TEST(ap.replica == 1);
   BOOST_TEST(ap.error == "x");
+}
+
+// A TensorRef keeps its storage dtype and bytes (a bf16 tensor is not
+// widened); it arrives as a standalone host block, whatever pool it left.
+BOOST_FIXTURE_TEST_CASE(a_tensor_keeps_its_dtype_and_bytes, System) {
+  LocalTransport transport;
+  TensorRef t = transport.allocate({2, 3}, DType::BF16);
+  const std::span<std::byte> raw = t.raw();
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = std::byte(i * 7 + 1);
+  TaskDone d;
+  d.outputs = {{1, 2, t}};
+  const TaskDone done = round_trip(d);
+  BOOST_TEST_REQUIRE(done.outputs.size() == 1u);
+  const FlowTensor& back = done.outputs[0];
+  BOOST_TEST((back.tensor.dtype == DType::BF16));
+  BOOST_TEST((back.tensor.device() == Device::Host));
+  BOOST_TEST(back.tensor.shape == (std::vector<int64_t>{2, 3}));
+  BOOST_TEST_REQUIRE(back.tensor.bytes() == 12u);
+  BOOST_TEST(std::equal(raw.begin(), raw.end(), back.tensor.raw().begin()));
+  BOOST_TEST(back.tensor.buffer->owner == 0u);  // standalone: not in any pool of this process
+  BOOST_CHECK_THROW(back.tensor.values(), std::logic_error);  // still bf16
+}
+
+// A device tensor has no host bytes to send: an error, never garbage.
+BOOST_FIXTURE_TEST_CASE(a_device_tensor_does_not_serialise_by_value, System) {
+  TaskDone d;
+  d.outputs = {{0, 0, tensor({1, 2}, {2})}};
+  d.outputs[0].tensor.buffer->device = Device::Cuda;
+  std::vector<char> buf;
+  caf::binary_serializer sink{*sys, buf};
+  BOOST_TEST(bool(sink(d)));
+}
+
+BOOST_FIXTURE_TEST_CASE(a_tensor_descriptor_round_trips, System) {
+  const TensorDescriptor t{17, 3, 4096, 260, DType::BF16, Device::Cuda};
+  std::vector<char> buf;
+  caf::binary_serializer sink{*sys, buf};
+  TensorDescriptor x = t;
+  BOOST_REQUIRE(!sink(x));
+  TensorDescriptor y;
+  caf::binary_deserializer source{*sys, buf};
+  BOOST_REQUIRE(!source(y));
+  BOOST_TEST((y == t));
 }
 
 BOOST_FIXTURE_TEST_CASE(data_checkpoint_and_report_messages, System) {

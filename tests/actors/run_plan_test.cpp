@@ -93,8 +93,7 @@ void check_cover_and_execute(const SectionGraph& graph, const Plan& plan, const 
       TaskDone done;
       done.task = t.task.id;
       if (fwd ? t.task.stage < stages(t.task.section) - 1 : t.task.stage > 0) {
-        done.stage_out.tensor.buffer = std::make_shared<Buffer>();
-        done.stage_out.tensor.buffer->data = {float(t.task.id)};
+        done.stage_out.tensor = TensorRef::of({float(t.task.id)});
         done.stage_out.tensor.shape = {1};
       }
       x.complete(done);

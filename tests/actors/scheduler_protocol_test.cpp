@@ -22,6 +22,7 @@
 #include "actors/checkpoint.h"
 #include "actors/step_execution.h"
 #include "plan/backward_order.h"
+#include "transport/collectives.h"
 
 using namespace maestro;
 
@@ -40,14 +41,17 @@ Program two_section_program() {
   return p;
 }
 
-// The test double of a compute worker: scalar weight w, gradient g.
+// The test double of a compute worker: scalar weight w, gradient g, the
+// step's losses kept until ReduceGrads, which all-reduces g over the
+// section's replicas through their communicator (null: one replica).
 struct LinearState {
   float w = 0, g = 0;
   std::map<int64_t, std::vector<float>> saved;  // mb -> inputs kept for backward
+  std::vector<TaskLoss> losses;
 };
 
 caf::behavior linear_worker(caf::stateful_actor<LinearState>* self, int section, int replica, float w0,
-                            int fail_at_step, unsigned seed) {
+                            int fail_at_step, unsigned seed, std::shared_ptr<Communicator> dp_group) {
   self->state.w = w0;
   auto rng = std::make_shared<std::mt19937>(seed);
   return {
@@ -67,17 +71,18 @@ caf::behavior linear_worker(caf::stateful_actor<LinearState>* self, int section,
           if (section == 0) {
             for (int32_t i : t.samples) {
               TensorRef r;
-              r.buffer = std::make_shared<Buffer>();
-              r.buffer->data = {st.w * 0.1f * float(i + 1)};
+              r = TensorRef::of({st.w * 0.1f * float(i + 1)});
               r.shape = {1};
               d.outputs.push_back({0, i, r});
             }
           } else {
             std::vector<float> xs;
+            TaskLoss loss{t.task.id, 0.0};
             for (const FlowTensor& in : t.inputs) {
               xs.push_back(in.tensor.values()[0]);
-              d.loss += double(st.w * in.tensor.values()[0] / n);
+              loss.loss += double(st.w * in.tensor.values()[0] / n);
             }
+            st.losses.push_back(loss);
             st.saved[t.task.micro_batch] = xs;
           }
         } else if (section == 1) {
@@ -85,8 +90,7 @@ caf::behavior linear_worker(caf::stateful_actor<LinearState>* self, int section,
           for (size_t k = 0; k < xs.size(); ++k) {
             st.g += xs[k] / n;
             TensorRef r;
-            r.buffer = std::make_shared<Buffer>();
-            r.buffer->data = {st.w / n};
+            r = TensorRef::of({st.w / n});
             r.shape = {1};
             d.outputs.push_back({0, t.samples[k], r});
           }
@@ -95,15 +99,15 @@ caf::behavior linear_worker(caf::stateful_actor<LinearState>* self, int section,
         }
         return d;
       },
-      [=](const GetGrads&) -> Grads {
-        TensorRef r;
-        r.buffer = std::make_shared<Buffer>();
-        r.buffer->data = {self->state.g};
-        r.shape = {1};
-        return Grads{section, 0, replica, r, {}};
+      [=](const ReduceGrads&) -> GradsReduced {
+        auto& st = self->state;
+        if (dp_group) dp_group->all_reduce(&st.g, 1);
+        GradsReduced out{section, 0, replica, double(st.g) * st.g, std::move(st.losses), {}};
+        st.losses.clear();
+        return out;
       },
       [=](const ApplyGrads& a) -> Applied {
-        self->state.w -= float(a.lr * a.scale) * a.summed.values()[0];
+        self->state.w -= float(a.lr * a.scale) * self->state.g;
         self->state.g = 0;
         return Applied{section, 0, replica, {}};
       },
@@ -160,14 +164,15 @@ RunOutcome run_two_sections(unsigned seed, int steps, int fail_at_step = -1, std
   cfg.set("scheduler.max-threads", 2);
   add_message_types(cfg);
   caf::actor_system sys{cfg};
-  LocalTransport transport;
   std::vector<caf::actor> all;
+  const auto head_group = make_local_group(2);
   caf::actor tracer = spawn_tracer(sys, true);
   std::vector<std::vector<caf::actor>> replicas(2);
   for (int s = 0; s < 2; ++s)
     for (int r = 0; r < (s == 0 ? 1 : 2); ++r) {
       caf::actor w = sys.spawn<caf::detached>(linear_worker, s, r, s == 0 ? 1.0f : 0.5f, fail_at_step,
-                                              seed * 7 + unsigned(s * 2 + r));
+                                              seed * 7 + unsigned(s * 2 + r),
+                                              s == 1 ? head_group[size_t(r)] : std::shared_ptr<Communicator>());
       caf::actor rep = spawn_section_replica(sys, w, fmt::format("{}/{}", s, r), tracer);
       replicas[s].push_back(rep);
       all.push_back(w);
@@ -198,7 +203,6 @@ RunOutcome run_two_sections(unsigned seed, int steps, int fail_at_step = -1, std
   sc.loader = loader;
   sc.checkpointer = checkpointer;
   sc.tracer = tracer;
-  sc.transport = &transport;
   sc.global_batch = 8;
   caf::actor scheduler = spawn_scheduler(sys, sc);
   all.insert(all.end(), {loader, tracer, scheduler});
@@ -218,6 +222,7 @@ RunOutcome run_two_sections(unsigned seed, int steps, int fail_at_step = -1, std
                       done = true;
                     });
   }
+  head_group[0]->abort("test over");  // a head worker may wait for its peer after a failure
   for (const caf::actor& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   return out;  // ~actor_system waits for every actor
 }

@@ -60,8 +60,7 @@ TaskDone done_with(const RunTask& t, int32_t flow) {
   d.task = t.task.id;
   for (int32_t s : t.samples) {
     TensorRef r;
-    r.buffer = std::make_shared<Buffer>();
-    r.buffer->data = {float(100 * t.task.id + s)};
+    r = TensorRef::of({float(100 * t.task.id + s)});
     r.shape = {1};
     d.outputs.push_back({flow, s, r});
   }

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -279,11 +280,12 @@ BOOST_AUTO_TEST_CASE(cross_entropy_and_kl) {
   std::vector<int32_t> t{3, -1, 0, 10, 5, 5};
   F s = random(N * V, 1, 2.0f), te = random(N * V, 2, 2.0f), ds = random(N * V, 3), dk = random(N * V, 4);
   Dv S = wide(s), TE = wide(te), DS = wide(ds), DK = wide(dk);
-  const double l = be->cross_entropy(ds.data(), s.data(), t.data(), N, V, 0.25f);
+  double l = 0, kl = 0;  // the CPU backend's scalar accumulators are host memory
+  be->cross_entropy(&l, ds.data(), s.data(), t.data(), N, V, 0.25f);
   const double L = ref::cross_entropy(DS.data(), S.data(), t.data(), N, V, 0.25);
   BOOST_TEST(std::abs(l - L) / L < 1e-6);
   BOOST_TEST(rel(ds, DS) < kTol);
-  const double kl = be->kl_divergence(dk.data(), s.data(), te.data(), t.data(), N, V, 2.0f, 0.5f);
+  be->kl_divergence(&kl, dk.data(), s.data(), te.data(), t.data(), N, V, 2.0f, 0.5f);
   const double KL = ref::kl_divergence(DK.data(), S.data(), TE.data(), t.data(), N, V, 2.0, 0.5);
   BOOST_TEST(std::abs(kl - KL) / KL < 1e-6);
   BOOST_TEST(rel(dk, DK) < kTol);
@@ -324,7 +326,12 @@ BOOST_AUTO_TEST_CASE(elementwise_and_norm) {
     BOOST_TEST_REQUIRE(out[i] == (a[i] + b[i] + a[i]) * 0.5f);
     sq += double(a[i]) * a[i];
   }
-  BOOST_TEST(std::abs(be->sq_norm(a.data(), n) - sq) / sq < 1e-12);
+  double* norm = be->allocate_scalars(1);
+  be->sq_norm(norm, a.data(), n);
+  double host = 0;
+  be->copy_to_host(&host, norm, sizeof(double));
+  be->release(norm);
+  BOOST_TEST(std::abs(host - sq) / sq < 1e-12);
   float* buf = be->allocate(1000);
   BOOST_TEST(reinterpret_cast<uintptr_t>(buf) % 64 == 0u);
   for (int i = 0; i < 1000; ++i) BOOST_TEST_REQUIRE(buf[i] == 0.0f);
@@ -352,7 +359,8 @@ BOOST_AUTO_TEST_CASE(thread_count_independence) {
     b.attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), o.data(), lse.data(), q.data(), k.data(),
                          v.data(), cu.data(), 3, N, H, H, D, true);
     F logits = random(N * V, 8), dl(N * V);
-    const double ce = b.cross_entropy(dl.data(), logits.data(), tgt.data(), N, V, 0.01f);
+    double ce = 0, kl = 0, sq = 0;
+    b.cross_entropy(&ce, dl.data(), logits.data(), tgt.data(), N, V, 0.01f);
     F lin(N * C), wl = random(C * C, 9), dwl(C * C), dbl(C);
     b.linear_forward(lin.data(), x.data(), wl.data(), w.data(), N, C, C);
     b.linear_backward(dx.data(), dwl.data(), dbl.data(), dy.data(), x.data(), wl.data(), N, C, C);
@@ -372,7 +380,8 @@ BOOST_AUTO_TEST_CASE(thread_count_independence) {
     b.rope_forward(rq.data(), pos.data(), N, H, D, 10000.0f);
     b.rope_backward(rdq.data(), pos.data(), N, H, D, 10000.0f);
     F teacher = random(N * V, 12), dks(N * V);
-    const double kl = b.kl_divergence(dks.data(), logits.data(), teacher.data(), tgt.data(), N, V, 2.0f, 0.01f);
+    b.kl_divergence(&kl, dks.data(), logits.data(), teacher.data(), tgt.data(), N, V, 2.0f, 0.01f);
+    b.sq_norm(&sq, logits.data(), N * V);
     const size_t n = size_t(N * C);
     F sw(n), dsg(n), dsu(n), ge(n), dge(n), sum(n);
     b.swiglu_forward(sw.data(), x.data(), dy.data(), n);
@@ -389,7 +398,7 @@ BOOST_AUTO_TEST_CASE(thread_count_independence) {
     std::vector<F> all{y,   dx,  dw,   dt,  o,   lse,  dq,   dk,   dv,  dl,  lin, dwl, dbl, og,  lg,  dqg, dkg, dvg,
                        ln,  lm,  lr,   dxl, dwln, dbln, emb, rq,   rdq, dks, sw,  dsg, dsu, ge,  dge, sum, p,   m,
                        vv,  patches,
-                       F{float(ce), float(kl), float(b.sq_norm(logits.data(), N * V))}};
+                       F{float(ce), float(kl), float(sq)}};
     return all;
   };
   // One backend at a time: the OpenBLAS thread count is process-wide.
@@ -459,6 +468,92 @@ BOOST_AUTO_TEST_CASE(null_gradients_skipped) {
                          cu.data(), 2, N, H, 1, D, true);
   F lg = random(N * C, 9);
   std::vector<int32_t> t(N, 3);
-  BOOST_TEST(be->cross_entropy(nullptr, lg.data(), t.data(), N, C, 1.0f) > 0.0);
-  BOOST_TEST(be->kl_divergence(nullptr, lg.data(), x.data(), t.data(), N, C, 2.0f, 1.0f) > 0.0);
+  double ce = 0, kl = 0;
+  be->cross_entropy(&ce, nullptr, lg.data(), t.data(), N, C, 1.0f);
+  be->kl_divergence(&kl, nullptr, lg.data(), x.data(), t.data(), N, C, 2.0f, 1.0f);
+  BOOST_TEST(ce > 0.0);
+  BOOST_TEST(kl > 0.0);
+}
+
+// bf16 storage: F32 -> BF16 rounds to nearest even on the backend, BF16 ->
+// F32 is exact, and the bits agree with the per-element function (nn/dtype.h)
+// whatever the chunking of the pool.
+BOOST_AUTO_TEST_CASE(bf16_storage_convert_and_copies) {
+  auto be = make_cpu_backend(3);
+  BOOST_TEST((be->device() == Device::Host));
+  const float one = 1.0f, ulp = std::ldexp(1.0f, -7);  // bf16 spacing at 1
+  const F probes{one,
+                 one + ulp / 2,                              // tie: to even (1.0)
+                 one + 3 * ulp / 2,                          // tie: to even (1 + 2 ulp)
+                 one + ulp / 2 + std::ldexp(1.0f, -20),      // just above the tie: up
+                 -2.5f,
+                 std::numeric_limits<float>::infinity(),
+                 std::numeric_limits<float>::max(),          // rounds to +inf, as torch does
+                 std::numeric_limits<float>::quiet_NaN(),
+                 0.0f};
+  const std::vector<uint16_t> expect{0x3F80, 0x3F80, 0x3F82, 0x3F81, 0xC020, 0x7F80, 0x7F80, 0, 0x0000};
+  const size_t n = probes.size();
+  float* f32 = be->allocate(n);
+  auto* b16 = static_cast<uint16_t*>(be->allocate(n, DType::BF16));
+  BOOST_TEST(reinterpret_cast<uintptr_t>(b16) % 64 == 0u);
+  be->copy_from_host(f32, probes.data(), n * sizeof(float));
+  be->convert(b16, DType::BF16, f32, DType::F32, n);
+  std::vector<uint16_t> bits(n);
+  be->copy_to_host(bits.data(), b16, n * sizeof(uint16_t));
+  for (size_t i = 0; i + 2 < n; ++i) BOOST_TEST(bits[i] == expect[i], "probe " << i);
+  BOOST_TEST(std::isnan(bf16_to_float(bits[7])));
+  BOOST_TEST(bits[8] == 0u);
+  // Back to F32: exact (every bf16 is a float).
+  float* back = be->allocate(n);
+  be->convert(back, DType::F32, b16, DType::BF16, n);
+  F host(n);
+  be->copy_to_host(host.data(), back, n * sizeof(float));
+  BOOST_TEST(host[2] == one + 2 * ulp);
+  BOOST_TEST(host[4] == -2.5f);
+  for (void* p : {static_cast<void*>(f32), static_cast<void*>(b16), static_cast<void*>(back)}) be->release(p);
+
+  // Many elements (several pool chunks): bitwise the scalar function, and
+  // the round trip within half a bf16 ulp (2^-8 relative: 8 significant bits).
+  const size_t m = 100003;
+  const F x = random(m, 21, 50.0f);
+  float* xs = be->allocate(m);
+  auto* xb = static_cast<uint16_t*>(be->allocate(m, DType::BF16));
+  float* xr = be->allocate(m);
+  be->copy_from_host(xs, x.data(), m * sizeof(float));
+  be->convert(xb, DType::BF16, xs, DType::F32, m);
+  be->convert(xr, DType::F32, xb, DType::BF16, m);
+  std::vector<uint16_t> xbits(m);
+  F rt(m);
+  be->copy_to_host(xbits.data(), xb, m * sizeof(uint16_t));
+  be->copy_to_host(rt.data(), xr, m * sizeof(float));
+  size_t mismatches = 0, too_far = 0;
+  for (size_t i = 0; i < m; ++i) {
+    mismatches += xbits[i] != float_to_bf16(x[i]);
+    too_far += std::abs(rt[i] - x[i]) > std::ldexp(std::abs(x[i]), -8);
+  }
+  BOOST_TEST(mismatches == 0u);
+  BOOST_TEST(too_far == 0u);
+  // Same dtype: a copy.
+  be->convert(xr, DType::F32, xs, DType::F32, m);
+  be->copy_to_host(rt.data(), xr, m * sizeof(float));
+  BOOST_TEST(rt == x);
+
+  // fp32 compute on bf16 storage: weights kept in bf16, widened for the GEMM,
+  // equal the GEMM on the rounded weights.
+  const int64_t N = 5, C = 16, OC = 7;
+  const F w = random(OC * C, 22), inp = random(N * C, 23);
+  F w_rounded(w.size());
+  for (size_t i = 0; i < w.size(); ++i) w_rounded[i] = bf16_to_float(float_to_bf16(w[i]));
+  auto* wb = static_cast<uint16_t*>(be->allocate(w.size(), DType::BF16));
+  float* ww = be->allocate(w.size());
+  be->copy_from_host(ww, w.data(), w.size() * sizeof(float));
+  be->convert(wb, DType::BF16, ww, DType::F32, w.size());
+  be->convert(ww, DType::F32, wb, DType::BF16, w.size());
+  F out(N * OC), expect_out(N * OC);
+  be->linear_forward(out.data(), inp.data(), ww, nullptr, N, C, OC);
+  be->linear_forward(expect_out.data(), inp.data(), w_rounded.data(), nullptr, N, C, OC);
+  BOOST_TEST(out == expect_out);
+  for (void* p : {static_cast<void*>(xs), static_cast<void*>(xb), static_cast<void*>(xr), static_cast<void*>(wb),
+                  static_cast<void*>(ww)})
+    be->release(p);
 }

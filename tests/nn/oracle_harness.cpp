@@ -97,7 +97,7 @@ void randomize(SectionModel& m, uint64_t seed, float scale) {
     std::vector<float> v = random_floats(t.numel(), seed * 1000 + index++, norm ? 0.1f : scale);
     if (norm)
       for (float& x : v) x += 1.0f;
-    cpu().copy(m.params() + offset, v.data(), v.size());
+    cpu().copy_from_host(m.params() + offset, v.data(), v.size() * sizeof(float));
     offset += t.numel();
   }
 }
@@ -134,7 +134,7 @@ void OracleCase::add_model(SectionModel& m) {
   int64_t offset = 0;
   for (const auto& t : m.tensors()) {
     Tensor host = Tensor::host(DType::F32, t.shape);
-    cpu().copy(host.f32(), m.params() + offset, t.numel());
+    cpu().copy_to_host(host.f32(), m.params() + offset, t.numel() * sizeof(float));
     weights.push_back({name + "." + t.name, host});
     offset += t.numel();
   }

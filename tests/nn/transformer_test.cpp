@@ -173,4 +173,33 @@ BOOST_AUTO_TEST_CASE(activation_pool_stops_growing_once_warm) {
   BOOST_CHECK_EQUAL(m.activation_pool_floats(), warm);
 }
 
+// The step's path: loss_terms and grad_sq_norm(double*) only queue work that
+// writes the backend's scalar accumulators; read back once, they give the
+// same bits as the waiting loss() and grad_sq_norm().
+BOOST_AUTO_TEST_CASE(scalar_results_land_in_backend_accumulators) {
+  Section sec = make_section("llm", small_llama(2), Mode::Train, false,
+                             {{LossKind::CrossEntropy, 0.75, 1.0}, {LossKind::CrossEntropy, 0.25, 1.0}});
+  SectionModel m(sec, cpu(), 1);
+  Batch3 b;
+  ForwardOutput waited = m.forward(b.inputs());
+  const double loss = m.loss(*waited.context, {}, 40);
+  m.backward(*waited.context, {});
+  const double norm = m.grad_sq_norm();
+  m.zero_grads();
+
+  double* acc = cpu().allocate_scalars(3);  // [2 loss terms, norm²]
+  ForwardOutput queued = m.forward(b.inputs());
+  m.loss_terms(*queued.context, {}, 40, acc);
+  m.backward(*queued.context, {});
+  m.grad_sq_norm(acc + 2);
+  std::vector<double> host(3);
+  cpu().copy_to_host(host.data(), acc, 3 * sizeof(double));
+  cpu().release(acc);
+  BOOST_CHECK_GT(host[0], 0.0);
+  BOOST_CHECK_EQUAL(host[0], host[1]);  // the same term twice
+  BOOST_CHECK_EQUAL(SectionModel::loss_value(sec, std::span<const double>(host.data(), 2), 40), loss);
+  BOOST_CHECK_EQUAL(host[2], norm);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
+

@@ -5,7 +5,6 @@
 
 #include <thread>
 
-#include "transport/collectives.h"
 #include "transport/local_transport.h"
 
 using namespace maestro;
@@ -32,7 +31,7 @@ BOOST_AUTO_TEST_CASE(buffers_return_to_pool_and_are_reused_zeroed) {
     a = TensorRef{};
     BOOST_TEST(t.stats().live == 1);  // b still holds it
   }
-  PoolStats s = t.stats();
+  TransportStats s = t.stats();
   BOOST_TEST(s.live == 0);
   BOOST_TEST(s.pooled == 1);
   TensorRef c = t.allocate({90});  // same power-of-two class (128)
@@ -63,7 +62,7 @@ BOOST_AUTO_TEST_CASE(concurrent_allocate_release) {
       }
     });
   for (auto& th : threads) th.join();
-  PoolStats s = t.stats();
+  TransportStats s = t.stats();
   BOOST_TEST(s.live == 0);
   BOOST_TEST(s.allocations + s.reuses == 8000);
   BOOST_TEST(s.allocations <= 4 * 4);  // at most a few buffers per size class per thread
@@ -72,19 +71,4 @@ BOOST_AUTO_TEST_CASE(concurrent_allocate_release) {
 BOOST_AUTO_TEST_CASE(negative_dimension_is_an_error) {
   LocalTransport t;
   BOOST_CHECK_THROW(t.allocate({2, -1}), std::invalid_argument);
-}
-
-BOOST_AUTO_TEST_CASE(sum_in_order_is_elementwise_and_ordered) {
-  LocalTransport t;
-  const float a[3] = {1e8f, 1, 2}, b[3] = {-1e8f, 3, 4}, c[3] = {1, 5, 6};
-  TensorRef ra = t.copy_of({3}, a), rb = t.copy_of({3}, b), rc = t.copy_of({3}, c);
-  TensorRef s = sum_in_order(t, {ra, rb, rc});
-  // (1e8 + -1e8) + 1 = 1 in this order; another order would lose the 1.
-  BOOST_TEST(s.values()[0] == 1.0f);
-  BOOST_TEST(s.values()[1] == 9.0f);
-  BOOST_TEST(s.values()[2] == 12.0f);
-  BOOST_TEST(ra.values()[1] == 1.0f);  // inputs untouched
-  BOOST_TEST(sum_in_order(t, {ra}).values().data() == ra.values().data());
-  BOOST_TEST(sum_of_squares(rc) == 62.0);
-  BOOST_CHECK_THROW(sum_in_order(t, {ra, t.allocate({2})}), std::invalid_argument);
 }

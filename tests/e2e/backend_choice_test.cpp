@@ -1,0 +1,63 @@
+// The backend factory (gpu/backend_factory.h) and `[runtime] backend` at the
+// CLI: "auto" and "cpu" train on the CPU backend and say so in --json;
+// "cuda" is a clear error with exit status 2, never a silent CPU run.
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "run_process.h"
+#include "gpu/backend_factory.h"
+
+using namespace maestro;
+using namespace maestro::e2e;
+
+namespace {
+
+std::string config_file(const std::string& name, const std::string& backend) {
+  const std::string path = "/tmp/" + name + "-" + std::to_string(::getpid()) + ".toml";
+  std::ofstream(path) << "[runtime]\nthreads = 2\nbackend = \"" << backend << "\"\n";
+  return path;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(backend_choice)
+
+BOOST_AUTO_TEST_CASE(factory_resolves_the_config_value) {
+  BOOST_TEST((choose_backend("cpu").kind == BackendKind::Cpu));
+  BOOST_TEST((choose_backend("auto").kind == BackendKind::Cpu));  // no CUDA backend yet, GPU or not
+  BOOST_CHECK_THROW(choose_backend("cuda"), BackendUnavailable);
+  BOOST_CHECK_THROW(choose_backend("gpu"), std::invalid_argument);
+  BOOST_CHECK_THROW(make_backend(BackendKind::Cuda, 1), BackendUnavailable);
+  const std::unique_ptr<Backend> cpu = make_backend(BackendKind::Cpu, 1);
+  BOOST_TEST(std::string(cpu->name()) == "cpu");
+  BOOST_TEST((cpu->device() == Device::Host));
+}
+
+BOOST_AUTO_TEST_CASE(cuda_is_refused_with_status_2) {
+  const std::string path = config_file("maestro_e2e_cuda", "cuda");
+  const ProcessResult r = maestro_run({"models/tiny_mllm.sect", "--config", path, "--steps", "1", "--quiet"});
+  BOOST_TEST(r.status == 2);
+  BOOST_TEST(r.first_err_line().find(path + ": runtime.backend = \"cuda\": the CUDA backend is not supported yet") !=
+                 std::string::npos,
+             r.err);
+  BOOST_TEST(r.out.find("loss") == std::string::npos);  // nothing trained
+}
+
+BOOST_AUTO_TEST_CASE(cpu_and_auto_train_on_the_cpu_backend) {
+  for (const char* backend : {"cpu", "auto"}) {
+    const std::string path = config_file("maestro_e2e_backend", backend);
+    const ProcessResult r = maestro_run({"models/tiny_mllm.sect", "--config", path, "--steps", "1", "--json"});
+    BOOST_TEST_REQUIRE(r.status == 0, r.err);
+    std::string last = r.out;
+    while (!last.empty() && last.back() == '\n') last.pop_back();
+    last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
+    const auto j = nlohmann::json::parse(last);
+    BOOST_TEST(j["backend"] == "cpu", backend);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

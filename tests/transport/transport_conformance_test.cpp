@@ -1,0 +1,216 @@
+// Conformance of the Transport interface (transport/transport.h), run over
+// every implementation in `implementations()` — today `local`; a UCX
+// transport joins the list. Descriptors, one-sided puts into a peer's
+// registered memory with completions in issue order, zero-size tensors,
+// pool reuse, bf16 tensors, and every bounds or type violation refused
+// before a byte is written.
+#include <boost/test/unit_test.hpp>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/local_transport.h"
+
+using namespace maestro;
+
+namespace {
+
+struct Implementation {
+  std::string name;
+  std::function<std::unique_ptr<Transport>()> make;
+};
+
+std::vector<Implementation> implementations() {
+  return {{"local", [] { return std::make_unique<LocalTransport>(); }}};
+}
+
+// Runs `check(consumer, producer)` for every implementation: two transports
+// of the same kind, the consumer owning the target memory.
+void for_each_pair(const std::function<void(Transport&, Transport&)>& check) {
+  for (const Implementation& impl : implementations()) {
+    BOOST_TEST_CONTEXT("transport " << impl.name) {
+      auto consumer = impl.make(), producer = impl.make();
+      check(*consumer, *producer);
+    }
+  }
+}
+
+TensorRef filled(Transport& t, int64_t n, float base) {
+  TensorRef r = t.allocate({n});
+  for (int64_t i = 0; i < n; ++i) r.values()[size_t(i)] = base + float(i);
+  return r;
+}
+
+// Puts and returns the completion's message ("" = done); fails the test if
+// the completion did not run exactly once.
+std::string put_and_wait(Transport& producer, const TensorRef& src, const TensorDescriptor& dst) {
+  int calls = 0;
+  std::string error;
+  producer.put(src, dst, [&](const std::string& e) {
+    ++calls;
+    error = e;
+  });
+  BOOST_TEST(calls == 1);
+  return error;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(transport_conformance)
+
+BOOST_AUTO_TEST_CASE(descriptor_names_owner_pool_offset_bytes_dtype_device) {
+  for_each_pair([](Transport& a, Transport& b) {
+    BOOST_TEST(a.id() != 0u);
+    BOOST_TEST(a.id() != b.id());
+    TensorRef t = a.allocate({3, 5});
+    const TensorDescriptor d = a.describe(t);
+    BOOST_TEST(d.owner == a.id());
+    BOOST_TEST(d.bytes == 60u);
+    BOOST_TEST((d.dtype == DType::F32 && d.device == Device::Host));
+    TensorRef h = a.allocate({7}, DType::BF16);
+    const TensorDescriptor dh = a.describe(h);
+    BOOST_TEST(dh.bytes == 14u);
+    BOOST_TEST((dh.dtype == DType::BF16));
+    BOOST_TEST(!(dh == d));
+    BOOST_CHECK_THROW(b.describe(t), std::invalid_argument);  // not b's tensor
+    BOOST_CHECK_THROW(a.describe(TensorRef::of({1, 2})), std::invalid_argument);  // in no pool
+  });
+}
+
+BOOST_AUTO_TEST_CASE(put_writes_into_the_peer_and_completes_in_issue_order) {
+  for_each_pair([](Transport& consumer, Transport& producer) {
+    TensorRef dst = consumer.allocate({1000});
+    const TensorDescriptor d = consumer.describe(dst);
+    std::vector<int> order;
+    for (int k = 0; k < 5; ++k) {
+      TensorRef src = filled(producer, 1000, float(1000 * k));
+      producer.put(src, d, [&order, k](const std::string& e) {
+        BOOST_TEST(e == "");
+        order.push_back(k);
+      });
+    }
+    BOOST_TEST(order == std::vector<int>({0, 1, 2, 3, 4}));
+    BOOST_TEST(dst.values()[0] == 4000.0f);  // the last put wins
+    BOOST_TEST(dst.values()[999] == 4999.0f);
+    const TransportStats s = producer.stats();
+    BOOST_TEST(s.puts == 5);
+    BOOST_TEST(s.bytes_put == 5 * 4000);
+    BOOST_TEST(s.refused == 0);
+    // Many targets at once, each getting its own bytes.
+    std::vector<TensorRef> targets;
+    for (int k = 0; k < 64; ++k) targets.push_back(consumer.allocate({int64_t(1 + k * 37)}));
+    for (int k = 0; k < 64; ++k)
+      BOOST_TEST(put_and_wait(producer, filled(producer, 1 + k * 37, float(k)), consumer.describe(targets[size_t(k)])) ==
+                 "");
+    for (int k = 0; k < 64; ++k) BOOST_TEST(targets[size_t(k)].values().back() == float(k + k * 37));
+  });
+}
+
+BOOST_AUTO_TEST_CASE(zero_size_tensors_describe_and_put) {
+  for_each_pair([](Transport& consumer, Transport& producer) {
+    TensorRef dst = consumer.allocate({0, 4});
+    BOOST_TEST(dst.numel() == 0);
+    BOOST_TEST(dst.values().empty());
+    const TensorDescriptor d = consumer.describe(dst);
+    BOOST_TEST(d.bytes == 0u);
+    BOOST_TEST(put_and_wait(producer, producer.allocate({0}), d) == "");
+    BOOST_TEST(put_and_wait(producer, producer.allocate({1}), d) != "");  // 4 bytes into 0
+  });
+}
+
+BOOST_AUTO_TEST_CASE(registered_pools_are_reused_and_bounded) {
+  for_each_pair([](Transport& t, Transport&) {
+    const uint64_t pool = t.register_pool(4096, Device::Host);
+    BOOST_TEST(pool != Transport::kDefaultPool);
+    uint64_t first_offset = 0;
+    {
+      TensorRef a = t.allocate({256}, DType::F32, pool);  // 1 KiB
+      first_offset = t.describe(a).offset;
+      BOOST_TEST(t.describe(a).pool == pool);
+    }
+    const TransportStats before = t.stats();
+    TensorRef b = t.allocate({200}, DType::F32, pool);  // the same 1 KiB class: reused
+    BOOST_TEST(t.describe(b).offset == first_offset);
+    BOOST_TEST(b.values()[0] == 0.0f);
+    BOOST_TEST(t.stats().reuses == before.reuses + 1);
+    TensorRef c = t.allocate({512}, DType::F32, pool);  // 2 KiB more: 3 KiB of 4 used
+    BOOST_CHECK_THROW(t.allocate({512}, DType::F32, pool), std::runtime_error);  // full
+    BOOST_CHECK_THROW(t.allocate({1}, DType::F32, pool + 1000), std::invalid_argument);
+    BOOST_CHECK_THROW(t.register_pool(1024, Device::Cuda), std::invalid_argument);
+  });
+}
+
+BOOST_AUTO_TEST_CASE(violations_are_refused_before_any_write) {
+  for_each_pair([](Transport& consumer, Transport& producer) {
+    TensorRef dst = filled(consumer, 64, 7.0f);       // block of 256 bytes
+    TensorRef neighbour = filled(consumer, 64, 9.0f);  // the next block
+    const TensorDescriptor d = consumer.describe(dst);
+    const std::vector<float> dst_before(dst.values().begin(), dst.values().end());
+    const std::vector<float> neighbour_before(neighbour.values().begin(), neighbour.values().end());
+    auto shifted = [&](uint64_t offset, uint64_t bytes) {
+      TensorDescriptor x = d;
+      x.offset = offset;
+      x.bytes = bytes;
+      return x;
+    };
+    TensorRef src64 = filled(producer, 64, -1.0f), src65 = filled(producer, 65, -1.0f);
+    TensorRef src_bf16 = producer.allocate({128}, DType::BF16);
+    TensorDescriptor unknown_owner = d, unknown_pool = d, wrong_dtype = d, device = d;
+    unknown_owner.owner = 0;
+    unknown_pool.pool += 1000;
+    wrong_dtype.dtype = DType::BF16;
+    device.device = Device::Cuda;
+    const std::vector<std::pair<std::string, std::pair<TensorRef, TensorDescriptor>>> cases{
+        {"size mismatch", {src65, d}},
+        {"past the block's end", {src65, shifted(d.offset, 65 * 4)}},
+        {"starts inside, ends outside", {src64, shifted(d.offset + 8, 64 * 4)}},
+        {"dtype mismatch", {src_bf16, d}},
+        {"target says bf16", {src64, wrong_dtype}},
+        {"bf16 source, f32 target of equal bytes", {src_bf16, shifted(d.offset, 256)}},
+        {"unknown owner", {src64, unknown_owner}},
+        {"unknown pool", {src64, unknown_pool}},
+        {"device memory", {src64, device}},
+    };
+    int64_t refused = 0;
+    for (const auto& [what, c] : cases) {
+      BOOST_TEST_CONTEXT(what) { BOOST_TEST(put_and_wait(producer, c.first, c.second) != ""); }
+      ++refused;
+    }
+    // A released block: its descriptor is stale.
+    TensorDescriptor stale;
+    {
+      TensorRef gone = consumer.allocate({64});
+      stale = consumer.describe(gone);
+    }
+    BOOST_TEST(put_and_wait(producer, src64, stale) != "");
+    ++refused;
+    BOOST_TEST(std::vector<float>(dst.values().begin(), dst.values().end()) == dst_before);
+    BOOST_TEST(std::vector<float>(neighbour.values().begin(), neighbour.values().end()) == neighbour_before);
+    BOOST_TEST(producer.stats().refused == refused);
+    BOOST_TEST(producer.stats().puts == 0);
+    // A put inside the block (a row of the tensor) is fine.
+    BOOST_TEST(put_and_wait(producer, filled(producer, 4, 100.0f), shifted(d.offset + 16, 16)) == "");
+    BOOST_TEST(dst.values()[4] == 100.0f);
+    BOOST_TEST(dst.values()[3] == dst_before[3]);
+  });
+}
+
+BOOST_AUTO_TEST_CASE(bf16_tensors_are_bytes_not_floats) {
+  for_each_pair([](Transport& consumer, Transport& producer) {
+    TensorRef dst = consumer.allocate({3}, DType::BF16);
+    BOOST_TEST(dst.bytes() == 6u);
+    BOOST_CHECK_THROW(dst.values(), std::logic_error);
+    TensorRef src = producer.allocate({3}, DType::BF16);
+    const uint16_t bits[3] = {float_to_bf16(1.0f), float_to_bf16(-2.0f), float_to_bf16(0.5f)};
+    std::memcpy(src.raw().data(), bits, 6);
+    BOOST_TEST(put_and_wait(producer, src, consumer.describe(dst)) == "");
+    uint16_t got[3];
+    std::memcpy(got, dst.raw().data(), 6);
+    BOOST_TEST(bf16_to_float(got[1]) == -2.0f);
+  });
+}
+
+BOOST_AUTO_TEST_SUITE_END()
