@@ -1,9 +1,8 @@
 // Driving a spawned run to its end (train_phases.h): the driver is a
 // scoped_actor that starts the scheduler, turns each StepReport into
 // progress, and ends on TrainingEnded or on the scheduler's death (it
-// monitors it, so a crash ends the run instead of hanging it). Then the dp
-// groups are aborted and every actor gets an exit message; ~actor_system
-// waits for them.
+// monitors it, so a crash ends the run instead of hanging it). Then every
+// actor gets an exit message; ~actor_system waits for them.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -63,8 +62,8 @@ void drive_run(caf::actor_system& sys, const RunActors& actors, const RunSetup& 
     }
   }
   // A worker still waiting in a collective for a peer (the run ended on
-  // another replica's error) is released; then every actor, detached
-  // workers included, gets an exit message.
+  // another replica's error) is released; every actor, detached workers
+  // included, gets an exit message.
   for (const auto& group : setup.dp_groups) group->abort("the run ended");
   for (const caf::actor& a : actors.all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }

@@ -64,8 +64,8 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   setup.past_losses = resume.losses;
 
   // One runner per section × pipeline stage × dp replica, each with its own
-  // backend (gpu/backend_factory.h); the dp replicas of a section's stage
-  // form one collective group (the gradient all-reduce).
+  // backend (the factory's); the dp replicas of a section's stage form one
+  // collective group (the gradient all-reduce).
   setup.transport = std::make_unique<LocalTransport>();
   const Program& program = *graph.program;  // the sections' models and losses, as the engine reads them
   setup.runners.resize(graph.nodes.size());

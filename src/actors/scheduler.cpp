@@ -103,7 +103,7 @@ void apply_grads(Self* self) {
       for (double r : replicas)
         if (r != replicas[0] && !(std::isnan(r) && std::isnan(replicas[0])))
           return end_run(self, fmt::format("step {}: the replicas of section '{}' disagree on the reduced gradients",
-                                           st.step, g.nodes[s].name));
+                                           st.step, g.section(int(s)).name));
       sq += replicas[0];
     }
   st.sq_norms.clear();
@@ -134,11 +134,11 @@ void apply_grads(Self* self) {
 // sections report their forwards' losses.
 void reduce_grads(Self* self) {
   auto& st = self->state;
-  const SectionGraph& graph = *st.cfg.graph;
-  st.sq_norms.assign(graph.nodes.size(), {});
+  const SectionGraph& g = *st.cfg.graph;
+  st.sq_norms.assign(g.nodes.size(), {});
   st.reduces_pending = 0;
-  for (size_t s = 0; s < graph.nodes.size(); ++s) {
-    const bool trains = graph.section(int(s)).mode == Mode::Train;
+  for (size_t s = 0; s < g.nodes.size(); ++s) {
+    const bool trains = g.section(int(s)).mode == Mode::Train;
     if (trains) st.sq_norms[s].resize(st.cfg.replicas[s].size());
     for (size_t k = 0; k < st.cfg.replicas[s].size(); ++k) {
       if (trains) st.sq_norms[s][k].assign(st.cfg.replicas[s][k].size(), 0.0);

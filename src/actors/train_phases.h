@@ -2,16 +2,14 @@
 //  - set-up (run_setup.cpp): everything that can fail on bad input or a
 //    missing file, before any actor exists — the options, the resume
 //    checkpoint against the plan, one SectionRunner per section × pipeline
-//    stage × dp replica (each with its backend from the factory and its rank
-//    in the data-parallel group of its section's stage; initialised, weights
-//    and resumed state loaded), the step schedules;
+//    stage × dp replica (initialised, weights and resumed state loaded), the
+//    step schedules;
 //  - spawn (run_spawn.cpp): the actors of the run over those runners —
 //    tracer, section replicas with their compute workers, data loader,
 //    checkpointer, scheduler;
 //  - drive (run_drive.cpp): the driver's side of the protocol — start, one
 //    StepReport per step, TrainingEnded or the scheduler's death, the trace
-//    flushed — then the dp groups aborted (a worker waiting in a collective
-//    for a peer that will not come is released) and every actor stopped.
+//    flushed — then every actor stopped.
 #pragma once
 
 #include <caf/all.hpp>
@@ -26,7 +24,6 @@
 #include "actors/section_runner.h"
 #include "actors/step_inputs.h"
 #include "actors/trainer.h"
-#include "transport/collectives.h"
 #include "transport/local_transport.h"
 
 namespace maestro {
@@ -43,10 +40,11 @@ struct RunSetup {
   int64_t threads = 1;                    // CAF scheduler threads and each CPU backend's
   std::vector<double> past_losses;        // steps before first_step (resume)
   std::unique_ptr<LocalTransport> transport;  // the runners allocate from it: it outlives them
+  // The data-parallel group of each section × stage (rank 0's handle): the
+  // replicas all-reduce their gradients through it; aborted at the end.
+  std::vector<std::shared_ptr<Communicator>> dp_groups;
   // [section][pp stage][dp replica]; handed to the compute workers at spawn.
   std::vector<std::vector<std::vector<std::shared_ptr<SectionRunner>>>> runners;
-  // Rank 0 of each section stage's dp group, to abort the groups at the end.
-  std::vector<std::shared_ptr<Communicator>> dp_groups;
   std::shared_ptr<const StepSchedules> schedules;
 };
 

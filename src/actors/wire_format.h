@@ -1,10 +1,10 @@
 // How the payloads of the runtime's messages serialise (CAF `inspect`
 // overloads), so that a message can cross a process: the step's batch and
 // sample contents, a Schedule task, and a TensorRef. In process, CAF never
-// serialises a message — handles stay zero-copy; crossing a process, a host
-// TensorRef travels by value (shape, dtype and bytes) and arrives as a fresh
-// buffer on the other side (a transport that puts tensors into a peer's
-// registered buffer sends only a TensorDescriptor, transport/transport.h).
+// serialises a message — handles stay zero-copy; crossing a process, a
+// TensorRef travels by value (shape, dtype and bytes) and arrives as a
+// fresh standalone buffer on the other side (a transport that puts tensors
+// into a peer's registered pool sends only a TensorDescriptor instead).
 #pragma once
 
 #include <caf/meta/load_callback.hpp>
@@ -13,9 +13,9 @@
 #include <caf/error.hpp>
 #include <caf/sec.hpp>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -56,17 +56,14 @@ typename Inspector::result_type inspect(Inspector& f, std::shared_ptr<const Step
 
 MAESTRO_INSPECT(Task, x.id, x.section, x.replica, x.stage, x.kind, x.micro_batch, x.deps)
 
-// A tensor by value: present, shape, storage dtype, its bytes [bytes()].
-// It arrives as a standalone host block (nn/dtype.h's dtype kept as sent):
-// where the sender's block was registered is its process's business. A
-// tensor in device memory has no host bytes to send: serialising one fails
-// with a clear error (it crosses as a TensorDescriptor, transport.h, the
-// peer putting into it).
+// A tensor by value: present, shape, dtype, its bytes [bytes()]. A tensor
+// in device memory has no host bytes to send: serialising one fails with a
+// clear error (it crosses as its TensorDescriptor, the peer putting into it).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TensorRef& x) {
   bool present = !x.empty();
   std::vector<uint8_t> bytes;
-  auto save = caf::meta::save_callback([&]() -> caf::error {
+  auto host_only = caf::meta::save_callback([&]() -> caf::error {
     if (present && x.device() != Device::Host)
       return caf::make_error(caf::sec::state_not_serializable,
                              "a tensor in device memory does not cross processes by value (send its TensorDescriptor)");
@@ -75,8 +72,7 @@ typename Inspector::result_type inspect(Inspector& f, TensorRef& x) {
   if constexpr (Inspector::reads_state) {
     if (present && x.device() == Device::Host) {
       const std::span<const std::byte> raw = std::as_const(x).raw();
-      bytes.resize(raw.size());
-      if (!raw.empty()) std::memcpy(bytes.data(), raw.data(), raw.size());
+      bytes.assign(reinterpret_cast<const uint8_t*>(raw.data()), reinterpret_cast<const uint8_t*>(raw.data()) + raw.size());
     }
   }
   auto load = caf::meta::load_callback([&]() -> caf::error {
@@ -84,16 +80,14 @@ typename Inspector::result_type inspect(Inspector& f, TensorRef& x) {
       x.buffer.reset();
       return caf::none;
     }
-    x.buffer = std::make_shared<Buffer>();
-    x.buffer->standalone.resize(bytes.size());
-    if (!bytes.empty()) std::memcpy(x.buffer->standalone.data(), bytes.data(), bytes.size());
-    x.buffer->data = x.buffer->standalone.data();
-    x.buffer->capacity = x.buffer->standalone.size();
-    if (x.numel() < 0 || x.bytes() != x.buffer->capacity)
-      return caf::make_error(caf::sec::invalid_argument, "TensorRef: shape, dtype and bytes disagree");
+    try {
+      x = TensorRef::of_bytes(std::as_bytes(std::span<const uint8_t>(bytes)), x.shape, x.dtype);
+    } catch (const std::invalid_argument& e) {
+      return caf::make_error(caf::sec::invalid_argument, e.what());
+    }
     return caf::none;
   });
-  return f(caf::meta::type_name("TensorRef"), save, present, x.shape, x.dtype, bytes, load);
+  return f(caf::meta::type_name("TensorRef"), host_only, present, x.shape, x.dtype, bytes, load);
 }
 
 }  // namespace maestro

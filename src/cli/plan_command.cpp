@@ -134,7 +134,7 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
     }
     std::optional<BaselineResult> baseline;
     if (cli.baseline == "megatron") baseline = tuned_megatron(p.graph, p.cluster, *p.cost, batches);
-    if (cli.baseline == "sequential") baseline = sequential_baseline(p.graph, p.plan, p.cluster, *p.cost, batches);
+    if (cli.baseline == "sequential") baseline = sequential_baseline(p.graph, p.cluster, *p.cost, batches);
 
     std::string out = fmt::format("simulate: {} on {}, mean of {} step{} of {} samples\n", program.file,
                                   cluster_line(p.cluster), steps, steps == 1 ? "" : "s", program.train.global_batch);

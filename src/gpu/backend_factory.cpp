@@ -3,9 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <optional>
-#include <string>
-
 #include "cpu/cpu_backend.h"
 #include "gpu/device_query.h"
 
@@ -14,14 +11,14 @@ namespace maestro {
 const char* backend_kind_name(BackendKind k) { return k == BackendKind::Cpu ? "cpu" : "cuda"; }
 
 namespace {
-// What the machine has, for the messages: a count, or "unknown" in a build
-// without the CUDA toolkit (device_query.h).
-std::string devices_found() {
-  const std::optional<int> devices = cuda_device_count();
-  if (!devices) return "this build has no CUDA toolkit to look for a device";
-  if (*devices == 0) return "no CUDA device was found";
-  return fmt::format("{} CUDA device(s) found, but this build has no CUDA backend", *devices);
+
+// "2 CUDA device(s) found", "no CUDA device found", "this build cannot see CUDA devices".
+std::string devices_seen() {
+  const std::optional<int> n = cuda_device_count();
+  if (!n) return "this build cannot see CUDA devices";
+  return *n > 0 ? fmt::format("{} CUDA device(s) found", *n) : std::string("no CUDA device found");
 }
+
 }  // namespace
 
 BackendChoice choose_backend(const std::string& configured) {
@@ -29,8 +26,8 @@ BackendChoice choose_backend(const std::string& configured) {
   if (configured == "cuda")
     throw BackendUnavailable(fmt::format(
         "runtime.backend = \"cuda\": the CUDA backend is not supported yet ({}); use \"cpu\" or \"auto\"",
-        devices_found()));
-  if (configured == "auto") return {BackendKind::Cpu, devices_found()};
+        devices_seen()));
+  if (configured == "auto") return {BackendKind::Cpu, devices_seen() + "; the CUDA backend is not supported yet"};
   throw std::invalid_argument(fmt::format("runtime.backend = \"{}\": expected auto, cpu or cuda", configured));
 }
 

@@ -82,11 +82,11 @@ BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const Co
   std::optional<MegatronConfig> best;
   double best_s = std::numeric_limits<double>::infinity();
   std::string last_problem;
-  for (int64_t tp : {1, 2, 4, 8}) {
+  for (int64_t tp : kDegreeChoices) {
     if (tp > std::min(cl.devices_per_node, cl.devices)) continue;
-    for (int64_t pp : {1, 2, 4, 8}) {
+    for (int64_t pp : kDegreeChoices) {
       if (tp * pp > cl.devices || pp > max_layers(g)) continue;
-      for (int64_t mb : {1, 2, 4, 8, 16}) {
+      for (int64_t mb : kMicroBatchChoices) {
         const MegatronConfig c{tp, pp, cl.devices / (tp * pp), mb};
         if (const std::string p = megatron_memory_problem(g, cl, cost, c, batches.front()); !p.empty()) {
           last_problem = c.str() + ": " + p;
@@ -101,18 +101,20 @@ BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const Co
   return {"megatron", megatron_iteration_s(g, cl, cost, *best, batches), best->str(), best};
 }
 
-BaselineResult sequential_baseline(const SectionGraph& g, const Plan& plan, const Cluster& cl, const CostModel& cost,
+BaselineResult sequential_baseline(const SectionGraph& g, const Cluster& cl, const CostModel& cost,
                                    const std::vector<Batch>& batches) {
+  std::vector<SectionPlan> alone;
+  std::string config;
+  for (size_t s = 0; s < g.nodes.size(); ++s) {
+    alone.push_back(best_shape_alone(g, cl, cost, int(s), batches.front()));
+    const SectionPlan& p = alone.back();
+    config += fmt::format("{}{} tp={} pp={} dp={} micro_batch={}", s ? "; " : "", g.nodes[s].name, p.tp, p.pp, p.dp,
+                          p.micro_batch);
+  }
   double sum = 0;
   for (const Batch& b : batches)
-    for (size_t s = 0; s < g.nodes.size(); ++s) {
-      SectionPlan p = plan.sections[s];
-      p.first_device = 0;
-      p.dp = std::max<int64_t>(1, cl.devices / (p.tp * p.pp));
-      p.devices = p.tp * p.pp * p.dp;
-      sum += section_step_s(g, cost, int(s), p, b);
-    }
-  return {"sequential", sum / double(batches.size()), "", std::nullopt};
+    for (size_t s = 0; s < g.nodes.size(); ++s) sum += section_step_s(g, cost, int(s), alone[s], b);
+  return {"sequential", sum / double(batches.size()), config, std::nullopt};
 }
 
 }  // namespace maestro

@@ -49,8 +49,9 @@ struct BaselineResult {
   std::optional<MegatronConfig> megatron;
 };
 
-// Searches tp ∈ {1,2,4,8} (within a node), pp ∈ {1,2,4,8}, micro_batch ∈
-// {1,2,4,8,16}, dp filling the devices, on batches[0]; reports the fastest
+// Searches the planner's grid (planner.h): tp ∈ kDegreeChoices (within a
+// node), pp ∈ kDegreeChoices, micro_batch ∈ kMicroBatchChoices, dp filling
+// the devices, on batches[0]; reports the fastest
 // feasible one's mean over all batches. Throws PlanError when none fits.
 BaselineResult tuned_megatron(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost,
                               const std::vector<Batch>& batches);
@@ -58,10 +59,12 @@ BaselineResult tuned_megatron(const SectionGraph& graph, const Cluster& cluster,
 double megatron_iteration_s(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost,
                             const MegatronConfig& config, const std::vector<Batch>& batches);
 
-// Sum over sections of section_step_s (planner.h) with the plan's tp, pp and
-// micro_batch and dp = devices / (tp·pp), mean over the batches. Transfers
-// between sections are not charged (kind to the baseline).
-BaselineResult sequential_baseline(const SectionGraph& graph, const Plan& plan, const Cluster& cluster,
-                                   const CostModel& cost, const std::vector<Batch>& batches);
+// Sum over sections of section_step_s (planner.h), each section with its
+// own best shape on the whole cluster (best_shape_alone, chosen on
+// batches[0]), mean over the batches. Independent of the wavefront plan.
+// Transfers between sections are not charged, nor the other sections'
+// weights on the devices (kind to the baseline).
+BaselineResult sequential_baseline(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost,
+                                   const std::vector<Batch>& batches);
 
 }  // namespace maestro

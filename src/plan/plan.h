@@ -22,8 +22,23 @@ struct SectionPlan {
   int64_t micro_batch = 1;
 };
 
+// How the wavefront scheduler packs each step (docs/scheduler.md); each
+// lever can be switched off for an ablation (bench/plan_ablation).
+struct ScheduleLevers {
+  // Samples reordered: dealt to replicas longest first by cost, each
+  // replica's list in the order the consumers need them. Off: loader order,
+  // consecutive samples to the replicas in turn.
+  bool reorder = true;
+  // Per step, each section's micro-batches cut by tokens (tiles, frames),
+  // not by sample count: up to micro_batch × this step's mean tokens per
+  // active sample (never more than the memory bound's micro_batch largest
+  // samples). Off: micro_batch samples each.
+  bool token_micro_batches = true;
+};
+
 struct Plan {
   std::vector<SectionPlan> sections;  // index = Program::sections index
+  ScheduleLevers levers;
   // Micro-batches a section replica may have in flight at once, counted on
   // the sinks' replicas (producers start up to two such windows ahead; see
   // Frontier in schedule.h); bounds activation memory; 0 = unbounded. It

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "plan/schedule.h"
@@ -13,8 +14,6 @@ namespace maestro {
 
 namespace {
 
-constexpr int64_t kDegrees[] = {1, 2, 4, 8};
-constexpr int64_t kMicroBatches[] = {1, 2, 4, 8, 16, 32};
 
 double gb(int64_t bytes) { return double(bytes) / 1e9; }
 
@@ -22,48 +21,77 @@ int64_t layers_of(const ModelSpec& m) {
   return std::visit([](const auto& s) { return s.layers; }, m.spec);
 }
 
+int64_t sample_tokens(const SectionGraph& g, int s, const Sample& x) {
+  return g.tokens(s, {x.modalities, x.text_tokens, x.images, x.audio_frames});
+}
+
 // The `n` largest active samples of section s: the worst micro-batch of size n.
 std::vector<const Sample*> largest(const SectionGraph& g, int s, const Batch& batch, int64_t n) {
   std::vector<std::pair<int64_t, const Sample*>> by_tokens;
   for (const Sample& x : batch.samples)
-    if (const int64_t t = g.tokens(s, {x.modalities, x.text_tokens, x.images, x.audio_frames}); t > 0)
-      by_tokens.push_back({t, &x});
+    if (const int64_t t = sample_tokens(g, s, x); t > 0) by_tokens.push_back({t, &x});
   std::sort(by_tokens.begin(), by_tokens.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<const Sample*> out;
   for (int64_t i = 0; i < std::min<int64_t>(n, int64_t(by_tokens.size())); ++i) out.push_back(by_tokens[size_t(i)].second);
   return out;
 }
 
+// A step's forward + backward seconds of one stage, summed over section s's
+// loader-order micro-batches, and the largest micro-batch's: they depend on
+// tp, pp and micro_batch, not on dp.
+struct StepWork {
+  double work = 0, largest_mb = 0;
+};
+StepWork step_work(const SectionGraph& g, const CostModel& cost, int s, const SectionPlan& p, const Batch& batch) {
+  StepWork w;
+  for (const auto& mb : loader_order_micro_batches(g, s, batch, p.micro_batch)) {
+    const double t = cost.forward_s(s, mb, p) + cost.backward_s(s, mb, p);
+    w.work += t;
+    w.largest_mb = std::max(w.largest_mb, t);
+  }
+  return w;
+}
+// section_step_s from the work: balanced packing (the work spread evenly,
+// but no replica does less than one whole micro-batch), the pipeline fill,
+// grad sync and the optimizer.
+double step_s(const CostModel& cost, int s, const SectionPlan& p, const StepWork& w) {
+  return std::max(w.work / double(p.dp), w.largest_mb) + double(p.pp - 1) * w.largest_mb + cost.grad_sync_s(s, p) +
+         cost.optimizer_s(s, p);
+}
+
 struct Fit {
   int64_t weights = 0, activations = 0;
   int64_t total() const { return weights + activations; }
 };
-Fit memory_of(const SectionGraph& g, const CostModel& cost, int s, const SectionPlan& p, const Batch& batch) {
-  return {cost.weights_bytes_per_device(s, p),
-          in_flight_micro_batches(p.pp) * cost.activation_bytes(s, largest(g, s, batch, p.micro_batch), p)};
-}
-
 int64_t active_count(const SectionGraph& g, int s, const Batch& batch) {
   int64_t n = 0;
   for (const Sample& x : batch.samples) n += g.active(s, x.modalities) ? 1 : 0;
   return n;
 }
 
-// tp, pp and micro_batch of one section: explicit values kept; among the
-// auto choices that fit in memory, the fastest: with no device budget, the
-// fewest device-seconds per step (section_step_s on one replica × its tp·pp
-// devices); with a budget, the shortest step with dp = budget / (tp·pp)
-// (or the explicit dp). Fewer devices per replica on a tie.
-SectionPlan shape_section(const SectionGraph& g, const Cluster& cl, const CostModel& cost, int s, const Batch& batch,
-                          int64_t budget) {
+struct Shape {
+  SectionPlan plan;
+  Fit memory;
+  double score = 0;  // section_step_s, × devices with no device budget
+};
+
+// The shapes of one section that fit `memory` bytes per device, best first:
+// explicit values kept; tp, pp, micro_batch over the planner's choices; with
+// no device budget, dp = 1 (or the explicit dp) ranked by device-seconds per
+// step (section_step_s × tp·pp·dp); with a budget, dp = budget / (tp·pp),
+// and when dp is auto also every smaller power of two (a smaller dp may
+// sync gradients inside a node), ranked by section_step_s. Fewer devices
+// first on a tie. Throws PlanError naming what ran out when none fits.
+std::vector<Shape> ranked_shapes(const SectionGraph& g, const Cluster& cl, const CostModel& cost, int s,
+                                 const Batch& batch, int64_t budget, int64_t memory) {
   const Section& sec = g.section(s);
   const int64_t active = std::max<int64_t>(1, active_count(g, s, batch));
-  std::vector<SectionPlan> candidates;  // fewest devices first
-  for (int64_t tp : kDegrees)
-    for (int64_t pp : kDegrees) {
+  std::vector<SectionPlan> candidates;
+  for (int64_t tp : kDegreeChoices)
+    for (int64_t pp : kDegreeChoices) {
       if (sec.parallel.tp ? tp != *sec.parallel.tp : tp > std::min(cl.devices_per_node, cl.devices)) continue;
       if (sec.parallel.pp ? pp != *sec.parallel.pp : pp > layers_of(sec.model) || tp * pp > cl.devices) continue;
-      for (int64_t mb : kMicroBatches)
+      for (int64_t mb : kMicroBatchChoices)
         if (sec.micro_batch ? mb == 1 : mb <= active) candidates.push_back({0, tp * pp, tp, pp, 1, sec.micro_batch.value_or(mb)});
     }
   if (sec.parallel.tp && sec.parallel.pp && candidates.empty())
@@ -72,38 +100,59 @@ SectionPlan shape_section(const SectionGraph& g, const Cluster& cl, const CostMo
   std::stable_sort(candidates.begin(), candidates.end(), [](const SectionPlan& a, const SectionPlan& b) {
     return a.devices < b.devices;
   });
-  std::optional<SectionPlan> best;
-  double best_s = 0;
-  std::optional<std::pair<SectionPlan, Fit>> first_miss;
-  for (SectionPlan p : candidates) {
-    if (budget > 0) {
-      p.dp = sec.parallel.dp.value_or(budget / p.devices);
-      if (p.dp < 1) continue;
-      p.devices *= p.dp;
+  std::vector<Shape> shapes;
+  std::optional<Shape> first_miss;  // the error names the first that missed, fewest devices first
+  const std::vector<const Sample*> by_size = largest(g, s, batch, active);
+  for (const SectionPlan& c : candidates) {
+    const std::vector<const Sample*> worst(by_size.begin(),
+                                           by_size.begin() + std::min<int64_t>(c.micro_batch, int64_t(by_size.size())));
+    const StepWork work = step_work(g, cost, s, c, batch);
+    std::vector<int64_t> dps{sec.parallel.dp.value_or(budget > 0 ? budget / c.devices : 1)};
+    if (budget > 0 && !sec.parallel.dp)
+      for (int64_t d = 1; d < dps.front(); d *= 2) dps.push_back(d);
+    for (int64_t dp : dps) {
+      if (dp < 1) continue;
+      SectionPlan p = c;
+      p.dp = dp;
+      p.devices = c.devices * dp;
+      const Fit f{cost.weights_bytes_per_device(s, p), in_flight_micro_batches(p.pp) * cost.activation_bytes(s, worst, p)};
+      if (f.total() > memory) {
+        if (!first_miss) first_miss = Shape{p, f, 0};
+        continue;
+      }
+      const double step = step_s(cost, s, p, work);
+      shapes.push_back({p, f, budget > 0 ? step : step * double(p.devices)});
     }
-    const Fit f = memory_of(g, cost, s, p, batch);
-    if (f.total() > cl.device.memory_bytes) {
-      if (!first_miss) first_miss = {p, f};
-      continue;
-    }
-    const double score = section_step_s(g, cost, s, p, batch) * (budget > 0 ? 1.0 : double(p.devices));
-    if (!best || score < best_s) best = p, best_s = score;
   }
-  if (best) return *best;
+  std::stable_sort(shapes.begin(), shapes.end(), [](const Shape& a, const Shape& b) {
+    return a.score != b.score ? a.score < b.score : a.plan.devices < b.plan.devices;
+  });
+  if (!shapes.empty()) return shapes;
   if (!first_miss)
     throw PlanError(fmt::format("section '{}': no tp × pp fits {} {} devices", sec.name, cl.devices, cl.device.name));
-  const auto [p, f] = *first_miss;
-  if (f.weights > cl.device.memory_bytes)
+  const SectionPlan& p = first_miss->plan;
+  const Fit& f = first_miss->memory;
+  if (f.weights > memory)
     throw PlanError(fmt::format("section '{}': {:.1f} GB of weights per device with tp={}, pp={} exceeds {}'s {:.0f} GB",
-                                sec.name, gb(f.weights), p.tp, p.pp, cl.device.name, gb(cl.device.memory_bytes)));
+                                sec.name, gb(f.weights), p.tp, p.pp, cl.device.name, gb(memory)));
   throw PlanError(fmt::format(
       "section '{}': {:.1f} GB of weights + {:.1f} GB of activations per device with tp={}, pp={}, micro_batch={} "
       "exceeds {}'s {:.0f} GB",
-      sec.name, gb(f.weights), gb(f.activations), p.tp, p.pp, p.micro_batch, cl.device.name,
-      gb(cl.device.memory_bytes)));
+      sec.name, gb(f.weights), gb(f.activations), p.tp, p.pp, p.micro_batch, cl.device.name, gb(memory)));
+}
+
+// The best shape of one section (ranked_shapes' first) on the whole device.
+SectionPlan shape_section(const SectionGraph& g, const Cluster& cl, const CostModel& cost, int s, const Batch& batch,
+                          int64_t budget) {
+  return ranked_shapes(g, cl, cost, s, batch, budget, cl.device.memory_bytes).front().plan;
 }
 
 }  // namespace
+
+SectionPlan best_shape_alone(const SectionGraph& g, const Cluster& cl, const CostModel& cost, int s,
+                             const Batch& batch) {
+  return shape_section(g, cl, cost, s, batch, cl.devices);
+}
 
 std::vector<std::vector<const Sample*>> loader_order_micro_batches(const SectionGraph& g, int s, const Batch& batch,
                                                                     int64_t micro_batch) {
@@ -117,16 +166,7 @@ std::vector<std::vector<const Sample*>> loader_order_micro_batches(const Section
 }
 
 double section_step_s(const SectionGraph& g, const CostModel& cost, int s, const SectionPlan& p, const Batch& batch) {
-  double work = 0, largest_mb = 0;
-  for (const auto& mb : loader_order_micro_batches(g, s, batch, p.micro_batch)) {
-    const double t = cost.forward_s(s, mb, p) + cost.backward_s(s, mb, p);
-    work += t;
-    largest_mb = std::max(largest_mb, t);
-  }
-  // Balanced packing: the work spread evenly, but no replica does less than
-  // one whole micro-batch.
-  return std::max(work / double(p.dp), largest_mb) + double(p.pp - 1) * largest_mb + cost.grad_sync_s(s, p) +
-         cost.optimizer_s(s, p);
+  return step_s(cost, s, p, step_work(g, cost, s, p, batch));
 }
 
 namespace {
@@ -137,48 +177,153 @@ void finish_plan(Plan& plan) {
   plan.in_flight_cap = in_flight_micro_batches(max_pp);
 }
 
-// Every section on the whole cluster, each shaped for all of it; their work
-// serialises on the shared devices.
-Plan co_located_plan(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch) {
+// The in-flight cap raised from the largest pp to what memory allows (at
+// most 4 × the largest pp): every section's parameter state plus `cap`
+// (at least its pp) micro-batches of its largest samples, summed over the
+// sections whose devices overlap, fit one device. More micro-batches in
+// flight fill the pipeline bubbles and the waits for producers that a cap
+// of pp leaves (docs/scheduler.md, "Diagnosis").
+void raise_in_flight_cap(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
+                         Plan& plan) {
+  const size_t n = plan.sections.size();
+  std::vector<int64_t> weights(n), per_mb(n);
+  for (size_t s = 0; s < n; ++s) {
+    const SectionPlan& p = plan.sections[s];
+    weights[s] = cost.weights_bytes_per_device(int(s), p);
+    const std::vector<const Sample*> big = largest(g, int(s), batch, p.micro_batch);
+    per_mb[s] = cost.activation_bytes(int(s), big, p);
+    if (plan.levers.token_micro_batches && !big.empty()) {
+      // Token micro-batches hold at most micro_batch × the mean tokens, or
+      // one larger sample alone (activations grow with tokens).
+      int64_t sum = 0, count = 0, big_tokens = 0;
+      for (const Sample& x : batch.samples)
+        if (const int64_t t = sample_tokens(g, int(s), x); t > 0) sum += t, ++count;
+      for (const Sample* x : big) big_tokens += sample_tokens(g, int(s), *x);
+      const double share = std::min(1.0, double(p.micro_batch) * double(sum) / double(count) / double(big_tokens));
+      per_mb[s] = std::max(cost.activation_bytes(int(s), {big.front()}, p), int64_t(double(per_mb[s]) * share));
+    }
+  }
+  auto fits = [&](int64_t cap) {
+    for (size_t s = 0; s < n; ++s) {
+      const SectionPlan& a = plan.sections[s];
+      int64_t bytes = 0;
+      for (size_t t = 0; t < n; ++t) {
+        const SectionPlan& b = plan.sections[t];
+        if (a.first_device < b.first_device + b.devices && b.first_device < a.first_device + a.devices)
+          bytes += weights[t] + std::max(cap, b.pp) * per_mb[t];
+      }
+      if (bytes > cl.device.memory_bytes) return false;
+    }
+    return true;
+  };
+  for (int64_t cap = 4 * plan.in_flight_cap; cap > plan.in_flight_cap; --cap)
+    if (fits(cap)) {
+      plan.in_flight_cap = cap;
+      return;
+    }
+}
+
+// Every section on the whole cluster (from device 0), each shaped for all
+// of it; their work serialises on the shared devices and so must their
+// memory: sections are fitted largest first, each within what the others'
+// smallest shapes leave. nullopt when they cannot share a device.
+std::optional<Plan> co_located_plan(const SectionGraph& g, const Cluster& cl,
+                                    const std::vector<std::vector<Shape>>& ranked) {
+  const size_t n = g.nodes.size();
+  std::vector<int64_t> least(n);
+  for (size_t s = 0; s < n; ++s) {
+    least[s] = ranked[s].front().memory.total();
+    for (const Shape& x : ranked[s]) least[s] = std::min(least[s], x.memory.total());
+  }
+  std::vector<size_t> order(n);
+  for (size_t s = 0; s < n; ++s) order[s] = s;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return ranked[a].front().memory.total() > ranked[b].front().memory.total();
+  });
+  int64_t left = cl.device.memory_bytes;
+  for (size_t s = 0; s < n; ++s) left -= least[s];
+  if (left < 0) return std::nullopt;
   Plan plan;
   plan.cluster_devices = cl.devices;
-  for (int s = 0; s < int(g.nodes.size()); ++s) {
-    SectionPlan p = shape_section(g, cl, cost, s, batch, cl.devices);
-    p.first_device = 0;
-    plan.sections.push_back(p);
+  plan.sections.resize(n);
+  for (size_t s : order) {
+    left += least[s];  // this section's share, plus what the others' least leaves
+    const auto it = std::find_if(ranked[s].begin(), ranked[s].end(),
+                                 [&](const Shape& x) { return x.memory.total() <= left; });
+    plan.sections[s] = it->plan;  // exists: its least fits
+    left -= it->memory.total();
   }
   finish_plan(plan);
   return plan;
 }
 
+// Co-located too, but each section's memory share in proportion to what its
+// best shape needs (co_located_plan lets the largest take what the others'
+// smallest shapes leave, which can force them all into deep pipelines).
+std::optional<Plan> proportional_co_located_plan(const Cluster& cl, const std::vector<std::vector<Shape>>& ranked) {
+  double wanted = 0;
+  for (const auto& r : ranked) wanted += double(r.front().memory.total());
+  Plan plan;
+  plan.cluster_devices = cl.devices;
+  int64_t total = 0;
+  for (const auto& r : ranked) {
+    const double share = double(cl.device.memory_bytes) * double(r.front().memory.total()) / wanted;
+    auto it = std::find_if(r.begin(), r.end(), [&](const Shape& x) { return double(x.memory.total()) <= share; });
+    if (it == r.end())
+      it = std::min_element(r.begin(), r.end(),
+                            [](const Shape& a, const Shape& b) { return a.memory.total() < b.memory.total(); });
+    plan.sections.push_back(it->plan);
+    total += it->memory.total();
+  }
+  if (total > cl.device.memory_bytes) return std::nullopt;
+  finish_plan(plan);
+  return plan;
+}
+
+// Bytes per device of a shared plan: every section's state and activations.
+int64_t co_located_memory(const std::vector<std::vector<Shape>>& ranked, const Plan& plan) {
+  int64_t total = 0;
+  for (size_t s = 0; s < ranked.size(); ++s)
+    for (const Shape& x : ranked[s])
+      if (x.plan.tp == plan.sections[s].tp && x.plan.pp == plan.sections[s].pp && x.plan.dp == plan.sections[s].dp &&
+          x.plan.micro_batch == plan.sections[s].micro_batch) {
+        total += x.memory.total();
+        break;
+      }
+  return total;
+}
+
 // Each section on its own devices: start from the minimal shapes, then
 // repeatedly give one more replica to the slowest section whose dp is auto,
-// while devices remain and it has micro-batches to spread; then reshape
+// while devices remain and it has samples to spread; then reshape
 // each for the devices it got. `minimal` has dp = the explicit dp or 1.
 Plan disjoint_plan(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
                    std::vector<SectionPlan> minimal) {
   const int n = int(g.nodes.size());
   int64_t free_devices = cl.devices;
-  std::vector<double> step_s(static_cast<size_t>(n));
+  std::vector<double> step(static_cast<size_t>(n));
+  std::vector<StepWork> work(static_cast<size_t>(n));
   std::vector<int64_t> mb_count(static_cast<size_t>(n));
   for (int s = 0; s < n; ++s) {
     const SectionPlan& p = minimal[size_t(s)];
     free_devices -= p.tp * p.pp * p.dp;
-    step_s[size_t(s)] = section_step_s(g, cost, s, p, batch);
-    mb_count[size_t(s)] = int64_t(loader_order_micro_batches(g, s, batch, p.micro_batch).size());
+    work[size_t(s)] = step_work(g, cost, s, p, batch);
+    step[size_t(s)] = step_s(cost, s, p, work[size_t(s)]);
+    mb_count[size_t(s)] = active_count(g, s, batch);  // samples to spread (the reshape picks the micro-batch)
   }
   for (;;) {
     int pick = -1;
     for (int s = 0; s < n; ++s) {
       const SectionPlan& p = minimal[size_t(s)];
       if (g.section(s).parallel.dp || p.tp * p.pp > free_devices || p.dp >= mb_count[size_t(s)]) continue;
-      if (pick < 0 || step_s[size_t(s)] > step_s[size_t(pick)]) pick = s;
+      if (pick < 0 || step[size_t(s)] > step[size_t(pick)]) pick = s;
     }
     if (pick < 0) break;
     SectionPlan& p = minimal[size_t(pick)];
     ++p.dp;
+    p.devices = p.tp * p.pp * p.dp;
     free_devices -= p.tp * p.pp;
-    step_s[size_t(pick)] = section_step_s(g, cost, pick, p, batch);
+    step[size_t(pick)] = step_s(cost, pick, p, work[size_t(pick)]);
   }
   Plan plan;
   plan.cluster_devices = cl.devices;
@@ -194,13 +339,96 @@ Plan disjoint_plan(const SectionGraph& g, const Cluster& cl, const CostModel& co
   return plan;
 }
 
-double simulated_s(const SectionGraph& g, const Plan& plan, const CostModel& cost, const Batch& batch) {
-  return simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost).iteration_s;
+// The simulated step of a candidate; infinite when a device's simulated
+// peak memory (parameter state + in-flight activations, producers ahead of
+// their consumers included) exceeds the device: such a plan loses to any
+// that fits.
+double simulated_s(const SectionGraph& g, const Cluster& cl, const Plan& plan, const CostModel& cost,
+                   const Batch& batch) {
+  const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost);
+  for (int64_t bytes : r.peak_memory_bytes)
+    if (bytes > cl.device.memory_bytes) return std::numeric_limits<double>::infinity();
+  return r.iteration_s;
 }
 
-}  // namespace
+// simulated_s of the plan; when it does not fit, the in-flight cap is
+// halved (down to 1) until it does — fewer micro-batches in flight, and
+// producers fewer windows ahead. Infinite when even cap 1 does not fit.
+double simulated_fitting_s(const SectionGraph& g, const Cluster& cl, Plan& plan, const CostModel& cost,
+                           const Batch& batch) {
+  for (;;) {
+    const double t = simulated_s(g, cl, plan, cost, batch);
+    if (t < std::numeric_limits<double>::infinity() || plan.in_flight_cap <= 1) return t;
+    plan.in_flight_cap = std::max<int64_t>(1, plan.in_flight_cap / 2);
+  }
+}
 
-Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch) {
+// Shapes the planner simulates per section beyond the estimate's best: the
+// estimate (section_step_s) misses replica balance, pipeline fill under the
+// in-flight cap and the other sections on shared devices. Bounded so that
+// planning stays fast on large steps (omni_7b, 4,096 samples: estimate only).
+int64_t simulated_alternatives(const SectionGraph& g, const Batch& batch) {
+  return int64_t(batch.samples.size() * g.nodes.size()) <= 4096 ? 7 : 0;
+}
+
+// Coordinate search on a shared plan: section by section (the longest
+// estimated step first), the next-ranked shapes that keep the plan within
+// device memory, each simulated, the fastest kept.
+Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
+                       const std::vector<std::vector<Shape>>& ranked, Plan plan, double& best_s, bool raise_cap) {
+  const int64_t alternatives = simulated_alternatives(g, batch);
+  std::vector<size_t> order(ranked.size());
+  for (size_t s = 0; s < order.size(); ++s) order[s] = s;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return ranked[a].front().score > ranked[b].front().score;
+  });
+  auto same = [](const SectionPlan& a, const SectionPlan& b) {
+    return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.micro_batch == b.micro_batch;
+  };
+  // One thing changed: tp or pp doubled or halved, dp doubled, halved or
+  // the largest, or any other micro-batch size (time is not unimodal in it:
+  // token micro-batches).
+  auto neighbour = [](const SectionPlan& a, const SectionPlan& b) {
+    const int64_t x[] = {a.tp, a.pp, a.micro_batch}, y[] = {b.tp, b.pp, b.micro_batch};
+    int changed = 0;
+    bool near = true;
+    for (int k = 0; k < 3; ++k)
+      if (x[k] != y[k]) ++changed, near = near && (k == 2 || x[k] == 2 * y[k] || y[k] == 2 * x[k]);
+    const bool dp_near = a.dp == b.dp || a.dp == 2 * b.dp || b.dp == 2 * a.dp || a.devices == b.devices;
+    return near && dp_near && changed + (a.dp != b.dp) == 1;
+  };
+  std::vector<std::vector<char>> seen(ranked.size());
+  for (size_t s = 0; s < ranked.size(); ++s) seen[s].assign(ranked[s].size(), 0);
+  auto try_shape = [&](size_t s, size_t k) {
+    if (seen[s][k]) return false;
+    seen[s][k] = 1;
+    Plan candidate = plan;
+    candidate.sections[s] = ranked[s][k].plan;
+    if (same(candidate.sections[s], plan.sections[s]) || co_located_memory(ranked, candidate) > cl.device.memory_bytes)
+      return false;
+    finish_plan(candidate);
+    if (raise_cap) raise_in_flight_cap(g, cl, cost, batch, candidate);
+    if (const double t = simulated_fitting_s(g, cl, candidate, cost, batch); t < best_s) {
+      best_s = t, plan = std::move(candidate);
+      return true;
+    }
+    return false;
+  };
+  for (size_t s : order) {
+    // The estimate's next best, then a hill climb over neighbouring shapes.
+    for (size_t k = 0; k < ranked[s].size() && k <= size_t(alternatives); ++k) try_shape(s, k);
+    for (bool moved = alternatives > 0; moved;) {
+      moved = false;
+      for (size_t k = 0; k < ranked[s].size() && !moved; ++k)
+        if (neighbour(ranked[s][k].plan, plan.sections[s])) moved = try_shape(s, k);
+    }
+  }
+  return plan;
+}
+
+// The search for one setting of the levers (plan_program below).
+Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
+            const PlannerOptions& options) {
   std::vector<SectionPlan> minimal;
   int64_t wanted = 0;
   for (int s = 0; s < int(g.nodes.size()); ++s) {
@@ -221,10 +449,61 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   // Sharing the cluster avoids idle devices and moving tensors between
   // sections; separate devices let sections overlap. Both are simulated on
   // this batch and the faster kept.
-  Plan shared = co_located_plan(g, cl, cost, batch);
-  if (wanted > cl.devices) return shared;
-  Plan separate = disjoint_plan(g, cl, cost, batch, std::move(minimal));
-  return simulated_s(g, separate, cost, batch) <= simulated_s(g, shared, cost, batch) ? separate : shared;
+  std::vector<std::vector<Shape>> ranked;
+  for (int s = 0; s < int(g.nodes.size()); ++s)
+    ranked.push_back(ranked_shapes(g, cl, cost, s, batch, cl.devices, cl.device.memory_bytes));
+  std::optional<Plan> best;
+  double best_s = std::numeric_limits<double>::infinity();
+  auto prepare = [&](Plan plan) {
+    plan.levers = options.levers;
+    if (options.raise_in_flight_cap) raise_in_flight_cap(g, cl, cost, batch, plan);
+    return plan;
+  };
+  auto consider = [&](Plan plan) {
+    plan = prepare(std::move(plan));
+    if (const double t = simulated_fitting_s(g, cl, plan, cost, batch); t < best_s) best_s = t, best = std::move(plan);
+  };
+  if (std::optional<Plan> shared = co_located_plan(g, cl, ranked)) {
+    consider(*shared);
+    if (std::optional<Plan> even = proportional_co_located_plan(cl, ranked);
+        even && co_located_memory(ranked, *even) != co_located_memory(ranked, *shared))
+      consider(*even);
+    // From the faster start (or, when neither fits in the simulation, the
+    // first) the search may still find shapes that fit.
+    Plan refined = refine_co_located(g, cl, cost, batch, ranked, best ? *best : prepare(*shared), best_s,
+                                     options.raise_in_flight_cap);
+    if (best_s < std::numeric_limits<double>::infinity()) best = std::move(refined);
+  }
+  if (options.disjoint_placement && wanted <= cl.devices) consider(disjoint_plan(g, cl, cost, batch, std::move(minimal)));
+  if (!best) {
+    // Neither fits side by side nor together: each section shaped for the
+    // whole cluster on its own (the simulator reports the summed memory).
+    Plan shared;
+    shared.cluster_devices = cl.devices;
+    for (const auto& r : ranked) shared.sections.push_back(r.front().plan);
+    finish_plan(shared);
+    shared.levers = options.levers;
+    best = shared;
+  }
+  return *best;
+}
+
+}  // namespace
+
+Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
+                  const PlannerOptions& options) {
+  Plan plan = search(g, cl, cost, batch, options);
+  // Token micro-batches are not always faster (a section whose samples are
+  // all alike gains nothing, and count-cut micro-batches may pack GEMMs
+  // better): where the search is affordable it is run both ways, and the
+  // faster plan on this batch kept.
+  if (options.levers.token_micro_batches && simulated_alternatives(g, batch) > 0) {
+    PlannerOptions by_count = options;
+    by_count.levers.token_micro_batches = false;
+    Plan other = search(g, cl, cost, batch, by_count);
+    if (simulated_s(g, cl, other, cost, batch) < simulated_s(g, cl, plan, cost, batch)) plan = std::move(other);
+  }
+  return plan;
 }
 
 }  // namespace maestro

@@ -17,6 +17,11 @@
 
 namespace maestro {
 
+// The choices the planner searches for an `auto` degree or micro-batch
+// size; the tuned Megatron baseline searches the same (baselines.h).
+inline constexpr int64_t kDegreeChoices[] = {1, 2, 4, 8};
+inline constexpr int64_t kMicroBatchChoices[] = {1, 2, 4, 8, 16, 32};
+
 // Micro-batches whose activations stage 0 of a replica keeps alive at once
 // under 1F1B: pp (Plan::in_flight_cap is the largest pp of the plan).
 inline int64_t in_flight_micro_batches(int64_t pp) { return pp; }
@@ -33,9 +38,24 @@ std::vector<std::vector<const Sample*>> loader_order_micro_batches(const Section
 double section_step_s(const SectionGraph& graph, const CostModel& cost, int s, const SectionPlan& p,
                       const Batch& batch);
 
+// Section s's best shape with the whole cluster to itself: the fastest
+// section_step_s over the planner's choices that fits the device (its dp
+// at most the cluster's devices / (tp·pp)). The sequential baseline's plan.
+SectionPlan best_shape_alone(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost, int s,
+                             const Batch& batch);
+
+// What the planner may do; the switches exist for ablations
+// (bench/plan_ablation). `levers` is copied into the plan.
+struct PlannerOptions {
+  bool disjoint_placement = true;  // also try sections on separate device groups
+  bool raise_in_flight_cap = true; // in-flight cap up to what memory allows, not just the largest pp
+  ScheduleLevers levers;
+};
+
 // Throws PlanError naming the section, the device kind and what ran out
 // when an explicit choice — or every choice — does not fit; `batch` is the
 // sample the planner sizes work and activations with (step 0's).
-Plan plan_program(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost, const Batch& batch);
+Plan plan_program(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost, const Batch& batch,
+                  const PlannerOptions& options = {});
 
 }  // namespace maestro

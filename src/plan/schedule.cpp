@@ -144,6 +144,8 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
   // round[s][i]: the position, within its replica's sequence, of section s's
   // micro-batch holding sample i — when its consumers need it from producers.
   std::vector<std::vector<int32_t>> round(g.nodes.size(), std::vector<int32_t>(n, 0));
+  // replica_of[s][i]: the replica of section s that runs sample i.
+  std::vector<std::vector<int32_t>> replica_of(g.nodes.size(), std::vector<int32_t>(n, -1));
   std::vector<const Sample*> one(1);
   for (auto it = g.topo_order.rbegin(); it != g.topo_order.rend(); ++it) {  // consumers first
     const int s = *it;
@@ -184,36 +186,97 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
                 [](const Key* a, const Key* b) { return a->cost != b->cost ? a->cost > b->cost : a->sample < b->sample; });
       for (size_t j = 1; j < unfed.size(); j += 2) unfed[j]->phase = 2;
     }
-    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
-      if (a.need != b.need) return a.need < b.need;
-      if (a.phase != b.phase) return a.phase < b.phase;
-      if (a.cost != b.cost) return a.cost > b.cost;
-      return a.sample < b.sample;
-    });
-    // Longest first onto the least-loaded replica, group by group (a group:
-    // equal need and phase), so each replica keeps the consumers' order.
-    using Load = std::pair<double, int64_t>;  // (cost so far, replica)
-    std::priority_queue<Load, std::vector<Load>, std::greater<>> least;
-    for (int64_t r = 0; r < sp.dp; ++r) least.push({0.0, r});
-    std::vector<std::vector<int32_t>> per_replica(size_t(sp.dp));
-    for (const Key& k : keys) {
-      auto [load, r] = least.top();
-      least.pop();
-      per_replica[size_t(r)].push_back(k.sample);
-      least.push({load + k.cost, r});
+    std::vector<std::vector<Key>> per_replica(size_t(sp.dp));
+    if (plan.levers.reorder) {
+      // Longest first onto the least-loaded replica (LPT: loads differ by at
+      // most one sample's cost), then each replica's list in the order the
+      // consumers need its samples.
+      std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+        return a.cost != b.cost ? a.cost > b.cost : a.sample < b.sample;
+      });
+      // On a consumer's own devices, with replicas nested in the consumer's
+      // (tp·pp devices dividing the consumer's), a sample goes to one of the
+      // replicas inside the consumer replica that runs it: its output stays
+      // on that replica's devices and no other replica waits for it.
+      // (Not the other way round: a producer replica spanning several
+      // consumer replicas would inherit their grouping, not its own balance.)
+      int nest = -1;
+      int64_t group = 1;  // replicas per consumer replica
+      for (int e : g.nodes[s].consumers) {
+        const SectionPlan& cp = plan.sections[size_t(g.edges[e].to)];
+        if (nest < 0 && cp.first_device == sp.first_device && cp.devices == sp.devices &&
+            (cp.tp * cp.pp) % (sp.tp * sp.pp) == 0)
+          nest = g.edges[e].to, group = cp.tp * cp.pp / (sp.tp * sp.pp);
+      }
+      using Load = std::pair<double, int64_t>;  // (cost so far, replica)
+      std::priority_queue<Load, std::vector<Load>, std::greater<>> least;
+      std::vector<double> load(size_t(sp.dp), 0.0);
+      for (int64_t r = 0; r < sp.dp; ++r) least.push({0.0, r});
+      for (const Key& k : keys) {
+        const int32_t home = nest >= 0 ? replica_of[size_t(nest)][size_t(k.sample)] : -1;
+        int64_t r = -1;
+        if (home >= 0) {
+          for (int64_t q = home * group; q < (home + 1) * group; ++q)
+            if (r < 0 || load[size_t(q)] < load[size_t(r)]) r = q;
+        } else {
+          // Least loaded; heap entries whose load is stale are dropped.
+          while (least.top().first != load[size_t(least.top().second)]) least.pop();
+          r = least.top().second;
+          least.pop();
+        }
+        per_replica[size_t(r)].push_back(k);
+        load[size_t(r)] += k.cost;
+        least.push({load[size_t(r)], r});
+      }
+      for (auto& mine : per_replica)
+        std::sort(mine.begin(), mine.end(), [](const Key& a, const Key& b) {
+          if (a.need != b.need) return a.need < b.need;
+          if (a.phase != b.phase) return a.phase < b.phase;
+          if (a.cost != b.cost) return a.cost > b.cost;
+          return a.sample < b.sample;
+        });
+    } else {
+      // Loader order, micro_batch consecutive samples to each replica in turn.
+      for (size_t j = 0; j < keys.size(); ++j)
+        per_replica[(j / size_t(sp.micro_batch)) % size_t(sp.dp)].push_back(keys[j]);
     }
-    // Chunks of micro_batch per replica; ids go round by round.
+    // Each replica's list cut into micro-batches: micro_batch samples, or by
+    // tokens (ScheduleLevers::token_micro_batches); ids go round by round.
+    int64_t token_budget = 0;
+    std::vector<int64_t> tokens_of(active[s].empty() ? 0 : n, 0);
+    if (plan.levers.token_micro_batches && !active[s].empty()) {
+      int64_t sum = 0;
+      std::vector<int64_t> all;
+      for (int32_t i : active[s]) {
+        const Sample& x = samples[size_t(i)];
+        tokens_of[size_t(i)] = std::max<int64_t>(1, g.tokens(s, {x.modalities, x.text_tokens, x.images, x.audio_frames}));
+        sum += tokens_of[size_t(i)];
+        all.push_back(tokens_of[size_t(i)]);
+      }
+      // micro_batch × the mean, within the memory bound of the micro_batch
+      // largest samples (always: the mean is at most the largest).
+      token_budget = std::max<int64_t>(1, sp.micro_batch * sum / int64_t(all.size()));
+    }
+    std::vector<std::vector<std::vector<int32_t>>> cut(size_t(sp.dp));
+    for (int64_t r = 0; r < sp.dp; ++r) {
+      auto& out = cut[size_t(r)];
+      int64_t held = 0;
+      for (const Key& k : per_replica[size_t(r)]) {
+        const bool full = out.empty() || (token_budget > 0 ? held + tokens_of[size_t(k.sample)] > token_budget
+                                                           : int64_t(out.back().size()) == sp.micro_batch);
+        if (full) out.emplace_back(), held = 0;
+        out.back().push_back(k.sample);
+        held += token_budget > 0 ? tokens_of[size_t(k.sample)] : 0;
+      }
+    }
     auto& mbs = sch.sections[s].micro_batches;
-    for (int64_t c = 0;; ++c) {
+    for (size_t c = 0;; ++c) {
       bool any = false;
       for (int64_t r = 0; r < sp.dp; ++r) {
-        const auto& mine = per_replica[size_t(r)];
-        const size_t begin = size_t(c * sp.micro_batch);
-        if (begin >= mine.size()) continue;
+        if (c >= cut[size_t(r)].size()) continue;
         any = true;
-        const size_t end = std::min(mine.size(), begin + size_t(sp.micro_batch));
-        MicroBatch mb{int64_t(mbs.size()), r, std::vector<int32_t>(mine.begin() + begin, mine.begin() + end)};
-        for (int32_t i : mb.samples) round[s][i] = int32_t(c);
+        MicroBatch mb{int64_t(mbs.size()), r, std::move(cut[size_t(r)][c])};
+        for (int32_t i : mb.samples) round[s][i] = int32_t(c), replica_of[s][i] = int32_t(r);
         mbs.push_back(std::move(mb));
       }
       if (!any) break;
@@ -236,9 +299,15 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
 Schedule monolithic_schedule(const SectionGraph& g, const Plan& plan, Batch batch, int64_t micro_batch) {
   if (micro_batch < 1) throw std::invalid_argument("monolithic schedule: micro_batch must be >= 1");
   Schedule sch = empty_schedule(g, plan, std::move(batch), Schedule::Policy::Monolithic);
+  // The lanes bound what is in flight (one chunk per lane, ⌈L / dp_s⌉ per
+  // replica of section s); a window cap on top would count a chunk's
+  // chained, data-free forward links as feeds.
+  sch.in_flight_cap = 0;
   const int64_t n = int64_t(sch.batch.samples.size());
-  int64_t lanes = plan.sections.empty() ? 1 : plan.sections[0].dp;
-  for (const SectionPlan& p : plan.sections) lanes = std::min(lanes, p.dp);
+  // As many lanes as the largest dp, so that every section spreads its
+  // chunks over all of its own replicas (chunk c on replica c mod dp).
+  int64_t lanes = 1;
+  for (const SectionPlan& p : plan.sections) lanes = std::max(lanes, p.dp);
   std::vector<int64_t> last_of_lane(size_t(lanes), -1);
   auto chain = [&](int s, int64_t lane, int64_t stage, Task::Kind kind, int64_t mb) {
     add_task(sch, s, sch.sections[s].micro_batches[size_t(mb)].replica, stage, kind, mb);
@@ -249,7 +318,7 @@ Schedule monolithic_schedule(const SectionGraph& g, const Plan& plan, Batch batc
     const int64_t lane = c % lanes;
     std::vector<std::pair<int, int64_t>> parts;  // (section, its micro-batch of this chunk), producers first
     for (int s : g.topo_order) {
-      MicroBatch mb{int64_t(sch.sections[s].micro_batches.size()), lane % plan.sections[s].dp, {}};
+      MicroBatch mb{int64_t(sch.sections[s].micro_batches.size()), c % plan.sections[s].dp, {}};
       for (int64_t i = c * micro_batch; i < std::min(n, (c + 1) * micro_batch); ++i)
         if (g.active(s, sch.batch.samples[size_t(i)].modalities)) mb.samples.push_back(int32_t(i));
       if (mb.samples.empty()) continue;

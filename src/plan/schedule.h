@@ -84,10 +84,12 @@ Schedule wavefront_schedule(const SectionGraph& graph, const Plan& plan, const C
 std::vector<std::vector<int64_t>> compute_waves(const std::vector<Task>& tasks);
 
 // The monolithic baseline: one micro-batch size for every section, samples
-// in loader order; micro-batch c goes to lane c mod L (L = the smallest dp)
+// in loader order; micro-batch c goes to lane c mod L (L = the largest dp)
 // and runs through all its active sections, producers to consumers, then
 // backward in reverse, before the lane's next micro-batch starts (each task
-// depends on the lane's previous task, on top of the data rules).
+// depends on the lane's previous task, on top of the data rules). Section s
+// runs micro-batch c on its replica c mod dp_s: every section uses all of
+// its own replicas.
 Schedule monolithic_schedule(const SectionGraph& graph, const Plan& plan, Batch batch, int64_t micro_batch);
 
 // Every rule above, plus: each sample processed exactly once per active

@@ -43,6 +43,17 @@ std::vector<const Sample*> carried(const SectionGraph& g, int edge, const Batch&
 
 const char* kind_name(Task::Kind k) { return k == Task::Kind::Forward ? "forward" : "backward"; }
 
+// One replica of a section as a plan of its own (dp 1, its tp·pp devices
+// from `first`): a transfer between two replicas crosses only the links
+// their devices span, and costs nothing between identical device groups.
+SectionPlan replica_plan(const SectionPlan& p, int64_t first) {
+  SectionPlan r = p;
+  r.first_device = first;
+  r.dp = 1;
+  r.devices = p.tp * p.pp;
+  return r;
+}
+
 }  // namespace
 
 SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch, const CostModel& cost,
@@ -151,8 +162,13 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
         if (e >= 0) {
           const auto moved = carried(g, e, sch.batch, sch.micro_batch_of(u), mb);
           if (!moved.empty()) {
-            const double transfer = cost.transfer_s(g.program->flows[size_t(e)], moved, plan.sections[size_t(from)],
-                                                    plan.sections[size_t(to)]);
+            const Task& p = forward ? t : u;  // the producer's task and the consumer's
+            const Task& c = forward ? u : t;
+            const SectionPlan& fp = plan.sections[size_t(from)];
+            const SectionPlan& tp = plan.sections[size_t(to)];
+            const double transfer =
+                cost.transfer_s(g.program->flows[size_t(e)], moved, replica_plan(fp, stage_first_device(fp, p.replica, 0)),
+                                replica_plan(tp, stage_first_device(tp, c.replica, 0)));
             double& link = link_free[{t.section, t.replica, u.section, u.replica}];
             arrival = std::max(now, link) + transfer;
             link = arrival;
@@ -235,8 +251,9 @@ double lower_bound_s(const SectionGraph& g, const Plan& plan, const Batch& batch
       for (int e : g.nodes[size_t(s)].producers)
         if (g.carries(e, sample.modalities)) {
           const int p = g.edges[size_t(e)].from;
-          start = std::max(start, forward_end[size_t(p)] +
-                                      cost.transfer_s(g.program->flows[size_t(e)], one, plan.sections[size_t(p)], sp));
+          start = std::max(start, forward_end[size_t(p)] + cost.transfer_s(g.program->flows[size_t(e)], one,
+                                                                           replica_plan(plan.sections[size_t(p)], 0),
+                                                                           replica_plan(sp, 0)));
         }
       forward_end[size_t(s)] = start + double(sp.pp) * cost.forward_s(s, one, sp);
       critical = std::max(critical, forward_end[size_t(s)]);
@@ -250,8 +267,9 @@ double lower_bound_s(const SectionGraph& g, const Plan& plan, const Batch& batch
         const int c = g.edges[size_t(e)].to;
         if (g.edges[size_t(e)].kind == FlowKind::Activations && g.section(c).mode == Mode::Train &&
             g.carries(e, sample.modalities))
-          start = std::max(start, backward_end[size_t(c)] +
-                                      cost.transfer_s(g.program->flows[size_t(e)], one, sp, plan.sections[size_t(c)]));
+          start = std::max(start, backward_end[size_t(c)] + cost.transfer_s(g.program->flows[size_t(e)], one,
+                                                                            replica_plan(sp, 0),
+                                                                            replica_plan(plan.sections[size_t(c)], 0)));
       }
       backward_end[size_t(s)] = start + double(sp.pp) * cost.backward_s(s, one, sp);
       critical = std::max(critical, backward_end[size_t(s)]);

@@ -8,14 +8,22 @@ namespace maestro {
 
 TensorRef TensorRef::of(std::vector<float> values, std::vector<int64_t> shape) {
   if (shape.empty()) shape = {int64_t(values.size())};
+  return of_bytes(std::as_bytes(std::span<const float>(values)), std::move(shape), DType::F32);
+}
+
+TensorRef TensorRef::of_bytes(std::span<const std::byte> bytes, std::vector<int64_t> shape, DType dtype) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  if (size_t(n) != values.size()) throw std::invalid_argument("TensorRef::of: shape and values differ in size");
+  for (int64_t d : shape) {
+    if (d < 0) throw std::invalid_argument("TensorRef: a negative dimension");
+    n *= d;
+  }
+  if (size_t(n) * dtype_size(dtype) != bytes.size())
+    throw std::invalid_argument("TensorRef: shape and values differ in size");
   TensorRef t;
   t.shape = std::move(shape);
+  t.dtype = dtype;
   t.buffer = std::make_shared<Buffer>();
-  t.buffer->standalone.resize(values.size() * sizeof(float));
-  if (!values.empty()) std::memcpy(t.buffer->standalone.data(), values.data(), values.size() * sizeof(float));
+  t.buffer->standalone.assign(bytes.begin(), bytes.end());
   t.buffer->data = t.buffer->standalone.data();
   t.buffer->capacity = t.buffer->standalone.size();
   return t;

@@ -40,6 +40,9 @@ struct TensorRef {
 
   // A standalone host fp32 tensor holding `values` (tests, constants). [shape]
   static TensorRef of(std::vector<float> values, std::vector<int64_t> shape = {});
+  // A standalone host tensor holding a copy of `bytes` (a tensor received by
+  // value). Throws std::invalid_argument when they are not shape × dtype.
+  static TensorRef of_bytes(std::span<const std::byte> bytes, std::vector<int64_t> shape, DType dtype);
 
   int64_t numel() const;
   size_t bytes() const { return size_t(numel()) * dtype_size(dtype); }

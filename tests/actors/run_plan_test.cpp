@@ -142,8 +142,8 @@ BOOST_AUTO_TEST_CASE(wavefront_and_monolithic_schedules_are_complete) {
   check_cover_and_execute(run.graph, plan, d, StepSchedules(run.graph, plan, "wavefront").of(d.batch));
   const Schedule m = StepSchedules(run.graph, plan, "monolithic").of(d.batch);
   check_cover_and_execute(run.graph, plan, d, m);
-  int64_t lanes = plan.sections[0].dp, chain_heads = 0;  // one chain per lane: the smallest dp
-  for (const SectionPlan& r : plan.sections) lanes = std::min(lanes, r.dp);
+  int64_t lanes = plan.sections[0].dp, chain_heads = 0;  // one chain per lane: the largest dp (issue 10)
+  for (const SectionPlan& r : plan.sections) lanes = std::max(lanes, r.dp);
   for (const Task& t : m.tasks) {
     const std::vector<int32_t>& samples = m.micro_batch_of(t).samples;
     // One size (the llm's) for every section, in loader order: the llm runs on every sample.

@@ -33,6 +33,16 @@ Section make_section(std::string name, ModelSpec model) {
 
 ModelSpec transformer(int64_t hidden) { return {"transformer", TransformerSpec{2, hidden, 2, 2, 2 * hidden, 64, 100000}}; }
 
+// One text-only LLM section with a loss.
+Program text_llm() {
+  Program p;
+  Section llm = make_section("llm", transformer(8));
+  llm.consumes = {Modality::Text};
+  llm.loss = {LossTerm{}};
+  p.sections = {llm};
+  return p;
+}
+
 // A random compound model: 0–2 encoders (image, audio), each maybe behind a
 // projector, maybe frozen; an LLM with a loss; maybe a frozen teacher
 // feeding it logits; random `when` on the LLM.
@@ -305,6 +315,33 @@ BOOST_AUTO_TEST_CASE(example_models) {
   }
 }
 
+// Issue 10: the monolithic baseline runs as many lanes as the largest dp,
+// and every section spreads its chunks over all of its own replicas (with
+// the smallest dp as lane count, tiny_mllm's LLM replica 1 sat idle behind
+// the vision encoder's dp 1).
+BOOST_AUTO_TEST_CASE(monolithic_uses_every_replica_of_every_section) {
+  const Program p = load("models/tiny_mllm.sect");
+  const SectionGraph g = build_graph(p);
+  Plan plan;
+  for (const Section& s : p.sections) {
+    const int64_t dp = s.name == "vision" ? 1 : (s.name == "llm" ? 2 : 3);
+    plan.sections.push_back({0, dp, 1, 1, dp, 4});
+  }
+  const Batch batch = Sampler(p.data, 64).batch(0);
+  const Schedule sch = monolithic_schedule(g, plan, batch, 4);
+  BOOST_REQUIRE(validate(g, plan, sch).empty());
+  for (size_t s = 0; s < p.sections.size(); ++s) {
+    std::vector<int64_t> per_replica(size_t(plan.sections[s].dp), 0);
+    for (const MicroBatch& mb : sch.sections[s].micro_batches) per_replica[size_t(mb.replica)]++;
+    BOOST_TEST_CONTEXT(p.sections[s].name) {
+      BOOST_REQUIRE(int64_t(sch.sections[s].micro_batches.size()) >= 2 * plan.sections[s].dp);
+      for (int64_t n : per_replica) BOOST_TEST(n > 0);
+      const auto [lo, hi] = std::minmax_element(per_replica.begin(), per_replica.end());
+      BOOST_TEST(*hi - *lo <= int64_t(sch.sections[s].micro_batches.size()) / 2);
+    }
+  }
+}
+
 // A consumer whose micro-batch spans more producer micro-batches than the
 // cap allows must still finish (the cap never stalls), and the cap holds
 // otherwise.
@@ -392,11 +429,7 @@ BOOST_AUTO_TEST_CASE(consumers_lead_producers_follow) {
 // the largest single sample's cost.
 BOOST_AUTO_TEST_CASE(replicas_balanced_by_cost) {
   Rng rng(99);
-  Program p;
-  Section llm = make_section("llm", transformer(8));
-  llm.consumes = {Modality::Text};
-  llm.loss = {LossTerm{}};
-  p.sections = {llm};
+  const Program p = text_llm();
   const SectionGraph g = build_graph(p);
   const Batch batch = random_batch(rng, 37);
   test::TokenCost cost(g);
@@ -412,6 +445,69 @@ BOOST_AUTO_TEST_CASE(replicas_balanced_by_cost) {
       largest = std::max(largest, c);
     }
   BOOST_CHECK_LE(std::abs(load[0] - load[1]), largest);
+}
+
+// ScheduleLevers::reorder off: loader order, micro_batch consecutive
+// samples to the replicas in turn (the ablation's baseline). On: the
+// replicas' loads are balanced by LPT (replicas_balanced_by_cost).
+BOOST_AUTO_TEST_CASE(reorder_off_keeps_loader_order) {
+  Rng rng(41);
+  const Program p = text_llm();
+  const SectionGraph g = build_graph(p);
+  const Batch batch = random_batch(rng, 29);
+  test::TokenCost cost(g);
+  Plan plan;
+  plan.sections = {{0, 3, 1, 1, 3, 2}};
+  plan.levers = {false, false};
+  const Schedule sch = wavefront_schedule(g, plan, cost, batch);
+  BOOST_REQUIRE(validate(g, plan, sch).empty());
+  std::vector<int32_t> previous(3, -1);
+  for (const MicroBatch& mb : sch.sections[0].micro_batches) {
+    BOOST_TEST(int64_t(mb.samples.size()) <= 2);
+    for (int32_t i : mb.samples) {
+      BOOST_TEST(i / 2 % 3 == mb.replica);  // chunk i / 2 on replica (i / 2) mod 3
+      BOOST_TEST(i > previous[size_t(mb.replica)]);
+      previous[size_t(mb.replica)] = i;
+    }
+  }
+}
+
+// ScheduleLevers::token_micro_batches: micro-batches cut by tokens, up to
+// micro_batch × the step's mean tokens per sample (a longer sample alone),
+// so short samples share a micro-batch beyond micro_batch; off: by count.
+BOOST_AUTO_TEST_CASE(token_micro_batches_cut_by_tokens) {
+  const Program p = text_llm();
+  const SectionGraph g = build_graph(p);
+  Batch batch;
+  for (int i = 0; i < 40; ++i) {
+    Sample x;
+    x.id = i;
+    x.modalities.add(Modality::Text);
+    x.text_tokens = i % 8 == 0 ? 2000 : 20;  // a few long, many short
+    batch.samples.push_back(x);
+  }
+  int64_t mean = 0;
+  for (const Sample& x : batch.samples) mean += g.tokens(0, {x.modalities, x.text_tokens, x.images, x.audio_frames});
+  mean /= int64_t(batch.samples.size());
+  test::TokenCost cost(g);
+  Plan plan;
+  plan.sections = {{0, 2, 1, 1, 2, 2}};
+  for (const bool by_tokens : {true, false}) {
+    plan.levers.token_micro_batches = by_tokens;
+    const Schedule sch = wavefront_schedule(g, plan, cost, batch);
+    BOOST_REQUIRE(validate(g, plan, sch).empty());
+    size_t most = 0;
+    for (const MicroBatch& mb : sch.sections[0].micro_batches) {
+      int64_t tokens = 0;
+      for (int32_t i : mb.samples) {
+        const Sample& x = batch.samples[size_t(i)];
+        tokens += g.tokens(0, {x.modalities, x.text_tokens, x.images, x.audio_frames});
+      }
+      most = std::max(most, mb.samples.size());
+      if (by_tokens && mb.samples.size() > 1) BOOST_TEST(tokens <= 2 * mean);
+    }
+    BOOST_TEST_CONTEXT("by tokens " << by_tokens) { BOOST_TEST((most > 2) == by_tokens); }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(validate_reports_broken_schedules) {

@@ -1,0 +1,90 @@
+// The planner's and wavefront scheduler's levers switched off one at a time
+// (docs/PERFORMANCE.md §3): for one model and cluster, the mean simulated
+// iteration of the full plan, of the plan with sample reordering off, with
+// per-step token micro-batches off, with disjoint placement off, with the
+// in-flight cap left at the largest pp, all of them off, and the
+// sequential baseline (each section alone on all devices). Each variant is
+// planned with its lever off, so the planner adapts to it.
+// Usage: bench_plan_ablation MODEL.sect CLUSTER.toml [STEPS]
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "config/runtime_config.h"
+#include "data/sampler.h"
+#include "dsl/frontend.h"
+#include "plan/baselines.h"
+#include "plan/cluster.h"
+#include "plan/planner.h"
+#include "plan/roofline_cost.h"
+#include "plan/schedule.h"
+#include "plan/simulator.h"
+
+namespace {
+
+using namespace maestro;
+
+std::string layout(const SectionGraph& g, const Plan& plan) {
+  std::string out;
+  for (size_t s = 0; s < g.nodes.size(); ++s) {
+    const SectionPlan& p = plan.sections[s];
+    out += fmt::format("{}{} {}-{} tp{} pp{} dp{} mb{}", s ? "; " : "", g.nodes[s].name, p.first_device,
+                       p.first_device + p.devices - 1, p.tp, p.pp, p.dp, p.micro_batch);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    fmt::print(stderr, "usage: {} MODEL.sect CLUSTER.toml [STEPS]\n", argv[0]);
+    return 2;
+  }
+  Diagnostics diags;
+  const std::optional<Program> program = load_program(argv[1], diags);
+  if (!program) {
+    fmt::print(stderr, "{}: cannot load the program\n", argv[1]);
+    return 2;
+  }
+  try {
+    const SectionGraph g = build_graph(*program);
+    const Cluster cl = make_cluster(load_runtime_config(argv[2]));
+    const RooflineCost cost(g, cl);
+    const Sampler sampler(program->data, program->train.global_batch);
+    const int64_t steps = argc > 3 ? std::atoll(argv[3]) : 4;
+    std::vector<Batch> batches;
+    for (int64_t k = 0; k < steps; ++k) batches.push_back(sampler.batch(k));
+    const double sequential = sequential_baseline(g, cl, cost, batches).iteration_s;
+    struct Variant {
+      const char* name;
+      PlannerOptions options;
+    };
+    std::vector<Variant> variants{{"full", {}},         {"reorder off", {}}, {"token mb off", {}},
+                                  {"disjoint off", {}}, {"cap = pp", {}},    {"all off", {}}};
+    variants[1].options.levers.reorder = false;
+    variants[2].options.levers.token_micro_batches = false;
+    variants[3].options.disjoint_placement = false;
+    variants[4].options.raise_in_flight_cap = false;
+    variants[5].options = {false, false, {false, false}};
+    fmt::print("{} on {} × {}, mean of {} steps; sequential {:.4f} s\n", argv[1], cl.devices, cl.device.name, steps,
+               sequential);
+    for (const Variant& v : variants) {
+      const Plan plan = plan_program(g, cl, cost, batches.front(), v.options);
+      double iteration = 0, lower = 0;
+      for (const Batch& b : batches) {
+        const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, b), cost);
+        iteration += r.iteration_s / double(steps);
+        lower += r.lower_bound_s / double(steps);
+      }
+      fmt::print("  {:<13} {:.4f} s  lower bound {:.4f} s  vs sequential {:.3f}x  [{}]\n", v.name, iteration, lower,
+                 sequential / iteration, layout(g, plan));
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}: {}\n", argv[1], e.what());
+    return 2;
+  }
+  return 0;
+}
