@@ -56,13 +56,21 @@ typename Inspector::result_type inspect(Inspector& f, std::shared_ptr<const Step
 
 MAESTRO_INSPECT(Task, x.id, x.section, x.replica, x.stage, x.kind, x.micro_batch, x.deps)
 
-// A tensor by value: present, shape, dtype, its bytes [bytes()].
+// A tensor by value: present, shape, dtype, its bytes [bytes()]. A tensor
+// in device memory has no host bytes to send: serialising one fails with a
+// clear error (it crosses as its TensorDescriptor, the peer putting into it).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TensorRef& x) {
   bool present = !x.empty();
   std::vector<uint8_t> bytes;
+  auto host_only = caf::meta::save_callback([&]() -> caf::error {
+    if (present && x.device() != Device::Host)
+      return caf::make_error(caf::sec::state_not_serializable,
+                             "a tensor in device memory does not cross processes by value (send its TensorDescriptor)");
+    return caf::none;
+  });
   if constexpr (Inspector::reads_state) {
-    if (present) {
+    if (present && x.device() == Device::Host) {
       const std::span<const std::byte> raw = std::as_const(x).raw();
       bytes.assign(reinterpret_cast<const uint8_t*>(raw.data()), reinterpret_cast<const uint8_t*>(raw.data()) + raw.size());
     }
@@ -79,7 +87,7 @@ typename Inspector::result_type inspect(Inspector& f, TensorRef& x) {
     }
     return caf::none;
   });
-  return f(caf::meta::type_name("TensorRef"), present, x.shape, x.dtype, bytes, load);
+  return f(caf::meta::type_name("TensorRef"), host_only, present, x.shape, x.dtype, bytes, load);
 }
 
 }  // namespace maestro

@@ -2,7 +2,8 @@
 // binary_serializer / binary_deserializer, alone and inside a caf::message
 // (which needs the type registered by name: add_message_types): tensors by
 // value, the step's data by value, null stays null; a stage hand-off that
-// carries the engine's geometry refuses to serialise.
+// carries the engine's geometry, or a tensor in device memory, refuses to
+// serialise.
 #include <boost/test/unit_test.hpp>
 
 #include <caf/all.hpp>
@@ -158,6 +159,16 @@ BOOST_FIXTURE_TEST_CASE(descriptors_and_bf16_tensors, System) {
   uint16_t out[2];
   std::memcpy(out, got.raw().data(), 4);
   BOOST_TEST(bf16_to_float(out[1]) == -2.0f);
+}
+
+// A device tensor has no host bytes to send: an error, never garbage.
+BOOST_FIXTURE_TEST_CASE(a_device_tensor_does_not_serialise_by_value, System) {
+  TaskDone d;
+  d.outputs = {{0, 0, tensor({1, 2}, {2})}};
+  d.outputs[0].tensor.buffer->device = Device::Cuda;
+  std::vector<char> buf;
+  caf::binary_serializer sink{*sys, buf};
+  BOOST_TEST(bool(sink(d)));
 }
 
 BOOST_FIXTURE_TEST_CASE(data_checkpoint_and_report_messages, System) {
