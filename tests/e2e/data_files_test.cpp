@@ -109,7 +109,7 @@ BOOST_AUTO_TEST_CASE(every_bad_input_exits_2_naming_the_line_and_the_file) {
     const ProcessResult r = maestro_run({model, "--steps", "1"});
     BOOST_TEST_INFO(cases[i].line << " -> " << r.err);
     BOOST_TEST(r.status == 2);
-    BOOST_TEST(r.first_err_line().find("error: " + m + ":2: ") == 0u);
+    BOOST_TEST(r.first_err_line().find("maestro-run: error: " + m + ":2: ") == 0u);  // one error format (docs/cli.md)
     BOOST_TEST(r.err.find(cases[i].expect) != std::string::npos);
   }
   // A WAV at another rate is refused naming its rate and channels.
