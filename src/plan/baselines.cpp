@@ -102,7 +102,7 @@ BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const Co
 }
 
 BaselineResult sequential_baseline(const SectionGraph& g, const Cluster& cl, const CostModel& cost,
-                                   const std::vector<Batch>& batches) {
+                                   const std::vector<Batch>& batches, bool overlap_grad_sync) {
   std::vector<SectionPlan> alone;
   std::string config;
   for (size_t s = 0; s < g.nodes.size(); ++s) {
@@ -113,7 +113,7 @@ BaselineResult sequential_baseline(const SectionGraph& g, const Cluster& cl, con
   }
   double sum = 0;
   for (const Batch& b : batches)
-    for (size_t s = 0; s < g.nodes.size(); ++s) sum += section_step_s(g, cost, int(s), alone[s], b);
+    for (size_t s = 0; s < g.nodes.size(); ++s) sum += section_step_s(g, cost, int(s), alone[s], b, overlap_grad_sync);
   return {"sequential", sum / double(batches.size()), config, std::nullopt};
 }
 

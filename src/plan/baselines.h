@@ -63,8 +63,10 @@ double megatron_iteration_s(const SectionGraph& graph, const Cluster& cluster, c
 // own best shape on the whole cluster (best_shape_alone, chosen on
 // batches[0]), mean over the batches. Independent of the wavefront plan.
 // Transfers between sections are not charged, nor the other sections'
-// weights on the devices (kind to the baseline).
+// weights on the devices (kind to the baseline). overlap_grad_sync: each
+// section's grad sync overlapped with its last backward, the rule the
+// simulator applies to a plan with ScheduleLevers::overlap_grad_sync.
 BaselineResult sequential_baseline(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost,
-                                   const std::vector<Batch>& batches);
+                                   const std::vector<Batch>& batches, bool overlap_grad_sync = false);
 
 }  // namespace maestro

@@ -34,6 +34,14 @@ struct ScheduleLevers {
   // active sample (never more than the memory bound's micro_batch largest
   // samples). Off: micro_batch samples each.
   bool token_micro_batches = true;
+  // Each train section's dp gradient reduction on its devices' communication
+  // link, not their compute: it starts when the section's last backward
+  // starts (Megatron's --overlap-grad-reduce: the buckets of the last
+  // accumulation micro-batch reduced as its backward produces them) and ends
+  // no earlier than that backward; sections sharing devices take turns on
+  // the link. Off (the default; docs/PERFORMANCE.md §3 shows why): after the
+  // section's last task, on the compute devices.
+  bool overlap_grad_sync = false;
 };
 
 struct Plan {

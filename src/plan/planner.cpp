@@ -37,26 +37,29 @@ std::vector<const Sample*> largest(const SectionGraph& g, int s, const Batch& ba
 }
 
 // A step's forward + backward seconds of one stage, summed over section s's
-// loader-order micro-batches, and the largest micro-batch's: they depend on
-// tp, pp and micro_batch, not on dp.
+// loader-order micro-batches, the largest micro-batch's, and that one's
+// backward: they depend on tp, pp and micro_batch, not on dp.
 struct StepWork {
-  double work = 0, largest_mb = 0;
+  double work = 0, largest_mb = 0, largest_mb_backward = 0;
 };
 StepWork step_work(const SectionGraph& g, const CostModel& cost, int s, const SectionPlan& p, const Batch& batch) {
   StepWork w;
   for (const auto& mb : loader_order_micro_batches(g, s, batch, p.micro_batch)) {
-    const double t = cost.forward_s(s, mb, p) + cost.backward_s(s, mb, p);
+    const double backward = cost.backward_s(s, mb, p), t = cost.forward_s(s, mb, p) + backward;
     w.work += t;
-    w.largest_mb = std::max(w.largest_mb, t);
+    if (t > w.largest_mb) w.largest_mb = t, w.largest_mb_backward = backward;
   }
   return w;
 }
 // section_step_s from the work: balanced packing (the work spread evenly,
 // but no replica does less than one whole micro-batch), the pipeline fill,
-// grad sync and the optimizer.
-double step_s(const CostModel& cost, int s, const SectionPlan& p, const StepWork& w) {
-  return std::max(w.work / double(p.dp), w.largest_mb) + double(p.pp - 1) * w.largest_mb + cost.grad_sync_s(s, p) +
-         cost.optimizer_s(s, p);
+// grad sync and the optimizer. With overlap_grad_sync, only the grad sync
+// left after the last backward counts (the simulator's rule: it runs from
+// that backward's start; the largest micro-batch's is taken).
+double step_s(const CostModel& cost, int s, const SectionPlan& p, const StepWork& w, bool overlap_grad_sync = false) {
+  const double sync = cost.grad_sync_s(s, p);
+  return std::max(w.work / double(p.dp), w.largest_mb) + double(p.pp - 1) * w.largest_mb +
+         (overlap_grad_sync ? std::max(0.0, sync - w.largest_mb_backward) : sync) + cost.optimizer_s(s, p);
 }
 
 struct Fit {
@@ -165,8 +168,9 @@ std::vector<std::vector<const Sample*>> loader_order_micro_batches(const Section
   return mbs;
 }
 
-double section_step_s(const SectionGraph& g, const CostModel& cost, int s, const SectionPlan& p, const Batch& batch) {
-  return step_s(cost, s, p, step_work(g, cost, s, p, batch));
+double section_step_s(const SectionGraph& g, const CostModel& cost, int s, const SectionPlan& p, const Batch& batch,
+                      bool overlap_grad_sync) {
+  return step_s(cost, s, p, step_work(g, cost, s, p, batch), overlap_grad_sync);
 }
 
 namespace {

@@ -34,9 +34,10 @@ std::vector<std::vector<const Sample*>> loader_order_micro_batches(const Section
 // Estimated seconds of one step of section s under plan p on `batch`: its
 // micro-batches' forward + backward balanced over p.dp replicas (never less
 // than the largest micro-batch), a pipeline fill of pp-1 micro-batches, then
-// grad sync and optimizer.
+// grad sync (with overlap_grad_sync only what is left after the largest
+// micro-batch's backward, ScheduleLevers::overlap_grad_sync) and optimizer.
 double section_step_s(const SectionGraph& graph, const CostModel& cost, int s, const SectionPlan& p,
-                      const Batch& batch);
+                      const Batch& batch, bool overlap_grad_sync = false);
 
 // Section s's best shape with the whole cluster to itself: the fastest
 // section_step_s over the planner's choices that fits the device (its dp

@@ -67,7 +67,7 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
   SimResult r;
   r.device_busy_s.assign(size_t(devices), 0.0);
   std::vector<double> device_free(size_t(devices), 0.0), section_busy(g.nodes.size(), 0.0),
-      section_end(g.nodes.size(), 0.0);
+      section_end(g.nodes.size(), 0.0), section_last_backward_s(g.nodes.size(), 0.0);
   std::vector<double> data_ready(n_tasks, 0.0);
   r.task_start_s.assign(n_tasks, 0.0);
   r.task_end_s.assign(n_tasks, 0.0);
@@ -135,7 +135,10 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
                              {"replica", t.replica}, {"stage", t.stage}, {"samples", mb.samples.size()}, {"task", id}}});
       }
       section_busy[size_t(t.section)] += duration * double(sp.tp);
-      section_end[size_t(t.section)] = std::max(section_end[size_t(t.section)], end);
+      if (end >= section_end[size_t(t.section)]) {
+        section_end[size_t(t.section)] = end;
+        section_last_backward_s[size_t(t.section)] = t.kind == Task::Kind::Backward ? duration : 0.0;
+      }
       // Activations: held from a forward's start until its backward ends
       // (train) or its own end (frozen).
       if (t.kind == Task::Kind::Forward) {
@@ -184,29 +187,38 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
   for (double end : r.task_end_s) r.compute_end_s = std::max(r.compute_end_s, end);
 
   // End of step: each train section's grad sync, then optimizer step, on all
-  // its devices after its last task; sections sharing devices take turns in
-  // the order their work ended.
+  // its devices; sections sharing devices take turns in the order their work
+  // ended. The sync runs on the compute devices after the section's last
+  // task, or with overlap_grad_sync on their communication link from the
+  // start of its last backward (ScheduleLevers::overlap_grad_sync).
   std::vector<int> order;
   for (size_t s = 0; s < g.nodes.size(); ++s)
     if (sch.sections[s].backward) order.push_back(int(s));
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return section_end[size_t(a)] < section_end[size_t(b)]; });
+  std::vector<double> comm_free(size_t(devices), 0.0);
   r.iteration_s = r.compute_end_s;
   for (int s : order) {
     const SectionPlan& sp = plan.sections[size_t(s)];
-    double start = section_end[size_t(s)];
-    for (int64_t d = sp.first_device; d < sp.first_device + sp.devices; ++d) start = std::max(start, device_free[size_t(d)]);
     const double sync = cost.grad_sync_s(s, sp), step = cost.optimizer_s(s, sp);
+    const bool overlap = plan.levers.overlap_grad_sync;
+    double sync_start = section_end[size_t(s)] - (overlap ? section_last_backward_s[size_t(s)] : 0.0);
+    for (int64_t d = sp.first_device; d < sp.first_device + sp.devices; ++d)
+      sync_start = std::max(sync_start, overlap ? comm_free[size_t(d)] : device_free[size_t(d)]);
+    const double sync_end = std::max(section_end[size_t(s)], sync_start + sync);
+    double start = sync_end;
+    for (int64_t d = sp.first_device; d < sp.first_device + sp.devices; ++d) start = std::max(start, device_free[size_t(d)]);
     for (int64_t d = sp.first_device; d < sp.first_device + sp.devices; ++d) {
-      device_free[size_t(d)] = start + sync + step;
-      r.device_busy_s[size_t(d)] += sync + step;
+      if (overlap) comm_free[size_t(d)] = sync_start + sync;
+      device_free[size_t(d)] = start + step;
+      r.device_busy_s[size_t(d)] += step + (overlap ? 0.0 : sync);
       if (options.trace) {
         const nlohmann::json args{{"section", g.nodes[size_t(s)].name}};
-        r.spans.push_back(TraceSpan{g.nodes[size_t(s)].name + " grad sync", "grad_sync", d, start, sync, args});
-        r.spans.push_back(TraceSpan{g.nodes[size_t(s)].name + " optimizer", "optimizer", d, start + sync, step, args});
+        r.spans.push_back(TraceSpan{g.nodes[size_t(s)].name + " grad sync", "grad_sync", d, sync_start, sync, args});
+        r.spans.push_back(TraceSpan{g.nodes[size_t(s)].name + " optimizer", "optimizer", d, start, step, args});
       }
     }
-    section_busy[size_t(s)] += (sync + step) * double(sp.devices);
-    r.iteration_s = std::max(r.iteration_s, start + sync + step);
+    section_busy[size_t(s)] += (step + (overlap ? 0.0 : sync)) * double(sp.devices);
+    r.iteration_s = std::max(r.iteration_s, start + step);
   }
 
   // Memory: weights of every section on the device, plus the peak of its

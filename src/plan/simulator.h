@@ -5,7 +5,8 @@
 // devices serialise on them (first ready, first served). Tasks are released
 // by the same Frontier as the runtime's, in-flight cap included. Gradient
 // sync and the optimizer step of each train section follow its last task on
-// its devices. No engine, no threads: events in time order.
+// its devices (the sync on their communication link, overlapping its last
+// backward, with ScheduleLevers::overlap_grad_sync). No engine, no threads: events in time order.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,7 @@ struct SimResult {
   double compute_end_s = 0;    // the last forward/backward task's end
   double lower_bound_s = 0;    // lower_bound_s() of the step
   double utilization = 0;      // lower_bound_s / iteration_s
-  std::vector<double> device_busy_s;          // per device: seconds computing (tasks, grad sync, optimizer)
+  std::vector<double> device_busy_s;          // per device: seconds computing (tasks, optimizer; grad sync when not overlapped)
   std::vector<double> section_utilization;    // per section: its busy device-seconds / (devices × iteration_s)
   std::vector<int64_t> peak_memory_bytes;     // per device: weights of its sections + peak in-flight activations
   std::vector<double> task_start_s, task_end_s;  // per task of the schedule

@@ -370,6 +370,14 @@ BOOST_AUTO_TEST_CASE(sequential_is_sum_of_sections_on_all_devices) {
   }
   BOOST_TEST(seq.iteration_s == sum, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(seq.name == "sequential");
+  // With the grad sync overlapped, each section pays only what its largest
+  // micro-batch's backward does not hide: less, never more than the sync.
+  const double overlapped = sequential_baseline(g, cl, cost, batches, true).iteration_s;
+  double syncs = 0;
+  for (size_t s = 0; s < g.nodes.size(); ++s)
+    syncs += cost.grad_sync_s(int(s), best_shape_alone(g, cl, cost, int(s), batches[0]));
+  BOOST_TEST(overlapped < seq.iteration_s);
+  BOOST_TEST(overlapped >= seq.iteration_s - syncs - 1e-12);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -93,6 +93,49 @@ BOOST_AUTO_TEST_CASE(two_sections_wavefront_by_hand) {
   }
 }
 
+// ScheduleLevers::overlap_grad_sync, by hand: the same tasks; llm's sync on
+// device 1's link from its last backward's start, [11.5,11.75], its step
+// after that backward, [15.5,15.625]; enc's sync [16,16.25] on device 0's
+// link, its step [18,18.125]. The syncs leave the devices' busy time; the
+// lower bound (no sync in it) is unchanged.
+BOOST_AUTO_TEST_CASE(grad_sync_overlaps_the_last_backward) {
+  TwoSections t;
+  t.plan.levers.overlap_grad_sync = true;
+  FixedCost cost;
+  const SimResult r =
+      simulate(t.graph, t.plan, wavefront_schedule(t.graph, t.plan, cost, t.batch), cost, SimOptions{true});
+  BOOST_CHECK_CLOSE(r.compute_end_s, 18.0, 1e-9);
+  BOOST_CHECK_CLOSE(r.iteration_s, 18.125, 1e-9);
+  BOOST_CHECK_CLOSE(r.device_busy_s[0], 6.125, 1e-9);
+  BOOST_CHECK_CLOSE(r.device_busy_s[1], 14.125, 1e-9);
+  BOOST_CHECK_CLOSE(r.lower_bound_s, 11.0, 1e-9);
+  std::set<std::pair<std::string, double>> syncs;
+  for (const TraceSpan& sp : r.spans)
+    if (sp.category == "grad_sync") syncs.insert({sp.name, sp.start_s});
+  BOOST_TEST((syncs == std::set<std::pair<std::string, double>>{{"enc grad sync", 16.0}, {"llm grad sync", 11.5}}));
+}
+
+// Co-located, the two sections' syncs take turns on the shared link: llm's
+// from its last backward's start, enc's after it, each no earlier than its
+// own last backward's start.
+BOOST_AUTO_TEST_CASE(overlapped_syncs_share_the_link) {
+  TwoSections t;
+  t.plan.sections[1].first_device = 0;
+  t.plan.levers.overlap_grad_sync = true;
+  FixedCost cost;
+  const SimResult r =
+      simulate(t.graph, t.plan, wavefront_schedule(t.graph, t.plan, cost, t.batch), cost, SimOptions{true});
+  BOOST_CHECK_CLOSE(r.device_busy_s[0], 20.25, 1e-9);  // work 20 s + two optimizer steps
+  BOOST_CHECK_GE(r.iteration_s, r.compute_end_s + 0.125);
+  BOOST_CHECK_GE(r.iteration_s, r.lower_bound_s);
+  std::vector<double> starts;
+  for (const TraceSpan& sp : r.spans)
+    if (sp.category == "grad_sync") starts.push_back(sp.start_s);
+  BOOST_REQUIRE_EQUAL(starts.size(), 2u);
+  std::sort(starts.begin(), starts.end());
+  BOOST_CHECK_GE(starts[1], starts[0] + 0.25);
+}
+
 // The in-flight cap bounds activation memory: with cap 1 the llm holds one
 // micro-batch at a time (its window); enc holds the admitted one, the
 // lookahead one, and the one whose backward waits on the llm's.
