@@ -23,6 +23,7 @@
 #include "actors/messages.h"
 #include "graph/section_graph.h"
 #include "plan/plan.h"
+#include "plan/frontier.h"
 #include "plan/schedule.h"
 
 namespace maestro {

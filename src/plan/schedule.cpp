@@ -1,6 +1,6 @@
-// The wavefront and monolithic schedulers, the rule checker and the
-// Frontier (see schedule.h; the algorithm step by step is in
-// docs/scheduler.md).
+// The wavefront and monolithic schedulers and the waves of a task list (see
+// schedule.h; the algorithm step by step is in docs/scheduler.md). The rule
+// checker is in schedule_validate.cpp, the release logic in frontier.cpp.
 #include "plan/schedule.h"
 
 #include <fmt/format.h>
@@ -17,21 +17,6 @@ namespace {
 
 Mode mode_of(const SectionGraph& g, int s) { return g.section(s).mode; }
 
-void check_plan(const SectionGraph& g, const Plan& plan) {
-  if (plan.sections.size() != g.nodes.size())
-    throw std::invalid_argument(
-        fmt::format("plan has {} sections, the program {}", plan.sections.size(), g.nodes.size()));
-  for (size_t s = 0; s < plan.sections.size(); ++s) {
-    const SectionPlan& p = plan.sections[s];
-    if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.micro_batch < 1 || p.first_device < 0)
-      throw std::invalid_argument(fmt::format("plan for section '{}': tp, pp, dp and micro_batch must be >= 1",
-                                              g.nodes[s].name));
-    if (p.devices != p.tp * p.pp * p.dp)
-      throw std::invalid_argument(fmt::format("plan for section '{}': devices = {} but tp·pp·dp = {}",
-                                              g.nodes[s].name, p.devices, p.tp * p.pp * p.dp));
-  }
-  if (plan.in_flight_cap < 0) throw std::invalid_argument("plan: in_flight_cap must be >= 0");
-}
 
 // Per section: the batch indices of the samples it is active on, loader order.
 std::vector<std::vector<int32_t>> active_samples(const SectionGraph& g, const Batch& batch) {
@@ -134,6 +119,22 @@ Schedule empty_schedule(const SectionGraph& g, const Plan& plan, Batch batch, Sc
 }
 
 }  // namespace
+
+void check_plan(const SectionGraph& g, const Plan& plan) {
+  if (plan.sections.size() != g.nodes.size())
+    throw std::invalid_argument(
+        fmt::format("plan has {} sections, the program {}", plan.sections.size(), g.nodes.size()));
+  for (size_t s = 0; s < plan.sections.size(); ++s) {
+    const SectionPlan& p = plan.sections[s];
+    if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.micro_batch < 1 || p.first_device < 0)
+      throw std::invalid_argument(fmt::format("plan for section '{}': tp, pp, dp and micro_batch must be >= 1",
+                                              g.nodes[s].name));
+    if (p.devices != p.tp * p.pp * p.dp)
+      throw std::invalid_argument(fmt::format("plan for section '{}': devices = {} but tp·pp·dp = {}",
+                                              g.nodes[s].name, p.devices, p.tp * p.pp * p.dp));
+  }
+  if (plan.in_flight_cap < 0) throw std::invalid_argument("plan: in_flight_cap must be >= 0");
+}
 
 Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostModel& cost, Batch batch) {
   Schedule sch = empty_schedule(g, plan, std::move(batch), Schedule::Policy::Wavefront);
@@ -334,310 +335,6 @@ Schedule monolithic_schedule(const SectionGraph& g, const Plan& plan, Batch batc
   }
   finish(g, plan, sch);
   return sch;
-}
-
-namespace {
-
-// The dependency rules of schedule.h checked from the samples up, written
-// apart from the builders' rule_deps so that a bug there can't hide itself:
-// for every task and every sample of its micro-batch, the task (section,
-// kind, stage) that must finish first — the sample's forward upstream, its
-// consumers' backward downstream, the neighbouring stage — has to be among
-// the task's deps. Extra deps (monolithic lanes, chained backwards) are
-// allowed. Expects ids, ranges and coverage already checked.
-std::vector<std::string> missing_dependencies(const SectionGraph& g, const Plan& plan, const Schedule& sch) {
-  const size_t n = sch.batch.samples.size();
-  // run[kind][section][stage * n + sample] = the task running the sample there, -1 when none.
-  std::vector<std::vector<std::vector<int64_t>>> run(2, std::vector<std::vector<int64_t>>(g.nodes.size()));
-  for (size_t s = 0; s < g.nodes.size(); ++s)
-    for (auto& kind : run) kind[s].assign(size_t(plan.sections[s].pp) * n, -1);
-  for (const Task& t : sch.tasks)
-    for (int32_t i : sch.micro_batch_of(t).samples)
-      run[size_t(t.kind)][size_t(t.section)][size_t(t.stage) * n + size_t(i)] = t.id;
-  auto task_at = [&](Task::Kind k, int s, int64_t stage, int32_t i) {
-    return run[size_t(k)][size_t(s)][size_t(stage) * n + size_t(i)];
-  };
-  std::vector<std::string> bad;
-  std::vector<int64_t> dep_of(sch.tasks.size(), -1);  // dep_of[d] == t.id: d is among t's deps
-  for (const Task& t : sch.tasks) {
-    for (int64_t d : t.deps) dep_of[size_t(d)] = t.id;
-    const int64_t last = plan.sections[size_t(t.section)].pp - 1;
-    const char* kind = t.kind == Task::Kind::Forward ? "forward" : "backward";
-    auto need = [&](Task::Kind k, int s, int64_t stage, int32_t i, const char* why) {
-      const int64_t d = task_at(k, s, stage, i);
-      if (d >= 0 && dep_of[size_t(d)] == t.id) return;
-      bad.push_back(fmt::format("task {} ({} '{}' mb {} stage {}) lacks its dependency on the {} of sample {} in '{}' "
-                                "stage {} ({}): task {}",
-                                t.id, kind, g.nodes[size_t(t.section)].name, t.micro_batch, t.stage,
-                                k == Task::Kind::Forward ? "forward" : "backward", i, g.nodes[size_t(s)].name, stage,
-                                why, d));
-      if (d >= 0) dep_of[size_t(d)] = t.id;  // reported once per task
-    };
-    for (int32_t i : sch.micro_batch_of(t).samples) {
-      const ModalitySet m = sch.batch.samples[size_t(i)].modalities;
-      if (t.kind == Task::Kind::Forward && t.stage > 0) {
-        need(Task::Kind::Forward, t.section, t.stage - 1, i, "previous stage");
-      } else if (t.kind == Task::Kind::Forward) {
-        for (const GraphEdge& e : g.edges)
-          if (e.to == t.section && g.carries(int(&e - g.edges.data()), m))
-            need(Task::Kind::Forward, e.from, plan.sections[size_t(e.from)].pp - 1, i, "producer");
-      } else if (t.stage < last) {
-        need(Task::Kind::Backward, t.section, t.stage + 1, i, "next stage");
-      } else {
-        need(Task::Kind::Forward, t.section, t.stage, i, "own forward");
-        for (const GraphEdge& e : g.edges)
-          if (e.from == t.section && e.kind == FlowKind::Activations && sch.sections[size_t(e.to)].backward &&
-              g.carries(int(&e - g.edges.data()), m))
-            need(Task::Kind::Backward, e.to, 0, i, "consumer");
-      }
-    }
-  }
-  return bad;
-}
-
-}  // namespace
-
-std::vector<std::string> validate(const SectionGraph& g, const Plan& plan, const Schedule& sch) {
-  std::vector<std::string> bad;
-  try {
-    check_plan(g, plan);
-  } catch (const std::invalid_argument& e) {
-    return {e.what()};
-  }
-  if (sch.sections.size() != g.nodes.size())
-    return {fmt::format("schedule has {} sections, the program {}", sch.sections.size(), g.nodes.size())};
-  const size_t n = sch.batch.samples.size();
-  // Micro-batches: ids, replicas, and every active sample exactly once.
-  for (size_t s = 0; s < g.nodes.size(); ++s) {
-    const std::string& name = g.nodes[s].name;
-    if (sch.sections[s].backward != (mode_of(g, int(s)) == Mode::Train))
-      bad.push_back(fmt::format("section '{}': backward flag does not match its mode", name));
-    std::vector<int> seen(n, 0);
-    const auto& mbs = sch.sections[s].micro_batches;
-    for (size_t k = 0; k < mbs.size(); ++k) {
-      if (mbs[k].id != int64_t(k)) bad.push_back(fmt::format("section '{}': micro-batch {} has id {}", name, k, mbs[k].id));
-      if (mbs[k].replica < 0 || mbs[k].replica >= plan.sections[s].dp)
-        bad.push_back(fmt::format("section '{}': micro-batch {} on replica {} of {}", name, k, mbs[k].replica,
-                                  plan.sections[s].dp));
-      if (mbs[k].samples.empty()) bad.push_back(fmt::format("section '{}': micro-batch {} is empty", name, k));
-      for (int32_t i : mbs[k].samples) {
-        if (i < 0 || size_t(i) >= n) {
-          bad.push_back(fmt::format("section '{}': micro-batch {} names sample {} of {}", name, k, i, n));
-          continue;
-        }
-        seen[size_t(i)]++;
-      }
-    }
-    for (size_t i = 0; i < n; ++i) {
-      const bool active = g.active(int(s), sch.batch.samples[i].modalities);
-      if (seen[i] != (active ? 1 : 0))
-        bad.push_back(fmt::format("section '{}': sample {} ({}) is in {} micro-batches", name, i,
-                                  active ? "active" : "inactive", seen[i]));
-    }
-  }
-  if (!bad.empty()) return bad;
-  // Tasks: ids, ranges, one per (section, micro-batch, stage, kind), deps earlier.
-  std::vector<std::vector<int>> count(g.nodes.size());
-  for (size_t s = 0; s < g.nodes.size(); ++s)
-    count[s].assign(sch.sections[s].micro_batches.size() * size_t(plan.sections[s].pp) * 2, 0);
-  for (size_t k = 0; k < sch.tasks.size(); ++k) {
-    const Task& t = sch.tasks[k];
-    if (t.id != int64_t(k)) bad.push_back(fmt::format("task {} has id {}", k, t.id));
-    if (t.section < 0 || size_t(t.section) >= g.nodes.size() || t.micro_batch < 0 ||
-        size_t(t.micro_batch) >= sch.sections[size_t(t.section)].micro_batches.size() || t.stage < 0 ||
-        t.stage >= plan.sections[size_t(t.section)].pp) {
-      bad.push_back(fmt::format("task {}: section, micro-batch or stage out of range", k));
-      continue;
-    }
-    if (t.replica != sch.micro_batch_of(t).replica)
-      bad.push_back(fmt::format("task {}: replica {} but its micro-batch is on replica {}", k, t.replica,
-                                sch.micro_batch_of(t).replica));
-    if (t.kind == Task::Kind::Backward && !sch.sections[size_t(t.section)].backward)
-      bad.push_back(fmt::format("task {}: backward of frozen section '{}'", k, g.nodes[size_t(t.section)].name));
-    const size_t slot = size_t((t.micro_batch * plan.sections[size_t(t.section)].pp + t.stage) * 2 +
-                               (t.kind == Task::Kind::Backward ? 1 : 0));
-    count[size_t(t.section)][slot]++;
-    for (int64_t d : t.deps)
-      if (d < 0 || d >= t.id) bad.push_back(fmt::format("task {}: dependency {} does not precede it", k, d));
-  }
-  for (size_t s = 0; s < g.nodes.size(); ++s)
-    for (size_t slot = 0; slot < count[s].size(); ++slot) {
-      const bool backward = slot % 2 == 1;
-      const int want = backward && !sch.sections[s].backward ? 0 : 1;
-      if (count[s][slot] != want)
-        bad.push_back(fmt::format("section '{}': micro-batch {} stage {} {} has {} tasks", g.nodes[s].name,
-                                  slot / 2 / size_t(plan.sections[s].pp), slot / 2 % size_t(plan.sections[s].pp),
-                                  backward ? "backward" : "forward", count[s][slot]));
-    }
-  if (!bad.empty()) return bad;
-  // Every rule's dependency is present, restated per sample.
-  for (const std::string& line : missing_dependencies(g, plan, sch)) bad.push_back(line);
-  // Waves: every task once, after all of its deps.
-  std::vector<int64_t> wave_of(sch.tasks.size(), -1);
-  for (size_t w = 0; w < sch.waves.size(); ++w)
-    for (int64_t id : sch.waves[w]) {
-      if (id < 0 || size_t(id) >= sch.tasks.size() || wave_of[size_t(id)] >= 0) {
-        bad.push_back(fmt::format("wave {}: task {} is out of range or in two waves", w, id));
-        continue;
-      }
-      wave_of[size_t(id)] = int64_t(w);
-    }
-  for (const Task& t : sch.tasks) {
-    if (wave_of[size_t(t.id)] < 0) {
-      bad.push_back(fmt::format("task {} is in no wave", t.id));
-      continue;
-    }
-    for (int64_t d : t.deps)
-      if (wave_of[size_t(d)] >= wave_of[size_t(t.id)])
-        bad.push_back(fmt::format("task {} is in wave {}, its dependency {} in wave {}", t.id, wave_of[size_t(t.id)], d,
-                                  wave_of[size_t(d)]));
-  }
-  return bad;
-}
-
-// ------------------------------------------------------------------ Frontier
-
-namespace {
-void heap_push(std::vector<int64_t>& heap, int64_t v) {
-  heap.push_back(v);
-  std::push_heap(heap.begin(), heap.end(), std::greater<>());
-}
-int64_t heap_pop(std::vector<int64_t>& heap) {
-  std::pop_heap(heap.begin(), heap.end(), std::greater<>());
-  const int64_t v = heap.back();
-  heap.pop_back();
-  return v;
-}
-}  // namespace
-
-Frontier::Frontier(const Schedule& schedule) : cap_(schedule.in_flight_cap) {
-  const auto& tasks = schedule.tasks;
-  const size_t n = tasks.size();
-  remaining_deps_.resize(n);
-  dependents_offsets_.assign(n + 1, 0);
-  for (const Task& t : tasks) {
-    remaining_deps_[size_t(t.id)] = int32_t(t.deps.size());
-    for (int64_t d : t.deps) dependents_offsets_[size_t(d) + 1]++;
-  }
-  for (size_t k = 0; k < n; ++k) dependents_offsets_[k + 1] += dependents_offsets_[k];
-  dependents_.resize(size_t(dependents_offsets_.back()));
-  {
-    std::vector<int64_t> fill(dependents_offsets_.begin(), dependents_offsets_.end() - 1);
-    for (const Task& t : tasks)
-      for (int64_t d : t.deps) dependents_[size_t(fill[size_t(d)]++)] = t.id;
-  }
-  // Micro-batches and who feeds whom (forward on forward, across sections).
-  mb_base_.assign(schedule.sections.size() + 1, 0);
-  for (size_t s = 0; s < schedule.sections.size(); ++s)
-    mb_base_[s + 1] = mb_base_[s] + int64_t(schedule.sections[s].micro_batches.size());
-  const size_t n_mbs = size_t(mb_base_.back());
-  mb_of_task_.resize(n);
-  for (const Task& t : tasks) mb_of_task_[size_t(t.id)] = mb_base_[size_t(t.section)] + t.micro_batch;
-  std::vector<std::pair<int64_t, int64_t>> feeds;  // (consumer mb, producer mb)
-  for (const Task& t : tasks)
-    if (t.kind == Task::Kind::Forward)
-      for (int64_t d : t.deps)
-        if (tasks[size_t(d)].kind == Task::Kind::Forward && tasks[size_t(d)].section != t.section)
-          feeds.emplace_back(mb_of_task_[size_t(t.id)], mb_of_task_[size_t(d)]);
-  std::sort(feeds.begin(), feeds.end());
-  feeds.erase(std::unique(feeds.begin(), feeds.end()), feeds.end());
-  feeders_offsets_.assign(n_mbs + 1, 0);
-  std::vector<char> feeds_someone(n_mbs, 0);
-  for (const auto& [c, p] : feeds) feeders_offsets_[size_t(c) + 1]++, feeds_someone[size_t(p)] = 1;
-  for (size_t k = 0; k < n_mbs; ++k) feeders_offsets_[k + 1] += feeders_offsets_[k];
-  for (const auto& f : feeds) feeders_.push_back(f.second);  // sorted by consumer: already in CSR order
-  admitted_.assign(n_mbs, cap_ == 0 ? 1 : 0);
-  parked_.resize(n_mbs);
-  // Window slots: (section, replica) of the micro-batches nothing feeds on;
-  // each finishes with its last task in issue order.
-  window_of_task_.assign(n, -1);
-  if (cap_ > 0) {
-    std::vector<int64_t> last_task(n_mbs, -1);
-    for (const Task& t : tasks) last_task[size_t(mb_of_task_[size_t(t.id)])] = t.id;
-    std::map<std::pair<int, int64_t>, int64_t> slot_of;
-    for (size_t s = 0; s < schedule.sections.size(); ++s)
-      for (const MicroBatch& mb : schedule.sections[s].micro_batches) {
-        const int64_t m = mb_base_[s] + mb.id;
-        if (feeds_someone[size_t(m)] || last_task[size_t(m)] < 0) continue;
-        auto [it, fresh] = slot_of.try_emplace({int(s), mb.replica}, int64_t(window_mbs_.size()));
-        if (fresh) window_mbs_.emplace_back();
-        window_mbs_[size_t(it->second)].push_back(m);
-        window_of_task_[size_t(last_task[size_t(m)])] = it->second;
-      }
-    window_next_.assign(window_mbs_.size(), 0);
-    window_open_.assign(window_mbs_.size(), 0);
-  }
-  for (const Task& t : tasks)
-    if (t.deps.empty()) make_ready(t.id);
-  for (size_t slot = 0; slot < window_mbs_.size(); ++slot)
-    while (window_open_[slot] < cap_ && admit_next(int64_t(slot))) {
-    }
-}
-
-void Frontier::make_ready(int64_t task) {
-  const int64_t mb = mb_of_task_[size_t(task)];
-  if (admitted_[size_t(mb)]) heap_push(ready_, task);
-  else parked_[size_t(mb)].push_back(task);
-}
-
-void Frontier::admit(int64_t first) {
-  std::vector<int64_t> todo{first};
-  while (!todo.empty()) {
-    const int64_t mb = todo.back();
-    todo.pop_back();
-    if (admitted_[size_t(mb)]) continue;
-    admitted_[size_t(mb)] = 1;
-    for (int64_t t : parked_[size_t(mb)]) heap_push(ready_, t);
-    parked_[size_t(mb)].clear();
-    for (int64_t k = feeders_offsets_[size_t(mb)]; k < feeders_offsets_[size_t(mb) + 1]; ++k)
-      todo.push_back(feeders_[size_t(k)]);
-  }
-}
-
-bool Frontier::admit_next(int64_t slot) {
-  auto& next = window_next_[size_t(slot)];
-  const auto& mbs = window_mbs_[size_t(slot)];
-  if (next >= mbs.size()) return false;
-  window_open_[size_t(slot)]++;
-  const size_t k = next++;
-  admit(mbs[k]);
-  // Lookahead: the producers of the window micro-batch one window further on
-  // start now, so that its inputs are there when it is admitted.
-  if (k + size_t(cap_) < mbs.size())
-    for (int64_t f = feeders_offsets_[size_t(mbs[k + size_t(cap_)])]; f < feeders_offsets_[size_t(mbs[k + size_t(cap_)]) + 1]; ++f)
-      admit(feeders_[size_t(f)]);
-  return true;
-}
-
-std::vector<int64_t> Frontier::take_ready() {
-  if (ready_.empty() && running_ == 0 && !finished()) {
-    // Nothing can move: admit the window micro-batch issued first, beyond the cap.
-    int64_t best = -1;
-    for (size_t slot = 0; slot < window_mbs_.size(); ++slot)
-      if (window_next_[slot] < window_mbs_[slot].size() &&
-          (best < 0 || window_mbs_[slot][window_next_[slot]] < window_mbs_[size_t(best)][window_next_[size_t(best)]]))
-        best = int64_t(slot);
-    if (best >= 0) {
-      admit_next(best);
-      forced_++;
-    }
-  }
-  std::vector<int64_t> out;
-  while (!ready_.empty()) out.push_back(heap_pop(ready_));
-  running_ += int64_t(out.size());
-  return out;
-}
-
-void Frontier::complete(int64_t task) {
-  running_--;
-  completed_++;
-  if (const int64_t slot = window_of_task_[size_t(task)]; slot >= 0) {
-    window_open_[size_t(slot)]--;
-    while (window_open_[size_t(slot)] < cap_ && admit_next(slot)) {
-    }
-  }
-  for (int64_t k = dependents_offsets_[size_t(task)]; k < dependents_offsets_[size_t(task) + 1]; ++k)
-    if (--remaining_deps_[size_t(dependents_[size_t(k)])] == 0) make_ready(dependents_[size_t(k)]);
 }
 
 std::vector<std::vector<int64_t>> compute_waves(const std::vector<Task>& tasks) {

@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "plan/frontier.h"
+
 namespace maestro {
 
 namespace {

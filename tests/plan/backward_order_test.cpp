@@ -11,6 +11,7 @@
 
 #include "data/sampler.h"
 #include "plan/backward_order.h"
+#include "plan/frontier.h"
 #include "plan/schedule.h"
 #include "support/test_programs.h"
 #include "staged_plan.h"

@@ -12,6 +12,7 @@
 
 #include "data/sampler.h"
 #include "dsl/frontend.h"
+#include "plan/frontier.h"
 #include "plan/schedule.h"
 #include "plan/simulator.h"
 #include "token_cost.h"
