@@ -110,6 +110,7 @@ struct GetBatch {
 struct BatchReady {
   std::shared_ptr<const StepData> data;
   std::string error;
+  bool bad_input = false;  // the error is the data's (a corrupt file found while decoding): exit 2
 };
 
 // scheduler -> checkpointer: checkpoint after `step` steps.
@@ -141,6 +142,7 @@ struct TrainingEnded {
   std::string checkpoint;  // last checkpoint written, "" = none
   std::string error;       // "" = success
   bool interrupted = false;
+  bool bad_input = false;  // the error is bad input (exit 2), not a runtime fault (exit 1)
 };
 
 // anyone -> tracer; driver -> tracer at the end: write the file.
@@ -176,12 +178,12 @@ MAESTRO_INSPECT(Applied, x.section, x.stage, x.replica, x.error)
 MAESTRO_INSPECT(SaveSection, x.path)
 MAESTRO_INSPECT(Saved, x.section, x.error)
 MAESTRO_INSPECT(GetBatch, x.step)
-MAESTRO_INSPECT(BatchReady, x.data, x.error)
+MAESTRO_INSPECT(BatchReady, x.data, x.error, x.bad_input)
 MAESTRO_INSPECT(WriteCheckpoint, x.steps_done, x.samples, x.losses)
 MAESTRO_INSPECT(CheckpointWritten, x.dir, x.error)
 MAESTRO_INSPECT(StartTraining, x.first_step, x.last_step)
 MAESTRO_INSPECT(StepReport, x.step, x.loss, x.samples, x.step_s, x.sched_s)
-MAESTRO_INSPECT(TrainingEnded, x.steps_done, x.checkpoint, x.error, x.interrupted)
+MAESTRO_INSPECT(TrainingEnded, x.steps_done, x.checkpoint, x.error, x.interrupted, x.bad_input)
 MAESTRO_INSPECT(TraceEvent, x.track, x.name, x.category, x.begin_us, x.duration_us)
 MAESTRO_INSPECT(FlushTrace, x.path)
 

@@ -37,7 +37,7 @@ void drive_run(caf::actor_system& sys, const RunActors& actors, const RunSetup& 
             result.checkpoint = e.checkpoint;
             result.interrupted = e.interrupted;
             if (!e.error.empty()) {
-              result.exit_code = 1;
+              result.exit_code = e.bad_input ? 2 : 1;
               result.error = e.error;
             }
             done = true;

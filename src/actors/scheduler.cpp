@@ -50,11 +50,11 @@ struct Busy {
 
 void begin_step(Self* self);
 
-void end_run(Self* self, std::string error, bool interrupted = false) {
+void end_run(Self* self, std::string error, bool interrupted = false, bool bad_input = false) {
   auto& st = self->state;
   if (st.ended) return;
   st.ended = true;
-  self->send(st.driver, TrainingEnded{st.step, st.last_checkpoint, std::move(error), interrupted});
+  self->send(st.driver, TrainingEnded{st.step, st.last_checkpoint, std::move(error), interrupted, bad_input});
 }
 
 void checkpoint_then(Self* self, std::function<void()> next) {
@@ -208,7 +208,7 @@ void begin_step(Self* self) {
       .then(
           [=](const BatchReady& b) {
             auto& st = self->state;
-            if (!b.error.empty()) return end_run(self, b.error);
+            if (!b.error.empty()) return end_run(self, b.error, false, b.bad_input);
             {
               Busy busy{self};
               try {

@@ -5,6 +5,7 @@
 
 #include "actors/actors.h"
 #include "actors/checkpoint.h"
+#include "data/data_error.h"
 #include "data/prefetcher.h"
 
 namespace maestro {
@@ -20,6 +21,7 @@ constexpr int kLoaderDepth = 2;
 struct LoaderState {
   std::unique_ptr<Prefetcher<std::shared_ptr<const StepData>>> prefetcher;
   std::string error;  // first failure, reported on request
+  bool bad_input = false;  // that failure is bad data (DataError)
 };
 
 caf::behavior data_loader(caf::stateful_actor<LoaderState>* self, StepDataSource source, int64_t last_step,
@@ -39,11 +41,15 @@ caf::behavior data_loader(caf::stateful_actor<LoaderState>* self, StepDataSource
         BatchReady out;
         if (!self->state.error.empty()) {
           out.error = self->state.error;
+          out.bad_input = self->state.bad_input;
           return out;
         }
         const int64_t begin = trace_now_us();
         try {
           out.data = self->state.prefetcher->get(g.step);
+        } catch (const DataError& e) {  // bad input found while decoding (manifest:line and the file named)
+          out.error = self->state.error = fmt::format("data for step {}: {}", g.step, e.what());
+          out.bad_input = self->state.bad_input = true;
         } catch (const std::exception& e) {
           out.error = self->state.error = fmt::format("data for step {}: {}", g.step, e.what());
         }

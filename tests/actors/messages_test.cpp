@@ -175,10 +175,11 @@ BOOST_FIXTURE_TEST_CASE(data_checkpoint_and_report_messages, System) {
   BOOST_TEST(round_trip(GetBatch{8}).step == 8);
   auto data = std::make_shared<StepData>();
   data->batch.step = 8;
-  const BatchReady b = round_trip(BatchReady{data, "late"});
+  const BatchReady b = round_trip(BatchReady{data, "late", true});
   BOOST_TEST_REQUIRE(b.data != nullptr);
   BOOST_TEST(b.data->batch.step == 8);
   BOOST_TEST(b.error == "late");
+  BOOST_TEST(b.bad_input);
   BOOST_TEST(round_trip(SaveSection{"/tmp/x"}).path == "/tmp/x");
   const Saved sv = round_trip(Saved{3, "full"});
   BOOST_TEST(sv.section == 3);
@@ -198,11 +199,12 @@ BOOST_FIXTURE_TEST_CASE(data_checkpoint_and_report_messages, System) {
   BOOST_TEST(r.samples == 8);
   BOOST_TEST(r.step_s == 0.25);
   BOOST_TEST(r.sched_s == 0.01);
-  const TrainingEnded e = round_trip(TrainingEnded{5, "/ck", "bad", true});
+  const TrainingEnded e = round_trip(TrainingEnded{5, "/ck", "bad", true, true});
   BOOST_TEST(e.steps_done == 5);
   BOOST_TEST(e.checkpoint == "/ck");
   BOOST_TEST(e.error == "bad");
   BOOST_TEST(e.interrupted);
+  BOOST_TEST(e.bad_input);
   const TraceEvent t = round_trip(TraceEvent{"llm/0 worker", "forward mb 1", "task", 100, 50});
   BOOST_TEST(t.track == "llm/0 worker");
   BOOST_TEST(t.name == "forward mb 1");

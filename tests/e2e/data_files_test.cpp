@@ -124,6 +124,25 @@ BOOST_AUTO_TEST_CASE(every_bad_input_exits_2_naming_the_line_and_the_file) {
              std::string::npos, r.err);
 }
 
+// A file whose header reads well but whose body is corrupt is found only
+// when the loader decodes it, after training started (here in step 1): still
+// bad input, exit 2, naming manifest:line and the file.
+BOOST_AUTO_TEST_CASE(a_corrupt_body_found_mid_run_exits_2) {
+  const std::string dir = demo_data().string();
+  {
+    std::ifstream in(demo_data() / "img/000.png", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream(demo_data() / "truncated.png", std::ios::binary) << bytes.substr(0, 64);  // signature + IHDR only
+  }
+  std::string lines;
+  for (int i = 0; i < 32; ++i) lines += "{\"text\": \"fine\"}\n";  // step 0 (global_batch 32)
+  lines += "{\"text\": \"ab\", \"images\": [\"truncated.png\"]}\n";  // line 33: step 1
+  const std::string m = manifest("late.jsonl", lines);
+  const ProcessResult r = maestro_run({model_with_data("maestro_e2e_late_data.sect", files_block(m, "error")), "--steps", "2"});
+  BOOST_TEST(r.status == 2, r.err);
+  BOOST_TEST(r.err.find(m + ":33: " + dir + "/truncated.png") != std::string::npos, r.err);
+}
+
 BOOST_AUTO_TEST_CASE(skip_skips_counts_and_reports) {
   const std::string m = manifest("skip.jsonl",
                                  "{\"text\": \"a red disc.\", \"images\": [\"img/000.png\"]}\n"
