@@ -64,18 +64,18 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   // One runner per section × pipeline stage × dp replica, each with its own
   // backend (the factory's); the dp replicas of a section's stage form one
   // collective group (the gradient all-reduce).
-  // The runners share the run's threads: each backend's pool gets its part
-  // (at least one), so a run's thread count grows linearly with
-  // `runtime.threads`.
-  int64_t runner_count = 0;
-  for (const SectionPlan& sp : plan.sections) runner_count += sp.pp * sp.dp;
-  const int pool_threads =
-      int(std::max<int64_t>(1, (setup.threads + runner_count - 1) / std::max<int64_t>(1, runner_count)));
+  // Each section's runners (its pp stages × dp replicas) share the run's
+  // threads: a runner's pool gets threads / (pp·dp) of them, at least one.
+  // A run's thread count then grows linearly with `runtime.threads` (about
+  // sections × threads), and a section whose replica runs alone still has
+  // every core (splitting the threads over all runners of every section cost
+  // 25 % per step on tiny_mllm at dp 1: docs/PERFORMANCE.md §4).
   setup.transport = std::make_unique<LocalTransport>();
   const Program& program = *graph.program;  // the sections' models and losses, as the engine reads them
   setup.runners.resize(graph.nodes.size());
   for (size_t s = 0; s < graph.nodes.size(); ++s) {
     const int64_t pp = plan.sections[s].pp;
+    const int pool_threads = int(std::max<int64_t>(1, setup.threads / (pp * plan.sections[s].dp)));
     for (int64_t k = 0; k < pp; ++k) {
       setup.runners[s].emplace_back();
       const std::vector<std::shared_ptr<Communicator>> group = make_local_group(int(plan.sections[s].dp));
