@@ -1,0 +1,249 @@
+// Attention kernels (attention_kernels.h). Per-element math: gpu/kernel_math.h.
+#include "gpu/cuda/attention_kernels.h"
+
+#include "gpu/cuda/cuda_check.h"
+#include "gpu/cuda/device_reduce.cuh"
+
+namespace maestro::cuda_detail {
+
+namespace gm = gpu_math;
+
+namespace {
+
+constexpr int kRowThreads = 256;
+
+// One block per row r = h*L + i of S[H,L,L].
+__global__ void attention_softmax_kernel(float* S, float* lse, int64_t t0, int64_t L, int64_t H, bool causal) {
+  __shared__ float shared[64];
+  const int64_t r = blockIdx.x, h = r / L, i = r % L;
+  float* row = S + r * L;
+  const int64_t end = causal ? i + 1 : L;
+  gm::SoftmaxState s = gm::softmax_init();
+  for (int64_t j = threadIdx.x; j < end; j += blockDim.x) s = gm::softmax_push(s, row[j]);
+  s = block_softmax(s, shared);
+  const float l = gm::softmax_lse(s);
+  for (int64_t j = threadIdx.x; j < L; j += blockDim.x) row[j] = j < end ? expf(row[j] - l) : 0.0f;
+  if (threadIdx.x == 0) lse[(t0 + i) * H + h] = l;
+}
+
+__global__ void attention_probs_kernel(float* S, const float* lse, int64_t t0, int64_t L, int64_t H, bool causal) {
+  const int64_t n = H * L * L;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = e % L, i = (e / L) % L, h = e / (L * L);
+    S[e] = gm::attention_visible(i, j, causal) ? expf(S[e] - lse[(t0 + i) * H + h]) : 0.0f;
+  }
+}
+
+__global__ void attention_dscores_kernel(float* dP, const float* P, const float* delta, int64_t t0, int64_t L,
+                                         int64_t H) {
+  const int64_t n = H * L * L;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = (e / L) % L, h = e / (L * L);
+    dP[e] = gm::attention_dscore(P[e], dP[e], delta[(t0 + i) * H + h]);
+  }
+}
+
+// One warp per (token, head).
+__global__ void attention_delta_kernel(float* delta, const float* dout, const float* out, int64_t N, int64_t H,
+                                       int64_t D) {
+  const int64_t w = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= N * H) return;
+  const float *a = dout + w * D, *b = out + w * D;  // [N,H,D] rows are (token, head)
+  float s = 0;
+  for (int64_t d = lane; d < D; d += 32) s += a[d] * b[d];
+  s = warp_sum(s);
+  if (lane == 0) delta[w] = s;
+}
+
+// ---- fast path ------------------------------------------------------------------
+constexpr int kKeys = 32;                                // keys per shared-memory tile (one per lane)
+constexpr int kSlots = kFastAttentionMaxHead / 32;       // head dims per lane
+
+// Shared memory: K and V tiles [kKeys][D+1] (padded: lane j reads row j
+// without bank conflicts), then per warp two rows of D (q and, backward, dout).
+size_t fast_shared_bytes(int64_t D) {
+  return sizeof(float) * (2 * kKeys * (D + 1) + 2 * kFastRowsPerTile * D);
+}
+
+__device__ inline void load_kv_tile(float* Ks, float* Vs, const float* k, const float* v, int64_t key0,
+                                    int64_t keys, int64_t kh, int64_t KV, int64_t D) {
+  for (int64_t e = threadIdx.x; e < kKeys * D; e += blockDim.x) {
+    const int64_t j = e / D, d = e % D;
+    const bool in = j < keys;
+    Ks[j * (D + 1) + d] = in ? k[((key0 + j) * KV + kh) * D + d] : 0.0f;
+    Vs[j * (D + 1) + d] = in ? v[((key0 + j) * KV + kh) * D + d] : 0.0f;
+  }
+}
+
+// grid (n_tiles, H), block kFastRowsPerTile warps; warp w owns query row tile.row0 + w.
+__global__ void fast_attention_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
+                                              const AttentionTile* tiles, int64_t H, int64_t KV, int64_t D,
+                                              bool causal) {
+  extern __shared__ float smem[];
+  float* Ks = smem;
+  float* Vs = Ks + kKeys * (D + 1);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* qs = Vs + kKeys * (D + 1) + warp * D;
+  const AttentionTile t = tiles[blockIdx.x];
+  const int64_t h = blockIdx.y, kh = h / (H / KV), row = t.row0 + warp;
+  const bool active = warp < t.rows;
+  const float scale = rsqrtf(float(D));
+  if (active)
+    for (int64_t d = lane; d < D; d += 32) qs[d] = q[(row * H + h) * D + d];
+  float acc[kSlots];
+  for (int s = 0; s < kSlots; ++s) acc[s] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  const int64_t key_end = causal ? int64_t(t.row0) + t.rows : int64_t(t.seq_end);
+  for (int64_t key0 = t.seq_begin; key0 < key_end; key0 += kKeys) {
+    const int64_t keys = key_end - key0 < kKeys ? key_end - key0 : int64_t(kKeys);
+    __syncthreads();  // the previous tile is consumed
+    load_kv_tile(Ks, Vs, k, v, key0, keys, kh, KV, D);
+    __syncthreads();
+    if (!active) continue;
+    const int64_t key = key0 + lane;
+    const bool visible = lane < keys && gm::attention_visible(row, key, causal);
+    float s = -INFINITY;
+    if (visible) {
+      float dot = 0;
+      for (int64_t d = 0; d < D; ++d) dot += qs[d] * Ks[lane * (D + 1) + d];
+      s = dot * scale;
+    }
+    const float m_new = fmaxf(m, warp_max(s));
+    if (m_new == -INFINITY) continue;  // nothing visible yet
+    const float p = visible ? expf(s - m_new) : 0.0f;
+    const float correction = expf(m - m_new);  // 0 on the first visible tile (m = -inf)
+    l = l * correction + warp_sum(p);
+    for (int sl = 0; sl < kSlots; ++sl) acc[sl] *= correction;
+    for (int j = 0; j < keys; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, p, j);
+      for (int sl = 0; sl < kSlots; ++sl) {
+        const int64_t d = lane + 32 * sl;
+        if (d < D) acc[sl] += pj * Vs[j * (D + 1) + d];
+      }
+    }
+    m = m_new;
+  }
+  if (!active) return;
+  for (int sl = 0; sl < kSlots; ++sl) {
+    const int64_t d = lane + 32 * sl;
+    if (d < D) out[(row * H + h) * D + d] = acc[sl] / l;
+  }
+  if (lane == 0) lse[row * H + h] = m + logf(l);
+}
+
+__global__ void fast_attention_backward_kernel(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+                                               const float* delta, const float* q, const float* k, const float* v,
+                                               const AttentionTile* tiles, int64_t H, int64_t KV, int64_t D,
+                                               bool causal) {
+  extern __shared__ float smem[];
+  float* Ks = smem;
+  float* Vs = Ks + kKeys * (D + 1);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* qs = Vs + kKeys * (D + 1) + warp * 2 * D;
+  float* dos = qs + D;
+  const AttentionTile t = tiles[blockIdx.x];
+  const int64_t h = blockIdx.y, kh = h / (H / KV), row = t.row0 + warp;
+  const bool active = warp < t.rows;
+  const float scale = rsqrtf(float(D));
+  float row_lse = 0, row_delta = 0;
+  if (active) {
+    for (int64_t d = lane; d < D; d += 32) {
+      qs[d] = q[(row * H + h) * D + d];
+      dos[d] = dout[(row * H + h) * D + d];
+    }
+    row_lse = lse[row * H + h];
+    row_delta = delta[row * H + h];
+  }
+  float dq_acc[kSlots];
+  for (int s = 0; s < kSlots; ++s) dq_acc[s] = 0.0f;
+  const int64_t key_end = causal ? int64_t(t.row0) + t.rows : int64_t(t.seq_end);
+  for (int64_t key0 = t.seq_begin; key0 < key_end; key0 += kKeys) {
+    const int64_t keys = key_end - key0 < kKeys ? key_end - key0 : int64_t(kKeys);
+    __syncthreads();
+    load_kv_tile(Ks, Vs, k, v, key0, keys, kh, KV, D);
+    __syncthreads();
+    if (!active) continue;
+    const int64_t key = key0 + lane;
+    const bool visible = lane < keys && gm::attention_visible(row, key, causal);
+    float p = 0, ds = 0;
+    if (visible) {
+      float s = 0, dp = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        s += qs[d] * Ks[lane * (D + 1) + d];
+        dp += dos[d] * Vs[lane * (D + 1) + d];
+      }
+      p = expf(s * scale - row_lse);
+      ds = gm::attention_dscore(p, dp, row_delta);
+    }
+    for (int j = 0; j < keys; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, p, j), dsj = __shfl_sync(0xffffffffu, ds, j);
+      if (pj == 0.0f && dsj == 0.0f) continue;  // masked (the same on every lane)
+      const int64_t kv_row = ((key0 + j) * KV + kh) * D;
+      for (int sl = 0; sl < kSlots; ++sl) {
+        const int64_t d = lane + 32 * sl;
+        if (d >= D) continue;
+        dq_acc[sl] += dsj * scale * Ks[j * (D + 1) + d];
+        if (dk) atomicAdd(dk + kv_row + d, dsj * scale * qs[d]);
+        if (dv) atomicAdd(dv + kv_row + d, pj * dos[d]);
+      }
+    }
+  }
+  if (!active || !dq) return;
+  for (int sl = 0; sl < kSlots; ++sl) {
+    const int64_t d = lane + 32 * sl;
+    if (d < D) dq[(row * H + h) * D + d] += dq_acc[sl];
+  }
+}
+
+int64_t elementwise_blocks(int64_t n) { return grid_blocks(n, kRowThreads); }
+
+}  // namespace
+
+void launch_attention_softmax(float* S, float* lse, int64_t t0, int64_t L, int64_t H, bool causal, cudaStream_t st) {
+  attention_softmax_kernel<<<unsigned(H * L), kRowThreads, 0, st>>>(S, lse, t0, L, H, causal);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+}
+
+void launch_attention_probs(float* S, const float* lse, int64_t t0, int64_t L, int64_t H, bool causal,
+                            cudaStream_t st) {
+  attention_probs_kernel<<<unsigned(elementwise_blocks(H * L * L)), kRowThreads, 0, st>>>(S, lse, t0, L, H, causal);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+}
+
+void launch_attention_dscores(float* dP, const float* P, const float* delta, int64_t t0, int64_t L, int64_t H,
+                              cudaStream_t st) {
+  attention_dscores_kernel<<<unsigned(elementwise_blocks(H * L * L)), kRowThreads, 0, st>>>(dP, P, delta, t0, L, H);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+}
+
+void launch_attention_delta(float* delta, const float* dout, const float* out, int64_t N, int64_t H, int64_t D,
+                            cudaStream_t st) {
+  if (N * H == 0) return;
+  attention_delta_kernel<<<unsigned((N * H * 32 + kRowThreads - 1) / kRowThreads), kRowThreads, 0, st>>>(
+      delta, dout, out, N, H, D);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+}
+
+void launch_fast_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                   const AttentionTile* tiles, int64_t n_tiles, int64_t H, int64_t KV, int64_t D,
+                                   bool causal, cudaStream_t st) {
+  if (n_tiles == 0) return;
+  const dim3 grid{unsigned(n_tiles), unsigned(H)};
+  fast_attention_forward_kernel<<<grid, 32 * kFastRowsPerTile, fast_shared_bytes(D), st>>>(out, lse, q, k, v, tiles,
+                                                                                            H, KV, D, causal);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+}
+
+void launch_fast_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+                                    const float* delta, const float* q, const float* k, const float* v,
+                                    const AttentionTile* tiles, int64_t n_tiles, int64_t H, int64_t KV, int64_t D,
+                                    bool causal, cudaStream_t st) {
+  if (n_tiles == 0) return;
+  const dim3 grid{unsigned(n_tiles), unsigned(H)};
+  fast_attention_backward_kernel<<<grid, 32 * kFastRowsPerTile, fast_shared_bytes(D), st>>>(
+      dq, dk, dv, dout, lse, delta, q, k, v, tiles, H, KV, D, causal);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace maestro::cuda_detail

@@ -1,0 +1,39 @@
+// The attention kernels of the CUDA backend (attention_kernels.cu), launched
+// by cuda_backend.cu on its stream. Shapes as in nn/backend.h: q[N,H*D],
+// k,v[N,KV*D], out[N,H*D], lse[N,H]; g = H/KV query heads per kv head.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gpu/launch_plan.h"
+
+namespace maestro::cuda_detail {
+
+// ---- reference path pieces (the GEMMs are cuBLAS, in cuda_backend.cu) ----
+// S[H,L,L] holds scale·q·kᵀ of one sequence starting at token t0: in place,
+// P = the causal- (or not) masked softmax of each row; lse[(t0+i)*H + h].
+void launch_attention_softmax(float* S, float* lse, int64_t t0, int64_t L, int64_t H, bool causal, cudaStream_t st);
+// In place: S (scores) -> P = exp(S − lse) where visible, else 0.
+void launch_attention_probs(float* S, const float* lse, int64_t t0, int64_t L, int64_t H, bool causal,
+                            cudaStream_t st);
+// In place: dP -> dS = P·(dP − delta[(t0+i)*H + h]).
+void launch_attention_dscores(float* dP, const float* P, const float* delta, int64_t t0, int64_t L, int64_t H,
+                              cudaStream_t st);
+// delta[N,H] = Σ_d dout·out per (token, head).
+void launch_attention_delta(float* delta, const float* dout, const float* out, int64_t N, int64_t H, int64_t D,
+                            cudaStream_t st);
+
+// ---- fast path: tiled online softmax over tiles[n_tiles] (device memory) ----
+constexpr int kFastRowsPerTile = 8;  // query rows (warps) per thread block
+void launch_fast_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                   const AttentionTile* tiles, int64_t n_tiles, int64_t H, int64_t KV, int64_t D,
+                                   bool causal, cudaStream_t st);
+// dq, dk, dv += (each may be null); delta from launch_attention_delta.
+void launch_fast_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+                                    const float* delta, const float* q, const float* k, const float* v,
+                                    const AttentionTile* tiles, int64_t n_tiles, int64_t H, int64_t KV, int64_t D,
+                                    bool causal, cudaStream_t st);
+
+}  // namespace maestro::cuda_detail

@@ -1,0 +1,511 @@
+// The CUDA backend (cuda_backend.h): memory (arena, staging), the GEMMs
+// (cuBLASLt; the attention reference path's batched GEMMs through cuBLAS)
+// and the order of kernel launches; the kernels are elementwise_kernels.cu
+// and attention_kernels.cu.
+#include "gpu/cuda/cuda_backend.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "gpu/cuda/attention_kernels.h"
+#include "gpu/cuda/cuda_check.h"
+#include "gpu/cuda/elementwise_kernels.h"
+#include "gpu/device_arena.h"
+#include "gpu/launch_plan.h"
+
+namespace maestro {
+
+namespace {
+
+using namespace cuda_detail;
+
+constexpr size_t kStagingBytes = size_t(64) << 20;    // pinned host ring for uploads
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt workspace, allocated once
+
+// Largest power of two (<= 256) that divides the address: cuBLASLt picks
+// kernels by operand alignment.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+// A row-major product C[M,Nc] (+)= op(A)·op(B), as cuBLAS(Lt) sees it: column-major
+// Cᵀ[Nc,M] = op(B)ᵀ·op(A)ᵀ, so B's storage comes first.
+struct GemmKey {
+  bool ta, tb;
+  int64_t M, Nc, K, lda, ldb, ldc;
+  cudaDataType ab;
+  bool bias, accumulate;
+  uint32_t align_a, align_b, align_c;
+  auto tie() const { return std::tie(ta, tb, M, Nc, K, lda, ldb, ldc, ab, bias, accumulate, align_a, align_b, align_c); }
+  bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
+};
+
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool bias_epilogue = false;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& o) : Backend(Device::Cuda), opt_(o) {
+    int count = 0;
+    MAESTRO_CUDA_CHECK(cudaGetDeviceCount(&count));
+    if (o.device < 0 || o.device >= count)
+      throw CudaError(fmt::format("CUDA device {} does not exist ({} device(s) found)", o.device, count));
+    MAESTRO_CUDA_CHECK(cudaSetDevice(o.device));
+    MAESTRO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    MAESTRO_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
+    MAESTRO_CUBLAS_CHECK(cublasCreate(&cublas_));
+    MAESTRO_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    MAESTRO_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));  // fp32 stays fp32 (no TF32)
+    MAESTRO_CUBLAS_CHECK(cublasLtCreate(&lt_));
+    workspace_ = place(kWorkspaceBytes);
+  }
+
+  ~CudaBackend() override {
+    // Errors here cannot be reported: the device may already be gone.
+    cudaSetDevice(opt_.device);
+    cudaStreamSynchronize(stream_);
+    for (auto& [key, plan] : plans_) {
+      cublasLtMatrixLayoutDestroy(plan.a);
+      cublasLtMatrixLayoutDestroy(plan.b);
+      cublasLtMatrixLayoutDestroy(plan.c);
+      cublasLtMatmulDescDestroy(plan.desc);
+    }
+    cublasLtDestroy(lt_);
+    cublasDestroy(cublas_);
+    for (void* s : segments_) cudaFree(s);
+    cudaFreeHost(staging_);
+    cudaStreamDestroy(stream_);
+  }
+
+  const char* name() const override { return "cuda"; }
+
+  // ---- memory -----------------------------------------------------------------
+  void* allocate(size_t n, DType dtype) override { return place(n * dtype_size(dtype)); }
+  double* allocate_scalars(size_t n) override { return static_cast<double*>(place(n * sizeof(double))); }
+  void release(void* p) override {
+    if (!p) return;
+    std::lock_guard lock(mu_);
+    const auto it = blocks_.find(p);
+    if (it == blocks_.end()) throw std::logic_error("CudaBackend::release: not a buffer of this backend");
+    // Stream order makes this safe: work queued later that reuses the bytes
+    // runs after the work queued before that still reads them.
+    arena_.release(it->second);
+    blocks_.erase(it);
+  }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    on_device();
+    if (bytes > kStagingBytes) {  // rare and large: straight from pageable memory, synchronously
+      MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+      MAESTRO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      return;
+    }
+    void* staged = stage(src, bytes);
+    MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    on_device();
+    if (bytes > 0) MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    MAESTRO_CUDA_CHECK(cudaStreamSynchronize(stream_));  // also reports a fault of any queued kernel
+  }
+  void convert(void* dst, DType dd, const void* src, DType sd, size_t n) override {
+    on_device();
+    launch_convert(dst, dd, src, sd, n, stream_);
+  }
+  void zero(float* p, size_t n) override {
+    on_device();
+    if (n) MAESTRO_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), stream_));
+  }
+  void zero_scalars(double* p, size_t n) override {
+    on_device();
+    if (n) MAESTRO_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(double), stream_));
+  }
+  void copy(float* dst, const float* src, size_t n) override {
+    on_device();
+    if (n && dst != src)
+      MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+  }
+  void add(float* out, const float* a, const float* b, size_t n) override { on_device(); launch_add(out, a, b, n, stream_); }
+  void accumulate(float* dst, const float* src, size_t n) override { on_device(); launch_accumulate(dst, src, n, stream_); }
+  void scale(float* p, float s, size_t n) override { on_device(); launch_scale(p, s, n, stream_); }
+  void sq_norm(double* out, const float* p, size_t n) override {
+    zero_scalars(out, 1);
+    launch_sq_norm(out, p, n, stream_);
+  }
+
+  // ---- embedding -------------------------------------------------------------------
+  void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t N, int64_t C) override {
+    on_device();
+    launch_embedding_forward(out, upload_indices(tokens, N, 0), table, N, C, stream_);
+  }
+  void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C) override {
+    on_device();
+    launch_embedding_backward(dtable, dout, upload_indices(tokens, N, 0), N, C, stream_);
+  }
+
+  // ---- linear ------------------------------------------------------------------------
+  void linear_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t C,
+                      int64_t OC) override {
+    on_device();
+    if (N == 0) return;
+    // out[N,OC] = inp[N,C] · w[OC,C]ᵀ (+ bias, fused as an epilogue where cuBLASLt has one)
+    const bool fused = gemm(false, true, N, OC, C, inp, C, w, C, false, out, OC, bias);
+    if (bias && !fused) launch_bias_add(out, bias, N, OC, stream_);
+  }
+  void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+                       int64_t N, int64_t C, int64_t OC) override {
+    on_device();
+    if (N == 0) return;
+    if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, true, dinp, C, nullptr);  // dinp[N,C] += dout·w
+    if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, true, dw, C, nullptr);      // dw[OC,C] += doutᵀ·inp
+    if (dbias) launch_column_sum(dbias, dout, N, OC, stream_);
+  }
+
+  // ---- norms, rotary, activations, patches ---------------------------------------------
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+                       float eps) override {
+    on_device();
+    launch_rmsnorm_forward(out, rstd, inp, w, N, C, eps, stream_);
+  }
+  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
+                        int64_t N, int64_t C) override {
+    on_device();
+    launch_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, stream_);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                         int64_t N, int64_t C, float eps) override {
+    on_device();
+    launch_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps, stream_);
+  }
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                          const float* mean, const float* rstd, int64_t N, int64_t C) override {
+    on_device();
+    launch_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, stream_);
+  }
+  void rope_forward(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta) override {
+    on_device();
+    launch_rope(x, upload_indices(pos, N, 0), N, H, D, theta, 1.0f, stream_);
+  }
+  void rope_backward(float* dx, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta) override {
+    on_device();
+    launch_rope(dx, upload_indices(pos, N, 0), N, H, D, theta, -1.0f, stream_);
+  }
+  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
+    on_device();
+    launch_swiglu_forward(out, gate, up, n, stream_);
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                       size_t n) override {
+    on_device();
+    launch_swiglu_backward(dgate, dup, dout, gate, up, n, stream_);
+  }
+  void gelu_forward(float* out, const float* inp, size_t n) override { on_device(); launch_gelu_forward(out, inp, n, stream_); }
+  void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) override {
+    on_device();
+    launch_gelu_backward(dinp, dout, inp, n, stream_);
+  }
+  void im2col_patches(float* patches, const float* pixels, int64_t I, int64_t Ch, int64_t S, int64_t p) override {
+    on_device();
+    launch_im2col_patches(patches, pixels, I, Ch, S, p, stream_);
+  }
+
+  // ---- attention ------------------------------------------------------------------------
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* cu,
+                         int64_t n_seq, int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
+    on_device();
+    if (N == 0) return;
+    if (fast_attention(D)) {
+      const auto [tiles, n_tiles] = upload_tiles(cu, n_seq);
+      launch_fast_attention_forward(out, lse, q, k, v, tiles, n_tiles, H, KV, D, causal, stream_);
+      return;
+    }
+    // Reference path, per sequence: S = scale·q·kᵀ (cuBLAS, batched over kv
+    // heads, once per query head of a group), P = masked softmax(S), out = P·v.
+    const int64_t g = H / KV;
+    const float sc = 1.0f / std::sqrt(float(D));
+    for (int64_t s = 0; s < n_seq; ++s) {
+      const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
+      if (L == 0) continue;
+      float* S = scratch(kScores, size_t(H * L * L));  // [H, L, L]
+      for (int64_t j = 0; j < g; ++j)
+        batched(false, true, L, L, D, sc, q + t0 * H * D + j * D, H * D, g * D, k + t0 * KV * D, KV * D, D, 0.0f,
+                S + j * L * L, L, g * L * L, KV);
+      launch_attention_softmax(S, lse, t0, L, H, causal, stream_);
+      for (int64_t j = 0; j < g; ++j)
+        batched(false, false, L, D, L, 1.0f, S + j * L * L, L, g * L * L, v + t0 * KV * D, KV * D, D, 0.0f,
+                out + t0 * H * D + j * D, H * D, g * D, KV);
+    }
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                          const float* q, const float* k, const float* v, const int32_t* cu, int64_t n_seq, int64_t N,
+                          int64_t H, int64_t KV, int64_t D, bool causal) override {
+    on_device();
+    if (N == 0 || (!dq && !dk && !dv)) return;
+    float* delta = scratch(kDelta, size_t(N * H));  // [N, H] = Σ_d dout·out
+    launch_attention_delta(delta, dout, out, N, H, D, stream_);
+    if (fast_attention(D)) {
+      const auto [tiles, n_tiles] = upload_tiles(cu, n_seq);
+      launch_fast_attention_backward(dq, dk, dv, dout, lse, delta, q, k, v, tiles, n_tiles, H, KV, D, causal, stream_);
+      return;
+    }
+    // Reference path, per sequence: P from lse; dP = dO·vᵀ; dS = P∘(dP − delta);
+    // dv += Pᵀ·dO; dq += scale·dS·k; dk += scale·dSᵀ·q. Query heads of a group
+    // add into their kv head one after another (stream order).
+    const int64_t g = H / KV;
+    const float sc = 1.0f / std::sqrt(float(D));
+    for (int64_t s = 0; s < n_seq; ++s) {
+      const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
+      if (L == 0) continue;
+      float* P = scratch(kScores, size_t(H * L * L));   // [H, L, L]
+      float* dP = scratch(kDScores, size_t(H * L * L));  // [H, L, L]
+      for (int64_t j = 0; j < g; ++j) {
+        batched(false, true, L, L, D, sc, q + t0 * H * D + j * D, H * D, g * D, k + t0 * KV * D, KV * D, D, 0.0f,
+                P + j * L * L, L, g * L * L, KV);
+        batched(false, true, L, L, D, 1.0f, dout + t0 * H * D + j * D, H * D, g * D, v + t0 * KV * D, KV * D, D,
+                0.0f, dP + j * L * L, L, g * L * L, KV);
+      }
+      launch_attention_probs(P, lse, t0, L, H, causal, stream_);
+      launch_attention_dscores(dP, P, delta, t0, L, H, stream_);
+      for (int64_t j = 0; j < g; ++j) {
+        if (dv)
+          batched(true, false, L, D, L, 1.0f, P + j * L * L, L, g * L * L, dout + t0 * H * D + j * D, H * D, g * D,
+                  1.0f, dv + t0 * KV * D, KV * D, D, KV);
+        if (dq)
+          batched(false, false, L, D, L, sc, dP + j * L * L, L, g * L * L, k + t0 * KV * D, KV * D, D, 1.0f,
+                  dq + t0 * H * D + j * D, H * D, g * D, KV);
+        if (dk)
+          batched(true, false, L, D, L, sc, dP + j * L * L, L, g * L * L, q + t0 * H * D + j * D, H * D, g * D, 1.0f,
+                  dk + t0 * KV * D, KV * D, D, KV);
+      }
+    }
+  }
+
+  // ---- losses -------------------------------------------------------------------------------
+  void cross_entropy(double* loss, float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                     float scale) override {
+    zero_scalars(loss, 1);
+    launch_cross_entropy(loss, dlogits, logits, upload_indices(targets, N, 0), N, V, scale, stream_);
+  }
+  void kl_divergence(double* loss, float* dstudent, const float* student, const float* teacher, const int32_t* targets,
+                     int64_t N, int64_t V, float T, float scale) override {
+    zero_scalars(loss, 1);
+    launch_kl_divergence(loss, dstudent, student, teacher, upload_indices(targets, N, 0), N, V, T, scale, stream_);
+  }
+
+  // ---- optimizer --------------------------------------------------------------------------------
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
+             float weight_decay, int64_t t) override {
+    on_device();
+    launch_adamw(p, g, m, v, n, gpu_math::adamw_step(lr, beta1, beta2, eps, weight_decay, t), stream_);
+  }
+
+  void set_threads(int) override {}  // the device decides; nothing to size
+  int threads() const override { return 1; }
+
+ private:
+  enum ScratchSlot { kScores, kDScores, kDelta, kIndices, kTiles, kBf16A, kBf16B, kSlots };
+
+  // The caller's thread may have another device current (several backends
+  // per process): every entry point makes ours current first.
+  void on_device() { MAESTRO_CUDA_CHECK(cudaSetDevice(opt_.device)); }
+
+  void* place(size_t bytes) {
+    on_device();
+    std::lock_guard lock(mu_);
+    std::optional<DeviceArena::Block> b = arena_.place(bytes);
+    if (!b) {  // a new segment: only while the pools grow, never in a steady step
+      const size_t seg = DeviceArena::segment_bytes(bytes, opt_.min_segment_bytes);
+      void* base = nullptr;
+      const cudaError_t st = cudaMalloc(&base, seg);
+      if (st != cudaSuccess) {
+        cudaGetLastError();
+        throw CudaError(fmt::format("CUDA device {}: out of memory placing {} bytes ({} in use in {} segment(s)): {}",
+                                    opt_.device, bytes, arena_.bytes_in_use(), arena_.segments(), cudaGetErrorString(st)));
+      }
+      segments_.push_back(base);
+      arena_.add_segment(seg);
+      b = arena_.place(bytes);
+    }
+    void* p = static_cast<char*>(segments_[b->segment]) + b->offset;
+    blocks_.emplace(p, *b);
+    MAESTRO_CUDA_CHECK(cudaMemsetAsync(p, 0, b->bytes, stream_));
+    return p;
+  }
+
+  // Grow-only device scratch per slot.
+  float* scratch(ScratchSlot slot, size_t floats) {
+    auto& [p, cap] = scratch_[slot];
+    if (cap < floats) {
+      if (p) release(p);
+      cap = std::max(floats, cap * 2);
+      p = static_cast<float*>(allocate(cap, DType::F32));
+    }
+    return p;
+  }
+
+  // Copies host bytes into the pinned ring; the async copy from there is
+  // queued by the caller. Wrapping waits for the stream: the ring's old
+  // bytes may still be in flight.
+  void* stage(const void* src, size_t bytes) {
+    const size_t need = DeviceArena::round_up(bytes);
+    if (staging_head_ + need > kStagingBytes) {
+      MAESTRO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      staging_head_ = 0;
+    }
+    void* dst = static_cast<char*>(staging_) + staging_head_;
+    std::memcpy(dst, src, bytes);
+    staging_head_ += need;
+    return dst;
+  }
+  // A host index array (tokens, positions, targets) as device memory, valid
+  // for the work queued next on the stream.
+  const int32_t* upload_indices(const int32_t* host, int64_t n, int slot_offset) {
+    (void)slot_offset;
+    if (n == 0) return nullptr;
+    auto* d = reinterpret_cast<int32_t*>(scratch(kIndices, size_t(n)));
+    copy_from_host(d, host, size_t(n) * sizeof(int32_t));
+    return d;
+  }
+  std::pair<const AttentionTile*, int64_t> upload_tiles(const int32_t* cu, int64_t n_seq) {
+    const std::vector<AttentionTile> tiles = plan_attention_tiles(cu, n_seq, kFastRowsPerTile);
+    if (tiles.empty()) return {nullptr, 0};
+    static_assert(sizeof(AttentionTile) == 4 * sizeof(float));
+    auto* d = reinterpret_cast<AttentionTile*>(scratch(kTiles, tiles.size() * 4));
+    copy_from_host(d, tiles.data(), tiles.size() * sizeof(AttentionTile));
+    return {d, int64_t(tiles.size())};
+  }
+
+  bool fast_attention(int64_t D) const {
+    if (opt_.attention == AttentionPath::Reference) return false;
+    if (opt_.attention == AttentionPath::Fast && !fast_attention_supports(D))
+      throw std::invalid_argument(fmt::format("the fast attention path takes head sizes up to {}, not {}",
+                                              kFastAttentionMaxHead, D));
+    return fast_attention_supports(D);
+  }
+
+  // Row-major C[M,Nc] = op(A)·op(B) (+ C when accumulate) (+ bias[Nc]) through
+  // cuBLASLt, fp32 compute; bf16 operands (rounded into scratch) when
+  // opt_.bf16_gemm. Returns whether the bias was fused.
+  bool gemm(bool ta, bool tb, int64_t M, int64_t Nc, int64_t K, const float* A, int64_t lda, const float* B,
+            int64_t ldb, bool accumulate, float* C, int64_t ldc, const float* bias) {
+    const void *a = A, *b = B;
+    cudaDataType ab = CUDA_R_32F;
+    if (opt_.bf16_gemm) {
+      // Operands are dense here (lda, ldb are their row lengths): round them whole.
+      const size_t na = size_t(M * K), nb = size_t(Nc * K);
+      void* a16 = scratch(kBf16A, (na + 1) / 2);
+      void* b16 = scratch(kBf16B, (nb + 1) / 2);
+      launch_convert(a16, DType::BF16, A, DType::F32, na, stream_);
+      launch_convert(b16, DType::BF16, B, DType::F32, nb, stream_);
+      a = a16;
+      b = b16;
+      ab = CUDA_R_16BF;
+    }
+    const GemmKey key{ta, tb, M, Nc, K, lda, ldb, ldc, ab, bias != nullptr, accumulate,
+                      alignment_of(a), alignment_of(b), alignment_of(C)};
+    LtPlan& plan = lt_plan(key);
+    if (plan.bias_epilogue)
+      MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                           sizeof(bias)));
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    MAESTRO_CUBLAS_CHECK(cublasLtMatmul(lt_, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, C, plan.c, C, plan.c,
+                                        &plan.algo, workspace_, kWorkspaceBytes, stream_));
+    return plan.bias_epilogue;
+  }
+
+  LtPlan& lt_plan(const GemmKey& k) {
+    const auto found = plans_.find(k);
+    if (found != plans_.end()) return found->second;
+    LtPlan p;
+    const cublasOperation_t opa = k.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+    MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+    // cuBLAS A = row-major B: stored [Nc,K] col-major (tb: [K,Nc]); cuBLAS B = row-major A.
+    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, k.ab, k.tb ? k.K : k.Nc, k.tb ? k.Nc : k.K,
+                                                    k.ab == CUDA_R_16BF ? (k.tb ? k.K : k.Nc) : k.ldb));
+    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, k.ab, k.ta ? k.M : k.K, k.ta ? k.K : k.M,
+                                                    k.ab == CUDA_R_16BF ? (k.ta ? k.M : k.K) : k.lda));
+    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, k.Nc, k.M, k.ldc));
+    auto heuristic = [&](cublasLtEpilogue_t epi) {
+      MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+      cublasLtMatmulPreference_t pref;
+      MAESTRO_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      const size_t ws = kWorkspaceBytes;
+      MAESTRO_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                                sizeof(ws)));
+      const uint32_t aa = k.align_b, ab = k.align_a, ac = k.align_c;  // cuBLAS A is our B
+      MAESTRO_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa)));
+      MAESTRO_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab)));
+      MAESTRO_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac)));
+      MAESTRO_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac)));
+      cublasLtMatmulHeuristicResult_t result{};
+      int found_n = 0;
+      const cublasStatus_t st =
+          cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found_n);
+      cublasLtMatmulPreferenceDestroy(pref);
+      if (st != CUBLAS_STATUS_SUCCESS || found_n == 0) return false;
+      p.algo = result.algo;
+      return true;
+    };
+    if (k.bias && heuristic(CUBLASLT_EPILOGUE_BIAS)) {
+      p.bias_epilogue = true;
+    } else if (!heuristic(CUBLASLT_EPILOGUE_DEFAULT)) {
+      throw CudaError(fmt::format("cuBLASLt has no algorithm for a {}x{}x{} {} GEMM (ta {}, tb {})", k.M, k.Nc, k.K,
+                                  k.ab == CUDA_R_16BF ? "bf16" : "fp32", k.ta, k.tb));
+    }
+    return plans_.emplace(k, p).first->second;
+  }
+
+  // Row-major strided-batched C_i = alpha·op(A_i)·op(B_i) + beta·C_i in fp32 (cuBLAS).
+  void batched(bool ta, bool tb, int64_t M, int64_t Nc, int64_t K, float alpha, const float* A, int64_t lda,
+               int64_t sa, const float* B, int64_t ldb, int64_t sb, float beta, float* C, int64_t ldc, int64_t sc,
+               int64_t batch) {
+    MAESTRO_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        cublas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(Nc), int(M), int(K), &alpha, B,
+        CUDA_R_32F, int(ldb), sb, A, CUDA_R_32F, int(lda), sa, &beta, C, CUDA_R_32F, int(ldc), sc, int(batch),
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  CudaBackendOptions opt_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+  void* staging_ = nullptr;
+  size_t staging_head_ = 0;
+  std::mutex mu_;  // the arena: the activation pool may release from another thread
+  DeviceArena arena_;
+  std::vector<void*> segments_;
+  std::unordered_map<void*, DeviceArena::Block> blocks_;
+  std::pair<float*, size_t> scratch_[kSlots] = {};
+  std::map<GemmKey, LtPlan> plans_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
+  return std::make_unique<CudaBackend>(options);
+}
+
+}  // namespace maestro

@@ -1,0 +1,41 @@
+// The CUDA backend: every op of nn/backend.h on one CUDA device, queued on
+// the backend's own stream (so sections sharing a GPU overlap on separate
+// streams, and a step synchronises only in copy_to_host).
+//
+// Precision: the interface's buffers are fp32. With bf16 GEMMs (the
+// default, `precision = bf16`) each linear layer's operands are rounded to
+// bf16 into scratch and multiplied by cuBLASLt with fp32 accumulation and
+// an fp32 result; with fp32 GEMMs (`precision = fp32`) cuBLASLt computes in
+// plain fp32 (no TF32). Every other kernel computes in fp32; their
+// per-element math is gpu/kernel_math.h.
+//
+// Attention: the reference path runs per sequence cuBLAS strided-batched
+// Q·Kᵀ, a fused masked softmax and P·V (backward likewise); the fast path
+// is a tiled online-softmax kernel (a warp per query row, K/V tiles of 32
+// keys in shared memory) for head sizes up to 128. `Auto` takes the fast
+// path where it applies.
+//
+// Memory: buffers are placed in a DeviceArena (gpu/device_arena.h) over a
+// few large device allocations; host uploads go through a pinned staging
+// ring; never managed memory.
+#pragma once
+
+#include <memory>
+
+#include "nn/backend.h"
+
+namespace maestro {
+
+enum class AttentionPath { Auto, Fast, Reference };
+
+struct CudaBackendOptions {
+  int device = 0;
+  bool bf16_gemm = true;
+  AttentionPath attention = AttentionPath::Auto;
+  size_t min_segment_bytes = size_t(1) << 30;  // the arena grows by at least this much
+};
+
+// Throws CudaError (gpu/cuda/cuda_check.h) when the device cannot be used.
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options);
+
+}  // namespace maestro

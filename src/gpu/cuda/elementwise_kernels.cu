@@ -1,0 +1,346 @@
+// Elementwise, row and column kernels (elementwise_kernels.h). Shapes:
+// elementwise kernels are grid-stride loops; row ops (norms, losses) take a
+// block of kRowThreads per row and reduce with device_reduce.cuh; weight
+// gradients (Σ over rows) split the rows into chunks of kColumnRows and
+// atomically add each chunk's column sums.
+#include "gpu/cuda/elementwise_kernels.h"
+
+#include "gpu/cuda/cuda_check.h"
+#include "gpu/cuda/device_reduce.cuh"
+#include "gpu/launch_plan.h"
+
+namespace maestro::cuda_detail {
+
+namespace gm = gpu_math;
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kRowThreads = 256;
+constexpr int64_t kColumnRows = 256;
+
+#define MAESTRO_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(n); i += int64_t(gridDim.x) * blockDim.x)
+
+unsigned blocks(int64_t n) { return unsigned(grid_blocks(n, kThreads)); }
+
+__global__ void to_bf16_kernel(uint16_t* d, const float* s, size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) d[i] = float_to_bf16(s[i]);
+}
+__global__ void to_f32_kernel(float* d, const uint16_t* s, size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) d[i] = bf16_to_float(s[i]);
+}
+__global__ void add_kernel(float* out, const float* a, const float* b, size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+__global__ void accumulate_kernel(float* d, const float* s, size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) d[i] += s[i];
+}
+__global__ void scale_kernel(float* p, float s, size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) p[i] *= s;
+}
+__global__ void sq_norm_kernel(double* out, const float* p, size_t n) {
+  __shared__ double shared[32];
+  double s = 0;
+  MAESTRO_GRID_STRIDE(i, n) s += gm::sq(p[i]);
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) atomicAdd(out, s);
+}
+
+__global__ void embedding_forward_kernel(float* out, const int32_t* tok, const float* table, int64_t N, int64_t C) {
+  MAESTRO_GRID_STRIDE(e, N * C) out[e] = table[int64_t(tok[e / C]) * C + e % C];
+}
+__global__ void embedding_backward_kernel(float* dtable, const float* dout, const int32_t* tok, int64_t N, int64_t C) {
+  MAESTRO_GRID_STRIDE(e, N * C) atomicAdd(dtable + int64_t(tok[e / C]) * C + e % C, dout[e]);
+}
+__global__ void bias_add_kernel(float* out, const float* bias, int64_t N, int64_t OC) {
+  MAESTRO_GRID_STRIDE(e, N * OC) out[e] += bias[e % OC];
+}
+
+// out[c] += Σ_rows f(i, c): grid (C / kThreads, row chunks).
+template <class F>
+__global__ void column_sum_kernel(float* out, int64_t N, int64_t C, F f) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  const int64_t r0 = blockIdx.y * kColumnRows, r1 = min(N, r0 + kColumnRows);
+  float s = 0;
+  for (int64_t i = r0; i < r1; ++i) s += f(i, c);
+  atomicAdd(out + c, s);
+}
+template <class F>
+void column_sum(float* out, int64_t N, int64_t C, F f, cudaStream_t st) {
+  if (N == 0 || C == 0) return;
+  const dim3 grid{unsigned((C + kThreads - 1) / kThreads), unsigned((N + kColumnRows - 1) / kColumnRows)};
+  column_sum_kernel<<<grid, kThreads, 0, st>>>(out, N, C, f);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+}
+struct Column {
+  const float* a;
+  int64_t C;
+  __device__ float operator()(int64_t i, int64_t c) const { return a[i * C + c]; }
+};
+struct RmsnormDw {
+  const float *x, *dy, *rstd;
+  int64_t C;
+  __device__ float operator()(int64_t i, int64_t c) const { return gm::rmsnorm_dw(x[i * C + c], dy[i * C + c], rstd[i]); }
+};
+struct LayernormDw {
+  const float *x, *dy, *mean, *rstd;
+  int64_t C;
+  __device__ float operator()(int64_t i, int64_t c) const {
+    return gm::layernorm_dw(x[i * C + c], dy[i * C + c], mean[i], rstd[i]);
+  }
+};
+
+__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* w, int64_t C, float eps) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const float* x = inp + row * C;
+  float ss = 0;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
+  const float r = gm::rms_rstd(block_sum(ss, shared), C, eps);
+  if (threadIdx.x == 0) rstd[row] = r;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[row * C + c] = gm::rmsnorm_out(x[c], r, w[c]);
+}
+__global__ void rmsnorm_backward_kernel(float* dinp, const float* dout, const float* inp, const float* w,
+                                        const float* rstd, int64_t C) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const float *x = inp + row * C, *dy = dout + row * C;
+  const float r = rstd[row];
+  float dot = 0;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dot += dy[c] * w[c] * x[c];
+  const float k = gm::rmsnorm_row_k(r, block_sum(dot, shared), C);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dinp[row * C + c] += gm::rmsnorm_dx(x[c], dy[c], w[c], r, k);
+}
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                                         const float* b, int64_t C, float eps) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const float* x = inp + row * C;
+  float s = 0;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
+  const float m = block_sum(s, shared) / float(C);
+  float v = 0;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) v += (x[c] - m) * (x[c] - m);
+  const float r = gm::ln_rstd(block_sum(v, shared) / float(C), eps);
+  if (threadIdx.x == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[row * C + c] = gm::layernorm_out(x[c], m, r, w[c], b[c]);
+}
+__global__ void layernorm_backward_kernel(float* dinp, const float* dout, const float* inp, const float* w,
+                                          const float* mean, const float* rstd, int64_t C) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const float *x = inp + row * C, *dy = dout + row * C;
+  const float m = mean[row], r = rstd[row];
+  float s1 = 0, s2 = 0;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float g = dy[c] * w[c];
+    s1 += g;
+    s2 += g * (x[c] - m) * r;
+  }
+  const float mean_g = block_sum(s1, shared) / float(C), mean_gx = block_sum(s2, shared) / float(C);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    dinp[row * C + c] += gm::layernorm_dx(x[c], dy[c], w[c], m, r, mean_g, mean_gx);
+}
+
+// One thread per (token, head, pair i < D/2).
+__global__ void rope_kernel(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign) {
+  const int64_t half = D / 2;
+  MAESTRO_GRID_STRIDE(e, N * H * half) {
+    const int64_t i = e % half, nh = e / half, n = nh / H;
+    float* r = x + nh * D;
+    gm::rope_rotate(r[i], r[i + half], pos[n], gm::rope_inv_freq(i, D, theta), sign);
+  }
+}
+
+__global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up, size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) out[i] = gm::swiglu(gate[i], up[i]);
+}
+__global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                                       size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) {
+    if (dgate) dgate[i] += gm::swiglu_dgate(dout[i], gate[i], up[i]);
+    if (dup) dup[i] += gm::swiglu_dup(dout[i], gate[i]);
+  }
+}
+__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) out[i] = gm::gelu(inp[i]);
+}
+__global__ void gelu_backward_kernel(float* dinp, const float* dout, const float* inp, size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) dinp[i] += gm::gelu_grad(dout[i], inp[i]);
+}
+// One thread per element of patches[I*g², Ch*p*p].
+__global__ void im2col_kernel(float* patches, const float* pixels, int64_t I, int64_t Ch, int64_t S, int64_t p) {
+  const int64_t g = S / p, row_len = Ch * p * p;
+  MAESTRO_GRID_STRIDE(e, I * g * g * row_len) {
+    const int64_t col = e % row_len, patch = e / row_len;
+    const int64_t dx = col % p, dy = (col / p) % p, c = col / (p * p);
+    const int64_t px = patch % g, py = (patch / g) % g, img = patch / (g * g);
+    patches[e] = pixels[((img * Ch + c) * S + py * p + dy) * S + px * p + dx];
+  }
+}
+
+// One block per row.
+__global__ void cross_entropy_kernel(double* loss, float* dlogits, const float* logits, const int32_t* targets,
+                                     int64_t V, float scale) {
+  __shared__ float shared[64];
+  const int64_t row = blockIdx.x;
+  const int32_t t = targets[row];
+  if (t < 0) return;  // the whole block leaves together
+  const float* x = logits + row * V;
+  gm::SoftmaxState s = gm::softmax_init();
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) s = gm::softmax_push(s, x[j]);
+  const float lse = gm::softmax_lse(block_softmax(s, shared));
+  if (threadIdx.x == 0) atomicAdd(loss, double(lse) - double(x[t]));
+  if (dlogits)
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) dlogits[row * V + j] += gm::ce_grad(x[j], lse, j == t, scale);
+}
+__global__ void kl_kernel(double* loss, float* dstudent, const float* student, const float* teacher,
+                          const int32_t* targets, int64_t V, float T, float scale) {
+  __shared__ float shared[64];
+  __shared__ double shared_sum[32];
+  const int64_t row = blockIdx.x;
+  if (targets[row] < 0) return;
+  const float *xs = student + row * V, *xt = teacher + row * V;
+  gm::SoftmaxState ss = gm::softmax_init(), st = gm::softmax_init();
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    ss = gm::softmax_push(ss, xs[j] / T);
+    st = gm::softmax_push(st, xt[j] / T);
+  }
+  const float lse_s = gm::softmax_lse(block_softmax(ss, shared));
+  const float lse_t = gm::softmax_lse(block_softmax(st, shared));
+  double total = 0;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    total += gm::kl_term(xs[j], xt[j], lse_s, lse_t, T);
+    if (dstudent) dstudent[row * V + j] += gm::kl_grad(xs[j], xt[j], lse_s, lse_t, T, scale);
+  }
+  total = block_sum(total, shared_sum);
+  if (threadIdx.x == 0) atomicAdd(loss, total);
+}
+
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, gm::AdamWStep step) {
+  MAESTRO_GRID_STRIDE(i, n) gm::adamw_update(p[i], g[i], m[i], v[i], step);
+}
+
+}  // namespace
+
+#define MAESTRO_LAUNCH(kernel, n, ...)                            \
+  do {                                                            \
+    if ((n) == 0) return;                                         \
+    kernel<<<blocks(int64_t(n)), kThreads, 0, st>>>(__VA_ARGS__); \
+    MAESTRO_CUDA_LAUNCH_CHECK();                                  \
+  } while (0)
+
+void launch_convert(void* dst, DType dd, const void* src, DType sd, size_t n, cudaStream_t st) {
+  if (dd == sd) {
+    if (dst != src && n > 0) MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * dtype_size(dd), cudaMemcpyDeviceToDevice, st));
+    return;
+  }
+  if (dd == DType::BF16)
+    MAESTRO_LAUNCH(to_bf16_kernel, n, static_cast<uint16_t*>(dst), static_cast<const float*>(src), n);
+  else
+    MAESTRO_LAUNCH(to_f32_kernel, n, static_cast<float*>(dst), static_cast<const uint16_t*>(src), n);
+}
+void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t st) {
+  MAESTRO_LAUNCH(add_kernel, n, out, a, b, n);
+}
+void launch_accumulate(float* dst, const float* src, size_t n, cudaStream_t st) {
+  MAESTRO_LAUNCH(accumulate_kernel, n, dst, src, n);
+}
+void launch_scale(float* p, float s, size_t n, cudaStream_t st) { MAESTRO_LAUNCH(scale_kernel, n, p, s, n); }
+void launch_sq_norm(double* out, const float* p, size_t n, cudaStream_t st) {
+  if (n == 0) return;
+  sq_norm_kernel<<<unsigned(grid_blocks(int64_t(n), kThreads, 1024)), kThreads, 0, st>>>(out, p, n);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+}
+
+void launch_embedding_forward(float* out, const int32_t* tok, const float* table, int64_t N, int64_t C, cudaStream_t st) {
+  MAESTRO_LAUNCH(embedding_forward_kernel, N * C, out, tok, table, N, C);
+}
+void launch_embedding_backward(float* dtable, const float* dout, const int32_t* tok, int64_t N, int64_t C,
+                               cudaStream_t st) {
+  MAESTRO_LAUNCH(embedding_backward_kernel, N * C, dtable, dout, tok, N, C);
+}
+void launch_bias_add(float* out, const float* bias, int64_t N, int64_t OC, cudaStream_t st) {
+  MAESTRO_LAUNCH(bias_add_kernel, N * OC, out, bias, N, OC);
+}
+void launch_column_sum(float* out, const float* in, int64_t N, int64_t C, cudaStream_t st) {
+  column_sum(out, N, C, Column{in, C}, st);
+}
+
+void launch_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps,
+                            cudaStream_t st) {
+  if (N == 0) return;
+  rmsnorm_forward_kernel<<<unsigned(N), kRowThreads, 0, st>>>(out, rstd, inp, w, C, eps);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+}
+void launch_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                             const float* rstd, int64_t N, int64_t C, cudaStream_t st) {
+  if (N == 0) return;
+  if (dinp) {
+    rmsnorm_backward_kernel<<<unsigned(N), kRowThreads, 0, st>>>(dinp, dout, inp, w, rstd, C);
+    MAESTRO_CUDA_LAUNCH_CHECK();
+  }
+  if (dw) column_sum(dw, N, C, RmsnormDw{inp, dout, rstd, C}, st);
+}
+void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                              int64_t N, int64_t C, float eps, cudaStream_t st) {
+  if (N == 0) return;
+  layernorm_forward_kernel<<<unsigned(N), kRowThreads, 0, st>>>(out, mean, rstd, inp, w, b, C, eps);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+}
+void launch_layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                               const float* mean, const float* rstd, int64_t N, int64_t C, cudaStream_t st) {
+  if (N == 0) return;
+  if (dinp) {
+    layernorm_backward_kernel<<<unsigned(N), kRowThreads, 0, st>>>(dinp, dout, inp, w, mean, rstd, C);
+    MAESTRO_CUDA_LAUNCH_CHECK();
+  }
+  if (dw) column_sum(dw, N, C, LayernormDw{inp, dout, mean, rstd, C}, st);
+  if (db) column_sum(db, N, C, Column{dout, C}, st);
+}
+
+void launch_rope(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign,
+                 cudaStream_t st) {
+  MAESTRO_LAUNCH(rope_kernel, N * H * (D / 2), x, pos, N, H, D, theta, sign);
+}
+void launch_swiglu_forward(float* out, const float* gate, const float* up, size_t n, cudaStream_t st) {
+  MAESTRO_LAUNCH(swiglu_forward_kernel, n, out, gate, up, n);
+}
+void launch_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n,
+                            cudaStream_t st) {
+  MAESTRO_LAUNCH(swiglu_backward_kernel, n, dgate, dup, dout, gate, up, n);
+}
+void launch_gelu_forward(float* out, const float* inp, size_t n, cudaStream_t st) {
+  MAESTRO_LAUNCH(gelu_forward_kernel, n, out, inp, n);
+}
+void launch_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, cudaStream_t st) {
+  MAESTRO_LAUNCH(gelu_backward_kernel, n, dinp, dout, inp, n);
+}
+void launch_im2col_patches(float* patches, const float* pixels, int64_t I, int64_t Ch, int64_t S, int64_t p,
+                           cudaStream_t st) {
+  MAESTRO_LAUNCH(im2col_kernel, I * (S / p) * (S / p) * Ch * p * p, patches, pixels, I, Ch, S, p);
+}
+
+void launch_cross_entropy(double* loss, float* dlogits, const float* logits, const int32_t* targets, int64_t N,
+                          int64_t V, float scale, cudaStream_t st) {
+  if (N == 0) return;
+  cross_entropy_kernel<<<unsigned(N), kRowThreads, 0, st>>>(loss, dlogits, logits, targets, V, scale);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+}
+void launch_kl_divergence(double* loss, float* dstudent, const float* student, const float* teacher,
+                          const int32_t* targets, int64_t N, int64_t V, float T, float scale, cudaStream_t st) {
+  if (N == 0) return;
+  kl_kernel<<<unsigned(N), kRowThreads, 0, st>>>(loss, dstudent, student, teacher, targets, V, T, scale);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+}
+
+void launch_adamw(float* p, const float* g, float* m, float* v, size_t n, const gm::AdamWStep& step, cudaStream_t st) {
+  MAESTRO_LAUNCH(adamw_kernel, n, p, g, m, v, n, step);
+}
+
+}  // namespace maestro::cuda_detail

@@ -1,0 +1,58 @@
+// The non-GEMM, non-attention kernels of the CUDA backend
+// (elementwise_kernels.cu): one launcher per op of nn/backend.h, same
+// shapes and the same = / += conventions. Index arrays (tokens, targets)
+// are device memory here. Per-element math: gpu/kernel_math.h.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpu/kernel_math.h"
+#include "nn/dtype.h"
+
+namespace maestro::cuda_detail {
+
+void launch_convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, size_t n, cudaStream_t st);
+void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t st);
+void launch_accumulate(float* dst, const float* src, size_t n, cudaStream_t st);
+void launch_scale(float* p, float s, size_t n, cudaStream_t st);
+void launch_sq_norm(double* out, const float* p, size_t n, cudaStream_t st);  // *out must be zeroed first
+
+void launch_embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t N, int64_t C,
+                              cudaStream_t st);
+void launch_embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C,
+                               cudaStream_t st);
+void launch_bias_add(float* out, const float* bias, int64_t N, int64_t OC, cudaStream_t st);
+void launch_column_sum(float* out, const float* in, int64_t N, int64_t C, cudaStream_t st);  // out[C] += Σ_rows in
+
+void launch_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps,
+                            cudaStream_t st);
+void launch_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                             const float* rstd, int64_t N, int64_t C, cudaStream_t st);
+void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                              int64_t N, int64_t C, float eps, cudaStream_t st);
+void launch_layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                               const float* mean, const float* rstd, int64_t N, int64_t C, cudaStream_t st);
+
+void launch_rope(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign,
+                 cudaStream_t st);
+void launch_swiglu_forward(float* out, const float* gate, const float* up, size_t n, cudaStream_t st);
+void launch_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n,
+                            cudaStream_t st);
+void launch_gelu_forward(float* out, const float* inp, size_t n, cudaStream_t st);
+void launch_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, cudaStream_t st);
+void launch_im2col_patches(float* patches, const float* pixels, int64_t I, int64_t Ch, int64_t S, int64_t p,
+                           cudaStream_t st);
+
+// *loss must be zeroed first (the kernels add each row's share).
+void launch_cross_entropy(double* loss, float* dlogits, const float* logits, const int32_t* targets, int64_t N,
+                          int64_t V, float scale, cudaStream_t st);
+void launch_kl_divergence(double* loss, float* dstudent, const float* student, const float* teacher,
+                          const int32_t* targets, int64_t N, int64_t V, float T, float scale, cudaStream_t st);
+
+void launch_adamw(float* p, const float* g, float* m, float* v, size_t n, const gpu_math::AdamWStep& step,
+                  cudaStream_t st);
+
+}  // namespace maestro::cuda_detail

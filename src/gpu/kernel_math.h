@@ -1,0 +1,131 @@
+// The per-element math of the CUDA backend's kernels (gpu/cuda/*.cu), as
+// MAESTRO_HD functions: the kernels call them on the device, and
+// tests/gpu/kernel_math_test.cpp runs the very same code on the CPU against
+// the CPU backend and cpu/reference_ops.h. A kernel adds only the parallel
+// shape (which thread owns which element, how a row's sums are reduced);
+// what is computed per element lives here. Header only, no CUDA needed.
+//
+// fp32 throughout, like the CPU backend; rotary angles in fp64 as there.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+
+#include "nn/dtype.h"
+
+namespace maestro::gpu_math {
+
+// ---- norms -----------------------------------------------------------------
+// RMSNorm row: r = 1/sqrt(Σx²/C + eps); out = x·r·w
+MAESTRO_HD inline float rms_rstd(float sum_sq, int64_t C, float eps) { return 1.0f / sqrtf(sum_sq / float(C) + eps); }
+MAESTRO_HD inline float rmsnorm_out(float x, float r, float w) { return x * r * w; }
+// dx = r·dy·w − k·x with k = r³·Σ(dy·w·x)/C (one per row)
+MAESTRO_HD inline float rmsnorm_row_k(float r, float dot, int64_t C) { return r * r * r * dot / float(C); }
+MAESTRO_HD inline float rmsnorm_dx(float x, float dy, float w, float r, float k) { return r * dy * w - k * x; }
+MAESTRO_HD inline float rmsnorm_dw(float x, float dy, float r) { return dy * x * r; }
+
+// LayerNorm row: mean m, r = 1/sqrt(var + eps), out = (x−m)·r·w + b
+MAESTRO_HD inline float ln_rstd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
+MAESTRO_HD inline float layernorm_out(float x, float m, float r, float w, float b) { return (x - m) * r * w + b; }
+// dx = r·(dy·w − mean(g) − x̂·mean(g·x̂)), g = dy·w, x̂ = (x−m)·r
+MAESTRO_HD inline float layernorm_dx(float x, float dy, float w, float m, float r, float mean_g, float mean_gx) {
+  return r * (dy * w - mean_g - (x - m) * r * mean_gx);
+}
+MAESTRO_HD inline float layernorm_dw(float x, float dy, float m, float r) { return dy * (x - m) * r; }
+
+// ---- rotary ("rotate half") -------------------------------------------------
+// θ^(−2i/D), in fp64 like the CPU backend
+MAESTRO_HD inline double rope_inv_freq(int64_t i, int64_t D, float theta) {
+  return pow(double(theta), -2.0 * double(i) / double(D));
+}
+// (x0, x1) -> (x0 cos − x1 sin, x1 cos + x0 sin) with sin = sign·sin(angle);
+// sign −1 is the inverse rotation (backward).
+MAESTRO_HD inline void rope_rotate(float& x0, float& x1, int32_t pos, double inv_freq, float sign) {
+  const double a = double(pos) * inv_freq;
+  const float c = float(cos(a)), s = sign * float(sin(a));
+  const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
+  x0 = y0;
+  x1 = y1;
+}
+
+// ---- activations --------------------------------------------------------------
+MAESTRO_HD inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+MAESTRO_HD inline float swiglu(float gate, float up) { return gate * sigmoid(gate) * up; }
+// d/dgate and d/dup of silu(gate)·up, times dout
+MAESTRO_HD inline float swiglu_dgate(float dout, float gate, float up) {
+  const float s = sigmoid(gate);
+  return dout * up * (s + gate * s * (1.0f - s));
+}
+MAESTRO_HD inline float swiglu_dup(float dout, float gate) { return dout * gate * sigmoid(gate); }
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/π)
+MAESTRO_HD inline float gelu(float x) { return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))); }
+MAESTRO_HD inline float gelu_grad(float dout, float x) {
+  const float t = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
+  return dout * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x));
+}
+
+// ---- softmax, cross-entropy, KL ---------------------------------------------------
+// Online softmax state of a row: max m and Σ exp(x − m). Merging two partial
+// states (two threads' halves of a row) is associative, so a reduction tree
+// of any shape gives the row's (max, sum).
+struct SoftmaxState {
+  float max;
+  float sum;
+};
+MAESTRO_HD inline SoftmaxState softmax_init() { return {-INFINITY, 0.0f}; }
+MAESTRO_HD inline SoftmaxState softmax_push(SoftmaxState s, float x) {
+  if (x <= s.max) return {s.max, s.sum + expf(x - s.max)};
+  return {x, s.sum * expf(s.max - x) + 1.0f};
+}
+MAESTRO_HD inline SoftmaxState softmax_merge(SoftmaxState a, SoftmaxState b) {
+  if (a.sum == 0.0f) return b;
+  if (b.sum == 0.0f) return a;
+  const float m = a.max > b.max ? a.max : b.max;
+  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
+}
+MAESTRO_HD inline float softmax_lse(SoftmaxState s) { return s.max + logf(s.sum); }
+// Cross-entropy of one row: loss = lse − x[target];
+// gradient element: scale·(exp(x − lse) − [j == target])
+MAESTRO_HD inline float ce_grad(float x, float lse, bool is_target, float scale) {
+  return scale * (expf(x - lse) - (is_target ? 1.0f : 0.0f));
+}
+// KL(teacher ‖ student) at temperature T, per element given both rows'
+// log-sum-exp of x/T: T²·p_t·(log p_t − log p_s), and its gradient
+// scale·T·(p_s − p_t).
+MAESTRO_HD inline float kl_term(float student, float teacher, float lse_s, float lse_t, float T) {
+  const float ls = student / T - lse_s, lt = teacher / T - lse_t;
+  return T * T * expf(lt) * (lt - ls);
+}
+MAESTRO_HD inline float kl_grad(float student, float teacher, float lse_s, float lse_t, float T, float scale) {
+  return scale * T * (expf(student / T - lse_s) - expf(teacher / T - lse_t));
+}
+
+// ---- attention (one query row against one key) ----------------------------------------
+// Whether query token i may see key token j of the same sequence.
+MAESTRO_HD inline bool attention_visible(int64_t i, int64_t j, bool causal) { return !causal || j <= i; }
+// dS = P·(dP − Σ_j P·dP) (= P·(dP − rowsum(dO∘O)))
+MAESTRO_HD inline float attention_dscore(float p, float dp, float delta) { return p * (dp - delta); }
+
+// ---- optimizer --------------------------------------------------------------------------
+// torch.optim.AdamW: the step's constants, computed once per call on the host.
+struct AdamWStep {
+  float lr, beta1, beta2, eps, decay;  // decay = 1 − lr·weight_decay
+  float c1, c2;                        // bias corrections 1 − β^t (fp64 pow, like the CPU backend)
+};
+inline AdamWStep adamw_step(float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t) {
+  return {lr, beta1, beta2, eps, 1.0f - lr * weight_decay, float(1.0 - pow(double(beta1), double(t))),
+          float(1.0 - pow(double(beta2), double(t)))};
+}
+MAESTRO_HD inline void adamw_update(float& p, float g, float& m, float& v, const AdamWStep& s) {
+  p *= s.decay;
+  m = s.beta1 * m + (1.0f - s.beta1) * g;
+  v = s.beta2 * v + (1.0f - s.beta2) * g * g;
+  p -= s.lr * (m / s.c1) / (sqrtf(v / s.c2) + s.eps);
+}
+
+// ---- global norm ------------------------------------------------------------------------
+MAESTRO_HD inline double sq(float x) { return double(x) * double(x); }
+
+}  // namespace maestro::gpu_math

@@ -1,0 +1,27 @@
+// Launch geometry (launch_plan.h).
+#include "gpu/launch_plan.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace maestro {
+
+int64_t grid_blocks(int64_t n, int threads, int64_t max_blocks) {
+  return std::clamp<int64_t>((n + threads - 1) / threads, 1, max_blocks);
+}
+
+std::vector<AttentionTile> plan_attention_tiles(const int32_t* cu, int64_t n_seq, int rows_per_tile) {
+  if (rows_per_tile <= 0) throw std::invalid_argument("plan_attention_tiles: rows_per_tile must be positive");
+  if (n_seq > 0 && cu[0] != 0) throw std::invalid_argument("plan_attention_tiles: cu_seqlens[0] must be 0");
+  std::vector<AttentionTile> tiles;
+  for (int64_t s = 0; s < n_seq; ++s) {
+    const int32_t b = cu[s], e = cu[s + 1];
+    if (e < b)
+      throw std::invalid_argument("plan_attention_tiles: cu_seqlens decreases at sequence " + std::to_string(s));
+    for (int32_t r = b; r < e; r += rows_per_tile) tiles.push_back({r, std::min(rows_per_tile, e - r), b, e});
+  }
+  return tiles;
+}
+
+}  // namespace maestro

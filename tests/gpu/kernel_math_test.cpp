@@ -1,0 +1,333 @@
+// The CUDA kernels' per-element math (gpu/kernel_math.h) run on the CPU:
+// each op is rebuilt here from the same MAESTRO_HD functions the kernels
+// call, in the kernels' own structure where it matters (a row's softmax
+// state merged from 256 threads' partial states; attention as the fast
+// kernel's online softmax over tiles of 32 keys, planned by
+// plan_attention_tiles), and compared with the CPU backend (fp32: relative
+// error <= 1e-5) and with cpu/reference_ops.h in double.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu/cpu_backend.h"
+#include "cpu/reference_ops.h"
+#include "gpu/kernel_math.h"
+#include "gpu/launch_plan.h"
+
+using namespace maestro;
+namespace gm = maestro::gpu_math;
+
+namespace {
+
+using Vec = std::vector<float>;
+
+Vec randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  Vec v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// max |a − b| / max |b|
+double rel_err(const Vec& a, const Vec& b) {
+  double num = 0, den = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, std::abs(double(a[i]) - double(b[i])));
+    den = std::max(den, std::abs(double(b[i])));
+  }
+  return num / den;
+}
+double rel_err(const Vec& a, const std::vector<double>& b) {
+  return rel_err(a, Vec(b.begin(), b.end()));
+}
+std::vector<double> to_double(const Vec& v) { return {v.begin(), v.end()}; }
+
+constexpr double kF32 = 1e-5;  // the fp32 bound against the CPU backend
+
+// The CPU backend with host buffers: its memory is host memory.
+struct Cpu {
+  std::unique_ptr<Backend> b = make_cpu_backend(1);
+};
+
+// A row's softmax state as a kernel block reduces it: thread t pushes
+// elements t, t + T, ...; the T states merge pairwise (a tree).
+gm::SoftmaxState block_state(const float* x, int64_t n, float inv_t = 1.0f, int T = 256) {
+  std::vector<gm::SoftmaxState> s(size_t(T), gm::softmax_init());
+  for (int64_t j = 0; j < n; ++j) s[size_t(j % T)] = gm::softmax_push(s[size_t(j % T)], x[j] * inv_t);
+  for (int w = T / 2; w >= 1; w /= 2)
+    for (int t = 0; t < w; ++t) s[size_t(t)] = gm::softmax_merge(s[size_t(t)], s[size_t(t + w)]);
+  return s[0];
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(kernel_math)
+
+BOOST_AUTO_TEST_CASE(norms_match_the_cpu_backend) {
+  const int64_t N = 7, C = 300;
+  const Vec x = randn(size_t(N * C), 1), w = randn(size_t(C), 2), b = randn(size_t(C), 3), dy = randn(size_t(N * C), 4);
+  Cpu cpu;
+  // RMSNorm
+  Vec out(size_t(N * C)), rstd(static_cast<size_t>(N)), cpu_out(out.size()), cpu_rstd(rstd.size());
+  Vec dx(out.size(), 0.5f), dw(size_t(C), 0.25f), cpu_dx = dx, cpu_dw = dw;
+  for (int64_t n = 0; n < N; ++n) {
+    float ss = 0;
+    for (int64_t c = 0; c < C; ++c) ss += x[size_t(n * C + c)] * x[size_t(n * C + c)];
+    rstd[size_t(n)] = gm::rms_rstd(ss, C, 1e-5f);
+    float dot = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      out[size_t(n * C + c)] = gm::rmsnorm_out(x[size_t(n * C + c)], rstd[size_t(n)], w[size_t(c)]);
+      dot += dy[size_t(n * C + c)] * w[size_t(c)] * x[size_t(n * C + c)];
+    }
+    const float k = gm::rmsnorm_row_k(rstd[size_t(n)], dot, C);
+    for (int64_t c = 0; c < C; ++c) {
+      const size_t e = size_t(n * C + c);
+      dx[e] += gm::rmsnorm_dx(x[e], dy[e], w[size_t(c)], rstd[size_t(n)], k);
+      dw[size_t(c)] += gm::rmsnorm_dw(x[e], dy[e], rstd[size_t(n)]);
+    }
+  }
+  cpu.b->rmsnorm_forward(cpu_out.data(), cpu_rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+  cpu.b->rmsnorm_backward(cpu_dx.data(), cpu_dw.data(), dy.data(), x.data(), w.data(), cpu_rstd.data(), N, C);
+  BOOST_TEST(rel_err(out, cpu_out) <= kF32);
+  BOOST_TEST(rel_err(rstd, cpu_rstd) <= kF32);
+  BOOST_TEST(rel_err(dx, cpu_dx) <= kF32);
+  BOOST_TEST(rel_err(dw, cpu_dw) <= kF32);
+  // LayerNorm
+  Vec mean(static_cast<size_t>(N)), lout(out.size()), cpu_mean(mean.size()), lrstd(rstd.size());
+  Vec ldx(out.size(), 0.5f), ldw(size_t(C), 0.25f), ldb(size_t(C), -1.0f), cpu_ldx = ldx, cpu_ldw = ldw, cpu_ldb = ldb;
+  for (int64_t n = 0; n < N; ++n) {
+    float s = 0, v = 0;
+    for (int64_t c = 0; c < C; ++c) s += x[size_t(n * C + c)];
+    const float m = s / float(C);
+    for (int64_t c = 0; c < C; ++c) v += (x[size_t(n * C + c)] - m) * (x[size_t(n * C + c)] - m);
+    const float r = gm::ln_rstd(v / float(C), 1e-5f);
+    mean[size_t(n)] = m;
+    lrstd[size_t(n)] = r;
+    float s1 = 0, s2 = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const size_t e = size_t(n * C + c);
+      lout[e] = gm::layernorm_out(x[e], m, r, w[size_t(c)], b[size_t(c)]);
+      s1 += dy[e] * w[size_t(c)];
+      s2 += dy[e] * w[size_t(c)] * (x[e] - m) * r;
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      const size_t e = size_t(n * C + c);
+      ldx[e] += gm::layernorm_dx(x[e], dy[e], w[size_t(c)], m, r, s1 / float(C), s2 / float(C));
+      ldw[size_t(c)] += gm::layernorm_dw(x[e], dy[e], m, r);
+      ldb[size_t(c)] += dy[e];
+    }
+  }
+  Vec cpu_lout(out.size()), cpu_lrstd(rstd.size());
+  cpu.b->layernorm_forward(cpu_lout.data(), cpu_mean.data(), cpu_lrstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+  cpu.b->layernorm_backward(cpu_ldx.data(), cpu_ldw.data(), cpu_ldb.data(), dy.data(), x.data(), w.data(),
+                            cpu_mean.data(), cpu_lrstd.data(), N, C);
+  BOOST_TEST(rel_err(lout, cpu_lout) <= kF32);
+  BOOST_TEST(rel_err(ldx, cpu_ldx) <= kF32);
+  BOOST_TEST(rel_err(ldw, cpu_ldw) <= kF32);
+  BOOST_TEST(rel_err(ldb, cpu_ldb) <= kF32);
+}
+
+BOOST_AUTO_TEST_CASE(rotary_matches_the_cpu_backend_and_inverts) {
+  const int64_t N = 5, H = 3, D = 16;
+  const Vec x0 = randn(size_t(N * H * D), 5);
+  const std::vector<int32_t> pos = {0, 1, 2, 700, 4095};
+  Vec x = x0, cpu_x = x0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < D / 2; ++i) {
+        float* r = x.data() + (n * H + h) * D;
+        gm::rope_rotate(r[i], r[i + D / 2], pos[size_t(n)], gm::rope_inv_freq(i, D, 10000.0f), 1.0f);
+      }
+  Cpu cpu;
+  cpu.b->rope_forward(cpu_x.data(), pos.data(), N, H, D, 10000.0f);
+  BOOST_TEST(rel_err(x, cpu_x) <= kF32);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < D / 2; ++i) {
+        float* r = x.data() + (n * H + h) * D;
+        gm::rope_rotate(r[i], r[i + D / 2], pos[size_t(n)], gm::rope_inv_freq(i, D, 10000.0f), -1.0f);
+      }
+  BOOST_TEST(rel_err(x, x0) <= kF32);
+}
+
+BOOST_AUTO_TEST_CASE(activations_match_the_reference_in_double) {
+  const size_t n = 1000;
+  const Vec g = randn(n, 6, 3.0f), u = randn(n, 7), dout = randn(n, 8);
+  std::vector<double> ref_out(n), ref_dg(n, 0.0), ref_du(n, 0.0), ref_gelu(n), ref_dgelu(n, 0.0);
+  const std::vector<double> gd = to_double(g), ud = to_double(u), dd = to_double(dout);
+  ref::swiglu_forward(ref_out.data(), gd.data(), ud.data(), n);
+  ref::swiglu_backward(ref_dg.data(), ref_du.data(), dd.data(), gd.data(), ud.data(), n);
+  ref::gelu_forward(ref_gelu.data(), gd.data(), n);
+  ref::gelu_backward(ref_dgelu.data(), dd.data(), gd.data(), n);
+  Vec out(n), dg(n), du(n), ge(n), dge(n);
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = gm::swiglu(g[i], u[i]);
+    dg[i] = gm::swiglu_dgate(dout[i], g[i], u[i]);
+    du[i] = gm::swiglu_dup(dout[i], g[i]);
+    ge[i] = gm::gelu(g[i]);
+    dge[i] = gm::gelu_grad(dout[i], g[i]);
+  }
+  BOOST_TEST(rel_err(out, ref_out) <= kF32);
+  BOOST_TEST(rel_err(dg, ref_dg) <= kF32);
+  BOOST_TEST(rel_err(du, ref_du) <= kF32);
+  BOOST_TEST(rel_err(ge, ref_gelu) <= kF32);
+  BOOST_TEST(rel_err(dge, ref_dgelu) <= kF32);
+}
+
+BOOST_AUTO_TEST_CASE(softmax_state_merges_in_any_tree) {
+  const Vec x = randn(1000, 9, 20.0f);
+  const gm::SoftmaxState serial = block_state(x.data(), 1000, 1.0f, 1), tree = block_state(x.data(), 1000);
+  double mx = -1e30, sum = 0;
+  for (float v : x) mx = std::max(mx, double(v));
+  for (float v : x) sum += std::exp(double(v) - mx);
+  const double lse = mx + std::log(sum);
+  BOOST_TEST(std::abs(gm::softmax_lse(serial) - lse) <= 1e-5 * std::abs(lse));
+  BOOST_TEST(std::abs(gm::softmax_lse(tree) - lse) <= 1e-5 * std::abs(lse));
+  // an empty partial (a thread with no element) is the identity
+  const gm::SoftmaxState e = gm::softmax_init();
+  BOOST_TEST(gm::softmax_merge(e, tree).max == tree.max);
+  BOOST_TEST(gm::softmax_merge(tree, e).sum == tree.sum);
+}
+
+BOOST_AUTO_TEST_CASE(cross_entropy_and_kl_match_the_cpu_backend) {
+  const int64_t N = 4, V = 1000;
+  const Vec logits = randn(size_t(N * V), 10, 4.0f), teacher = randn(size_t(N * V), 11, 4.0f);
+  const std::vector<int32_t> targets = {3, -1, 999, 0};
+  const float scale = 0.25f, T = 2.0f;
+  Vec d(size_t(N * V), 0.125f), dk(size_t(N * V), -0.5f);
+  Vec cpu_d = d, cpu_dk = dk;
+  double loss = 0, kl = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const int32_t t = targets[size_t(i)];
+    if (t < 0) continue;
+    const float* x = logits.data() + i * V;
+    const float* y = teacher.data() + i * V;
+    const float lse = gm::softmax_lse(block_state(x, V));
+    loss += double(lse) - double(x[t]);
+    for (int64_t j = 0; j < V; ++j) d[size_t(i * V + j)] += gm::ce_grad(x[j], lse, j == t, scale);
+    const float ls = gm::softmax_lse(block_state(x, V, 1.0f / T)), lt = gm::softmax_lse(block_state(y, V, 1.0f / T));
+    for (int64_t j = 0; j < V; ++j) {
+      kl += gm::kl_term(x[j], y[j], ls, lt, T);
+      dk[size_t(i * V + j)] += gm::kl_grad(x[j], y[j], ls, lt, T, scale);
+    }
+  }
+  Cpu cpu;
+  double cpu_loss = 0, cpu_kl = 0;
+  cpu.b->cross_entropy(&cpu_loss, cpu_d.data(), logits.data(), targets.data(), N, V, scale);
+  cpu.b->kl_divergence(&cpu_kl, cpu_dk.data(), logits.data(), teacher.data(), targets.data(), N, V, T, scale);
+  BOOST_TEST(std::abs(loss - cpu_loss) <= kF32 * std::abs(cpu_loss));
+  BOOST_TEST(std::abs(kl - cpu_kl) <= kF32 * std::abs(cpu_kl) + 1e-6);
+  BOOST_TEST(rel_err(d, cpu_d) <= kF32);
+  BOOST_TEST(rel_err(dk, cpu_dk) <= kF32);
+}
+
+BOOST_AUTO_TEST_CASE(adamw_norm_and_bf16_match_the_cpu_backend) {
+  const size_t n = 5000;
+  Vec p = randn(n, 12), m = randn(n, 13, 0.1f), v = randn(n, 14, 0.1f);
+  for (float& x : v) x = std::abs(x);
+  const Vec g = randn(n, 15);
+  Vec cp = p, cm = m, cv = v;
+  const gm::AdamWStep s = gm::adamw_step(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+  for (size_t i = 0; i < n; ++i) gm::adamw_update(p[i], g[i], m[i], v[i], s);
+  Cpu cpu;
+  cpu.b->adamw(cp.data(), g.data(), cm.data(), cv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+  BOOST_TEST(rel_err(p, cp) <= kF32);
+  BOOST_TEST(rel_err(m, cm) <= kF32);
+  BOOST_TEST(rel_err(v, cv) <= kF32);
+  double sq = 0, cpu_sq = 0;
+  for (float x : g) sq += gm::sq(x);
+  cpu.b->sq_norm(&cpu_sq, g.data(), n);
+  BOOST_TEST(std::abs(sq - cpu_sq) <= 1e-12 * cpu_sq);
+  // bf16: the kernels' conversion is nn/dtype.h's, bit for bit the CPU backend's
+  std::vector<uint16_t> h(n), cpu_h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = float_to_bf16(g[i]);
+  cpu.b->convert(cpu_h.data(), DType::BF16, g.data(), DType::F32, n);
+  BOOST_TEST((h == cpu_h));
+}
+
+// The fast attention kernel's algorithm, lane by lane: tiles of 8 query
+// rows from plan_attention_tiles, keys in tiles of 32, online softmax with
+// the running max rescaling; backward with dS from attention_dscore.
+BOOST_AUTO_TEST_CASE(tiled_online_softmax_attention_matches_the_cpu_backend) {
+  const int64_t H = 4, KV = 2, D = 16, g = H / KV;
+  const std::vector<int32_t> cu = {0, 37, 37, 101, 106};  // 37, 0, 64, 5 tokens
+  const int64_t n_seq = 4, N = 106;
+  const Vec q = randn(size_t(N * H * D), 16), k = randn(size_t(N * KV * D), 17), v = randn(size_t(N * KV * D), 18);
+  const Vec dout = randn(size_t(N * H * D), 19);
+  Cpu cpu;
+  for (bool causal : {true, false}) {
+    Vec out(q.size()), lse(size_t(N * H)), dq(q.size(), 0.5f), dk(k.size(), 0.25f), dv(v.size(), -0.25f);
+    Vec cpu_out = out, cpu_lse = lse, cpu_dq = dq, cpu_dk = dk, cpu_dv = dv;
+    const float sc = 1.0f / std::sqrt(float(D));
+    const auto tiles = plan_attention_tiles(cu.data(), n_seq, 8);
+    for (const AttentionTile& t : tiles)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t row = t.row0; row < t.row0 + t.rows; ++row) {
+          const int64_t kh = h / g, key_end = causal ? t.row0 + t.rows : t.seq_end;
+          float m = -INFINITY, l = 0;
+          std::vector<float> acc(size_t(D), 0.0f);
+          for (int64_t key0 = t.seq_begin; key0 < key_end; key0 += 32) {
+            std::vector<float> s(32, -INFINITY);
+            float tile_max = -INFINITY;
+            for (int64_t j = 0; j < 32 && key0 + j < key_end; ++j) {
+              if (!gm::attention_visible(row, key0 + j, causal)) continue;
+              float dot = 0;
+              for (int64_t d = 0; d < D; ++d) dot += q[size_t((row * H + h) * D + d)] * k[size_t(((key0 + j) * KV + kh) * D + d)];
+              s[size_t(j)] = dot * sc;
+              tile_max = std::max(tile_max, s[size_t(j)]);
+            }
+            const float m_new = std::max(m, tile_max);
+            if (m_new == -INFINITY) continue;
+            const float corr = std::exp(m - m_new);
+            float psum = 0;
+            for (float& x : s) psum += (x = x == -INFINITY ? 0.0f : std::exp(x - m_new));
+            l = l * corr + psum;
+            for (int64_t d = 0; d < D; ++d) {
+              acc[size_t(d)] *= corr;
+              for (int64_t j = 0; j < 32 && key0 + j < key_end; ++j)
+                acc[size_t(d)] += s[size_t(j)] * v[size_t(((key0 + j) * KV + kh) * D + d)];
+            }
+            m = m_new;
+          }
+          for (int64_t d = 0; d < D; ++d) out[size_t((row * H + h) * D + d)] = acc[size_t(d)] / l;
+          lse[size_t(row * H + h)] = m + std::log(l);
+        }
+    // backward, the fast kernel's way: delta per row, then per visible key
+    for (const AttentionTile& t : tiles)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t row = t.row0; row < t.row0 + t.rows; ++row) {
+          const int64_t kh = h / g, key_end = causal ? t.row0 + t.rows : t.seq_end;
+          float delta = 0;
+          for (int64_t d = 0; d < D; ++d) delta += dout[size_t((row * H + h) * D + d)] * out[size_t((row * H + h) * D + d)];
+          for (int64_t key = t.seq_begin; key < key_end; ++key) {
+            if (!gm::attention_visible(row, key, causal)) continue;
+            float s = 0, dp = 0;
+            for (int64_t d = 0; d < D; ++d) {
+              s += q[size_t((row * H + h) * D + d)] * k[size_t((key * KV + kh) * D + d)];
+              dp += dout[size_t((row * H + h) * D + d)] * v[size_t((key * KV + kh) * D + d)];
+            }
+            const float p = std::exp(s * sc - lse[size_t(row * H + h)]), ds = gm::attention_dscore(p, dp, delta);
+            for (int64_t d = 0; d < D; ++d) {
+              dq[size_t((row * H + h) * D + d)] += ds * sc * k[size_t((key * KV + kh) * D + d)];
+              dk[size_t((key * KV + kh) * D + d)] += ds * sc * q[size_t((row * H + h) * D + d)];
+              dv[size_t((key * KV + kh) * D + d)] += p * dout[size_t((row * H + h) * D + d)];
+            }
+          }
+        }
+    cpu.b->attention_forward(cpu_out.data(), cpu_lse.data(), q.data(), k.data(), v.data(), cu.data(), n_seq, N, H, KV,
+                             D, causal);
+    cpu.b->attention_backward(cpu_dq.data(), cpu_dk.data(), cpu_dv.data(), dout.data(), cpu_out.data(), cpu_lse.data(),
+                              q.data(), k.data(), v.data(), cu.data(), n_seq, N, H, KV, D, causal);
+    BOOST_TEST(rel_err(out, cpu_out) <= kF32, "causal " << causal);
+    BOOST_TEST(rel_err(lse, cpu_lse) <= kF32, "causal " << causal);
+    BOOST_TEST(rel_err(dq, cpu_dq) <= kF32, "causal " << causal);
+    BOOST_TEST(rel_err(dk, cpu_dk) <= kF32, "causal " << causal);
+    BOOST_TEST(rel_err(dv, cpu_dv) <= kF32, "causal " << causal);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

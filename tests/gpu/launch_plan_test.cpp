@@ -1,0 +1,51 @@
+// Launch geometry of the CUDA kernels (gpu/launch_plan.h), on the host.
+#include <boost/test/unit_test.hpp>
+
+#include <stdexcept>
+#include <vector>
+
+#include "gpu/launch_plan.h"
+
+using namespace maestro;
+
+BOOST_AUTO_TEST_SUITE(launch_plan)
+
+BOOST_AUTO_TEST_CASE(grid_blocks_cover_the_elements_within_the_cap) {
+  BOOST_TEST(grid_blocks(0, 256) == 1);
+  BOOST_TEST(grid_blocks(1, 256) == 1);
+  BOOST_TEST(grid_blocks(256, 256) == 1);
+  BOOST_TEST(grid_blocks(257, 256) == 2);
+  BOOST_TEST(grid_blocks(int64_t(1) << 40, 256, 1024) == 1024);  // grid-stride beyond the cap
+}
+
+BOOST_AUTO_TEST_CASE(attention_tiles_stay_inside_their_sequence) {
+  const std::vector<int32_t> cu = {0, 3, 3, 20, 21};  // lengths 3, 0, 17, 1
+  const std::vector<AttentionTile> t = plan_attention_tiles(cu.data(), 4, 8);
+  BOOST_TEST_REQUIRE(t.size() == 5u);  // 1 + 0 + 3 + 1
+  const int expect[5][4] = {{0, 3, 0, 3}, {3, 8, 3, 20}, {11, 8, 3, 20}, {19, 1, 3, 20}, {20, 1, 20, 21}};
+  for (size_t i = 0; i < t.size(); ++i) {
+    BOOST_TEST(t[i].row0 == expect[i][0]);
+    BOOST_TEST(t[i].rows == expect[i][1]);
+    BOOST_TEST(t[i].seq_begin == expect[i][2]);
+    BOOST_TEST(t[i].seq_end == expect[i][3]);
+  }
+  // every row exactly once, in token order
+  int32_t next = 0;
+  for (const AttentionTile& x : t) {
+    BOOST_TEST(x.row0 == next);
+    next += x.rows;
+  }
+  BOOST_TEST(next == 21);
+}
+
+BOOST_AUTO_TEST_CASE(bad_cu_seqlens_are_refused) {
+  const std::vector<int32_t> down = {0, 5, 4}, late = {1, 5};
+  BOOST_CHECK_THROW(plan_attention_tiles(down.data(), 2, 8), std::invalid_argument);
+  BOOST_CHECK_THROW(plan_attention_tiles(late.data(), 1, 8), std::invalid_argument);
+  BOOST_CHECK_THROW(plan_attention_tiles(late.data(), 1, 0), std::invalid_argument);
+  BOOST_TEST(fast_attention_supports(64));
+  BOOST_TEST(fast_attention_supports(128));
+  BOOST_TEST(!fast_attention_supports(256));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
