@@ -31,6 +31,7 @@ struct CliOptions {
   bool json = false;               // --json
   bool quiet = false;              // --quiet
   std::string calibrate;           // --calibrate OUT.toml
+  bool gpu_selfcheck = true;       // --gpu-selfcheck=on|off (gpu/backend_factory.h)
 };
 
 // Returns the process exit status: 0 ok, 1 runtime failure, 2 invalid input.

@@ -67,6 +67,10 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   app.add_flag("--repl", repl, "the debug REPL: not supported yet (exits with status 2)");
   app.add_flag("--json", cli.json, "print a machine-readable summary as the last line of stdout");
   app.add_flag("--quiet", cli.quiet, "no progress bar");
+  std::string gpu_selfcheck = "on";
+  app.add_option("--gpu-selfcheck", gpu_selfcheck,
+                 "on: the first use of a CUDA device checks the fast kernels against the reference path; off skips it")
+      ->check(CLI::IsMember({"on", "off"}));
   auto* calibrate =
       app.add_option("--calibrate", cli.calibrate, "measure this machine and write a device profile to OUT.toml");
   check->excludes(print, simulate, calibrate, stop_opt);
@@ -91,6 +95,7 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
     fmt::print(stderr, "maestro-run: error: --repl: the debug REPL is not supported yet\n{}\n", kUsage);
     return 2;
   }
+  cli.gpu_selfcheck = gpu_selfcheck == "on";
   if (*steps_opt) cli.steps = steps;
   if (*stop_opt) cli.stop_after = stop_after;
   return -1;

@@ -81,6 +81,7 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     return 2;
   }
   BackendChoice backend;
+  set_gpu_settings({cli.gpu_selfcheck, program.train.precision == Precision::BF16});
   try {
     backend = choose_backend(config.runtime.backend);
   } catch (const std::exception& e) {

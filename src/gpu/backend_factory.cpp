@@ -3,12 +3,29 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <mutex>
+#include <set>
+
 #include "cpu/cpu_backend.h"
 #include "gpu/device_query.h"
+
+#if MAESTRO_HAVE_CUDA_BACKEND
+#include "gpu/cuda/cuda_backend.h"
+#include "gpu/cuda/self_check.h"
+#endif
 
 namespace maestro {
 
 const char* backend_kind_name(BackendKind k) { return k == BackendKind::Cpu ? "cpu" : "cuda"; }
+
+bool cuda_backend_built() {
+#if MAESTRO_HAVE_CUDA_BACKEND
+  return true;
+#else
+  return false;
+#endif
+}
 
 namespace {
 
@@ -19,21 +36,60 @@ std::string devices_seen() {
   return *n > 0 ? fmt::format("{} CUDA device(s) found", *n) : std::string("no CUDA device found");
 }
 
+std::mutex g_mu;
+GpuSettings g_settings;
+std::set<int> g_checked_devices;  // devices whose self-check passed
+std::atomic<int> g_next_device{0};
+
 }  // namespace
+
+void set_gpu_settings(const GpuSettings& s) {
+  std::lock_guard lock(g_mu);
+  g_settings = s;
+}
 
 BackendChoice choose_backend(const std::string& configured) {
   if (configured == "cpu") return {BackendKind::Cpu, "configured"};
-  if (configured == "cuda")
-    throw BackendUnavailable(fmt::format(
-        "runtime.backend = \"cuda\": the CUDA backend is not supported yet ({}); use \"cpu\" or \"auto\"",
-        devices_seen()));
-  if (configured == "auto") return {BackendKind::Cpu, devices_seen() + "; the CUDA backend is not supported yet"};
+  const int devices = cuda_device_count().value_or(0);
+  if (configured == "cuda") {
+    if (!cuda_backend_built())
+      throw BackendUnavailable(fmt::format(
+          "runtime.backend = \"cuda\": this build has no CUDA backend (built without nvcc; {}); use \"cpu\" or \"auto\"",
+          devices_seen()));
+    if (devices == 0)
+      throw BackendUnavailable(
+          fmt::format("runtime.backend = \"cuda\": {}; use \"cpu\" or \"auto\"", devices_seen()));
+    return {BackendKind::Cuda, "configured"};
+  }
+  if (configured == "auto") {
+    if (cuda_backend_built() && devices > 0) return {BackendKind::Cuda, devices_seen()};
+    return {BackendKind::Cpu, cuda_backend_built() ? devices_seen() : devices_seen() + "; this build has no CUDA backend"};
+  }
   throw std::invalid_argument(fmt::format("runtime.backend = \"{}\": expected auto, cpu or cuda", configured));
 }
 
 std::unique_ptr<Backend> make_backend(BackendKind kind, int threads) {
-  if (kind == BackendKind::Cuda) throw BackendUnavailable("the CUDA backend is not supported yet");
-  return make_cpu_backend(threads);
+  if (kind == BackendKind::Cpu) return make_cpu_backend(threads);
+#if MAESTRO_HAVE_CUDA_BACKEND
+  const int devices = cuda_device_count().value_or(0);
+  if (devices == 0) throw BackendUnavailable(fmt::format("the CUDA backend needs a CUDA device: {}", devices_seen()));
+  const int device = g_next_device.fetch_add(1) % devices;
+  GpuSettings s;
+  {
+    std::lock_guard lock(g_mu);
+    s = g_settings;
+    if (s.self_check && !g_checked_devices.count(device)) {
+      gpu_self_check(device, s.bf16_gemm);  // throws GpuSelfCheckFailed
+      g_checked_devices.insert(device);
+    }
+  }
+  CudaBackendOptions o;
+  o.device = device;
+  o.bf16_gemm = s.bf16_gemm;
+  return make_cuda_backend(o);
+#else
+  throw BackendUnavailable("this build has no CUDA backend (built without nvcc)");
+#endif
 }
 
 }  // namespace maestro

@@ -3,10 +3,15 @@
 // asks it once per section replica and injects the result into the
 // replica's SectionRunner, so nothing else names a concrete backend.
 //
-// Today only the CPU backend exists: "auto" resolves to "cpu" (on a machine
-// with a GPU too — it says so in `reason`), and "cuda" is refused with
-// BackendUnavailable (exit status 2 at the CLI), never run on the CPU.
-// Lives beside device detection because the CUDA backend will join here.
+// "auto" picks cuda when this build has the CUDA backend (maestro_cuda,
+// built when nvcc is found) and the machine has a CUDA device, else cpu
+// (`reason` says why). "cuda" without either is BackendUnavailable (exit
+// status 2 at the CLI), never a silent CPU run.
+//
+// CUDA backends go round-robin over the devices (each replica's compute
+// worker owns one device and its own stream); the first backend on a
+// device runs the start-up self-check (gpu/cuda/self_check.h) unless
+// GpuSettings::self_check is off (`--gpu-selfcheck=off`).
 #pragma once
 
 #include <memory>
@@ -31,11 +36,25 @@ struct BackendChoice {
   std::string reason;  // why, for "auto" ("no CUDA device", ...)
 };
 
-// Resolves the config value; throws BackendUnavailable for "cuda" and
-// std::invalid_argument for a value that is none of auto, cpu, cuda.
+// Whether this binary contains the CUDA backend.
+bool cuda_backend_built();
+
+// Resolves the config value; throws BackendUnavailable for "cuda" without a
+// CUDA backend or device, and std::invalid_argument for a value that is
+// none of auto, cpu, cuda.
 BackendChoice choose_backend(const std::string& configured);
 
+// Process-wide settings of the CUDA backends made from here on (the CLI sets
+// them once, before the run builds its replicas).
+struct GpuSettings {
+  bool self_check = true;  // --gpu-selfcheck=on|off
+  bool bf16_gemm = true;   // train.precision = bf16 (fp32: plain fp32 GEMMs)
+};
+void set_gpu_settings(const GpuSettings& s);
+
 // A backend of that kind; threads: the CPU pool's size (0 = all cores).
+// Cuda: throws BackendUnavailable when not built, CudaError for a device
+// fault, GpuSelfCheckFailed when the self-check refuses the device.
 std::unique_ptr<Backend> make_backend(BackendKind kind, int threads);
 
 }  // namespace maestro

@@ -1,6 +1,7 @@
 // The backend factory (gpu/backend_factory.h) and `[runtime] backend` at the
-// CLI: "auto" and "cpu" train on the CPU backend and say so in --json;
-// "cuda" is a clear error with exit status 2, never a silent CPU run.
+// CLI, on a machine without a CUDA device: "auto" and "cpu" train on the CPU
+// backend and say so in --json; "cuda" is a clear error with exit status 2,
+// never a silent CPU run; --gpu-selfcheck takes on or off only.
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>
@@ -10,6 +11,7 @@
 
 #include "run_process.h"
 #include "gpu/backend_factory.h"
+#include "gpu/device_query.h"
 
 using namespace maestro;
 using namespace maestro::e2e;
@@ -28,7 +30,8 @@ BOOST_AUTO_TEST_SUITE(backend_choice)
 
 BOOST_AUTO_TEST_CASE(factory_resolves_the_config_value) {
   BOOST_TEST((choose_backend("cpu").kind == BackendKind::Cpu));
-  BOOST_TEST((choose_backend("auto").kind == BackendKind::Cpu));  // no CUDA backend yet, GPU or not
+  BOOST_TEST_REQUIRE(cuda_device_count().value_or(0) == 0);  // these cases are about a machine without a GPU
+  BOOST_TEST((choose_backend("auto").kind == BackendKind::Cpu));
   BOOST_CHECK_THROW(choose_backend("cuda"), BackendUnavailable);
   BOOST_CHECK_THROW(choose_backend("gpu"), std::invalid_argument);
   BOOST_CHECK_THROW(make_backend(BackendKind::Cuda, 1), BackendUnavailable);
@@ -41,9 +44,8 @@ BOOST_AUTO_TEST_CASE(cuda_is_refused_with_status_2) {
   const std::string path = config_file("maestro_e2e_cuda", "cuda");
   const ProcessResult r = maestro_run({"models/tiny_mllm.sect", "--config", path, "--steps", "1", "--quiet"});
   BOOST_TEST(r.status == 2);
-  BOOST_TEST(r.first_err_line().find(path + ": runtime.backend = \"cuda\": the CUDA backend is not supported yet") !=
-                 std::string::npos,
-             r.err);
+  const std::string why = cuda_backend_built() ? "no CUDA device found" : "this build has no CUDA backend";
+  BOOST_TEST(r.first_err_line().find(path + ": runtime.backend = \"cuda\": " + why) != std::string::npos, r.err);
   BOOST_TEST(r.out.find("loss") == std::string::npos);  // nothing trained
 }
 
@@ -58,6 +60,15 @@ BOOST_AUTO_TEST_CASE(cpu_and_auto_train_on_the_cpu_backend) {
     const auto j = nlohmann::json::parse(last);
     BOOST_TEST(j["backend"] == "cpu", backend);
   }
+}
+
+BOOST_AUTO_TEST_CASE(gpu_selfcheck_takes_on_or_off) {
+  const ProcessResult bad = maestro_run({"models/tiny_mllm.sect", "--gpu-selfcheck=maybe", "--steps", "1", "--quiet"});
+  BOOST_TEST(bad.status == 2);
+  BOOST_TEST(bad.first_err_line().find("--gpu-selfcheck") != std::string::npos, bad.err);
+  const std::string path = config_file("maestro_e2e_selfcheck", "cuda");
+  const ProcessResult off = maestro_run({"models/tiny_mllm.sect", "--config", path, "--gpu-selfcheck=off", "--steps", "1", "--quiet"});
+  BOOST_TEST(off.status == 2);  // skipping the check does not make a GPU appear
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,270 @@
+// compare_backends (backend_compare.h).
+#include "gpu/backend_compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <stdexcept>
+
+namespace maestro {
+
+namespace {
+
+using Vec = std::vector<float>;
+
+// One buffer on both backends, released with the pair.
+struct Twin {
+  Backend &t, &r;
+  size_t n;
+  float *on_t, *on_r;
+  Twin(Backend& t_, Backend& r_, const Vec& host) : t(t_), r(r_), n(host.size()) {
+    on_t = t.allocate(std::max<size_t>(n, 1));
+    on_r = r.allocate(std::max<size_t>(n, 1));
+    t.copy_from_host(on_t, host.data(), n * sizeof(float));
+    r.copy_from_host(on_r, host.data(), n * sizeof(float));
+  }
+  Twin(const Twin&) = delete;
+  ~Twin() {
+    t.release(on_t);
+    r.release(on_r);
+  }
+};
+
+double rel_err(const Vec& a, const Vec& b) {
+  double num = 0, den = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::abs(double(a[i]) - double(b[i]));
+    if (std::isnan(d)) return NAN;
+    num = std::max(num, d);
+    den = std::max(den, std::abs(double(b[i])));
+  }
+  return num / den;
+}
+
+class Comparison {
+ public:
+  Comparison(Backend& t, Backend& r, const CompareOptions& o) : t_(t), r_(r), o_(o), rng_(o.seed) {}
+
+  Vec randn(size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    Vec v(n);
+    for (float& x : v) x = d(rng_);
+    return v;
+  }
+  void check(const std::string& op, const Twin& x, bool gemm = false) {
+    Vec a(x.n), b(x.n);
+    t_.copy_to_host(a.data(), x.on_t, x.n * sizeof(float));
+    r_.copy_to_host(b.data(), x.on_r, x.n * sizeof(float));
+    results_.push_back({op, rel_err(a, b), gemm ? o_.gemm_tolerance : o_.tolerance});
+  }
+  void check_scalar(const std::string& op, double* on_t, double* on_r) {
+    double a = 0, b = 0;
+    t_.copy_to_host(&a, on_t, sizeof(double));
+    r_.copy_to_host(&b, on_r, sizeof(double));
+    results_.push_back({op, std::abs(a - b) / std::max(std::abs(b), 1e-30), o_.tolerance});
+  }
+  // Runs f(backend, buffer of that backend...) on both sides.
+  template <class F>
+  void both(F&& f) {
+    f(t_, true);
+    f(r_, false);
+  }
+
+  Backend &t_, &r_;
+  const CompareOptions& o_;
+  std::mt19937 rng_;
+  std::vector<OpCheck> results_;
+};
+
+#define ON(tw) (is_t ? (tw).on_t : (tw).on_r)
+
+// Shapes shared by the ops.
+constexpr int64_t N = 24, C = 64, OC = 96, V = 50, H = 4, KV = 2, D = 32;
+const std::vector<int32_t> kCu = {0, 9, 9, 24};  // 9, 0 and 15 tokens
+const std::vector<int32_t> kTokens = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4};
+const std::vector<int32_t> kPos = {0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+const std::vector<int32_t> kTargets = {1, 2, -1, 4, 5, 6, 7, 8, 9, 10, 11, 12, -1, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 49};
+
+void run_elementwise(Comparison& c) {
+  const size_t n = 1000;
+  Twin a(c.t_, c.r_, c.randn(n, 2.0f)), b(c.t_, c.r_, c.randn(n)), out(c.t_, c.r_, Vec(n)), g(c.t_, c.r_, c.randn(n));
+  c.both([&](Backend& be, bool is_t) { be.add(ON(out), ON(a), ON(b), n); });
+  c.check("add", out);
+  c.both([&](Backend& be, bool is_t) { be.accumulate(ON(out), ON(g), n); be.scale(ON(out), 0.5f, n); });
+  c.check("accumulate+scale", out);
+  double *st = c.t_.allocate_scalars(1), *sr = c.r_.allocate_scalars(1);
+  c.t_.sq_norm(st, a.on_t, n);
+  c.r_.sq_norm(sr, a.on_r, n);
+  c.check_scalar("sq_norm", st, sr);
+  c.t_.release(st);
+  c.r_.release(sr);
+  // bf16 round trip
+  void *ht = c.t_.allocate(n, DType::BF16), *hr = c.r_.allocate(n, DType::BF16);
+  c.both([&](Backend& be, bool is_t) {
+    be.convert(is_t ? ht : hr, DType::BF16, ON(a), DType::F32, n);
+    be.convert(ON(out), DType::F32, is_t ? ht : hr, DType::BF16, n);
+  });
+  c.check("convert(bf16 round trip)", out);
+  c.t_.release(ht);
+  c.r_.release(hr);
+  // activations
+  Twin dg(c.t_, c.r_, c.randn(n)), du(c.t_, c.r_, c.randn(n));
+  c.both([&](Backend& be, bool is_t) { be.swiglu_forward(ON(out), ON(a), ON(b), n); });
+  c.check("swiglu_forward", out);
+  c.both([&](Backend& be, bool is_t) { be.swiglu_backward(ON(dg), ON(du), ON(g), ON(a), ON(b), n); });
+  c.check("swiglu_backward.dgate", dg);
+  c.check("swiglu_backward.dup", du);
+  c.both([&](Backend& be, bool is_t) { be.gelu_forward(ON(out), ON(a), n); });
+  c.check("gelu_forward", out);
+  c.both([&](Backend& be, bool is_t) { be.gelu_backward(ON(dg), ON(g), ON(a), n); });
+  c.check("gelu_backward", dg);
+}
+
+void run_embedding(Comparison& c) {
+  Twin table(c.t_, c.r_, c.randn(size_t(V * C))), out(c.t_, c.r_, Vec(size_t(N * C))),
+      dout(c.t_, c.r_, c.randn(size_t(N * C))), dtable(c.t_, c.r_, c.randn(size_t(V * C)));
+  c.both([&](Backend& be, bool is_t) { be.embedding_forward(ON(out), kTokens.data(), ON(table), N, C); });
+  c.check("embedding_forward", out);
+  c.both([&](Backend& be, bool is_t) { be.embedding_backward(ON(dtable), ON(dout), kTokens.data(), N, C); });
+  c.check("embedding_backward", dtable);
+}
+
+void run_linear(Comparison& c) {
+  Twin inp(c.t_, c.r_, c.randn(size_t(N * C))), w(c.t_, c.r_, c.randn(size_t(OC * C), 0.1f)),
+      bias(c.t_, c.r_, c.randn(size_t(OC))), out(c.t_, c.r_, Vec(size_t(N * OC))),
+      dout(c.t_, c.r_, c.randn(size_t(N * OC))), dinp(c.t_, c.r_, c.randn(size_t(N * C))),
+      dw(c.t_, c.r_, c.randn(size_t(OC * C))), db(c.t_, c.r_, c.randn(size_t(OC)));
+  c.both([&](Backend& be, bool is_t) { be.linear_forward(ON(out), ON(inp), ON(w), ON(bias), N, C, OC); });
+  c.check("linear_forward", out, true);
+  c.both([&](Backend& be, bool is_t) { be.linear_forward(ON(out), ON(inp), ON(w), nullptr, N, C, OC); });
+  c.check("linear_forward(no bias)", out, true);
+  c.both([&](Backend& be, bool is_t) {
+    be.linear_backward(ON(dinp), ON(dw), ON(db), ON(dout), ON(inp), ON(w), N, C, OC);
+  });
+  c.check("linear_backward.dinp", dinp, true);
+  c.check("linear_backward.dw", dw, true);
+  c.check("linear_backward.dbias", db);
+}
+
+void run_norms(Comparison& c) {
+  Twin x(c.t_, c.r_, c.randn(size_t(N * C))), w(c.t_, c.r_, c.randn(size_t(C))), b(c.t_, c.r_, c.randn(size_t(C))),
+      out(c.t_, c.r_, Vec(size_t(N * C))), mean(c.t_, c.r_, Vec(size_t(N))), rstd(c.t_, c.r_, Vec(size_t(N))),
+      dout(c.t_, c.r_, c.randn(size_t(N * C))), dx(c.t_, c.r_, c.randn(size_t(N * C))),
+      dw(c.t_, c.r_, c.randn(size_t(C))), db(c.t_, c.r_, c.randn(size_t(C)));
+  c.both([&](Backend& be, bool is_t) { be.rmsnorm_forward(ON(out), ON(rstd), ON(x), ON(w), N, C, 1e-5f); });
+  c.check("rmsnorm_forward", out);
+  c.check("rmsnorm_forward.rstd", rstd);
+  c.both([&](Backend& be, bool is_t) { be.rmsnorm_backward(ON(dx), ON(dw), ON(dout), ON(x), ON(w), ON(rstd), N, C); });
+  c.check("rmsnorm_backward.dinp", dx);
+  c.check("rmsnorm_backward.dw", dw);
+  c.both([&](Backend& be, bool is_t) {
+    be.layernorm_forward(ON(out), ON(mean), ON(rstd), ON(x), ON(w), ON(b), N, C, 1e-5f);
+  });
+  c.check("layernorm_forward", out);
+  c.both([&](Backend& be, bool is_t) {
+    be.layernorm_backward(ON(dx), ON(dw), ON(db), ON(dout), ON(x), ON(w), ON(mean), ON(rstd), N, C);
+  });
+  c.check("layernorm_backward.dinp", dx);
+  c.check("layernorm_backward.dw", dw);
+  c.check("layernorm_backward.db", db);
+}
+
+void run_rope(Comparison& c) {
+  Twin x(c.t_, c.r_, c.randn(size_t(N * H * D)));
+  c.both([&](Backend& be, bool is_t) { be.rope_forward(ON(x), kPos.data(), N, H, D, 10000.0f); });
+  c.check("rope_forward", x);
+  c.both([&](Backend& be, bool is_t) { be.rope_backward(ON(x), kPos.data(), N, H, D, 10000.0f); });
+  c.check("rope_backward", x);
+}
+
+void run_attention(Comparison& c) {
+  for (bool causal : {true, false}) {
+    const std::string tag = causal ? "(causal)" : "(bidirectional)";
+    Twin q(c.t_, c.r_, c.randn(size_t(N * H * D))), k(c.t_, c.r_, c.randn(size_t(N * KV * D))),
+        v(c.t_, c.r_, c.randn(size_t(N * KV * D))), out(c.t_, c.r_, Vec(size_t(N * H * D))),
+        lse(c.t_, c.r_, Vec(size_t(N * H))), dout(c.t_, c.r_, c.randn(size_t(N * H * D))),
+        dq(c.t_, c.r_, c.randn(size_t(N * H * D))), dk(c.t_, c.r_, c.randn(size_t(N * KV * D))),
+        dv(c.t_, c.r_, c.randn(size_t(N * KV * D)));
+    const int64_t n_seq = int64_t(kCu.size()) - 1;
+    c.both([&](Backend& be, bool is_t) {
+      be.attention_forward(ON(out), ON(lse), ON(q), ON(k), ON(v), kCu.data(), n_seq, N, H, KV, D, causal);
+    });
+    c.check("attention_forward" + tag, out);
+    c.check("attention_forward" + tag + ".lse", lse);
+    c.both([&](Backend& be, bool is_t) {
+      be.attention_backward(ON(dq), ON(dk), ON(dv), ON(dout), ON(out), ON(lse), ON(q), ON(k), ON(v), kCu.data(),
+                            n_seq, N, H, KV, D, causal);
+    });
+    c.check("attention_backward" + tag + ".dq", dq);
+    c.check("attention_backward" + tag + ".dk", dk);
+    c.check("attention_backward" + tag + ".dv", dv);
+  }
+}
+
+void run_patches(Comparison& c) {
+  const int64_t I = 2, Ch = 3, S = 8, p = 4;
+  Twin pixels(c.t_, c.r_, c.randn(size_t(I * Ch * S * S))), patches(c.t_, c.r_, Vec(size_t(I * Ch * S * S)));
+  c.both([&](Backend& be, bool is_t) { be.im2col_patches(ON(patches), ON(pixels), I, Ch, S, p); });
+  c.check("im2col_patches", patches);
+}
+
+void run_losses(Comparison& c) {
+  Twin logits(c.t_, c.r_, c.randn(size_t(N * V), 3.0f)), teacher(c.t_, c.r_, c.randn(size_t(N * V), 3.0f)),
+      d(c.t_, c.r_, c.randn(size_t(N * V)));
+  double *lt = c.t_.allocate_scalars(1), *lr = c.r_.allocate_scalars(1);
+  c.t_.cross_entropy(lt, d.on_t, logits.on_t, kTargets.data(), N, V, 0.5f);
+  c.r_.cross_entropy(lr, d.on_r, logits.on_r, kTargets.data(), N, V, 0.5f);
+  c.check_scalar("cross_entropy.loss", lt, lr);
+  c.check("cross_entropy.dlogits", d);
+  c.t_.kl_divergence(lt, d.on_t, logits.on_t, teacher.on_t, kTargets.data(), N, V, 2.0f, 0.5f);
+  c.r_.kl_divergence(lr, d.on_r, logits.on_r, teacher.on_r, kTargets.data(), N, V, 2.0f, 0.5f);
+  c.check_scalar("kl_divergence.loss", lt, lr);
+  c.check("kl_divergence.dstudent", d);
+  c.t_.release(lt);
+  c.r_.release(lr);
+}
+
+void run_adamw(Comparison& c) {
+  const size_t n = 2000;
+  Vec v0 = c.randn(n, 0.01f);
+  for (float& x : v0) x = std::abs(x);
+  Twin p(c.t_, c.r_, c.randn(n)), g(c.t_, c.r_, c.randn(n)), m(c.t_, c.r_, c.randn(n, 0.1f)), v(c.t_, c.r_, v0);
+  c.both([&](Backend& be, bool is_t) {
+    be.adamw(ON(p), ON(g), ON(m), ON(v), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+  });
+  c.check("adamw.p", p);
+  c.check("adamw.m", m);
+  c.check("adamw.v", v);
+}
+
+const std::vector<std::pair<std::string, void (*)(Comparison&)>>& families() {
+  static const std::vector<std::pair<std::string, void (*)(Comparison&)>> f = {
+      {"elementwise", run_elementwise}, {"embedding", run_embedding}, {"linear", run_linear},
+      {"norms", run_norms},             {"rope", run_rope},           {"attention", run_attention},
+      {"patches", run_patches},         {"losses", run_losses},       {"adamw", run_adamw}};
+  return f;
+}
+
+}  // namespace
+
+const std::vector<std::string>& compared_op_families() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& [name, fn] : families()) n.push_back(name);
+    return n;
+  }();
+  return names;
+}
+
+std::vector<OpCheck> compare_backends(Backend& test, Backend& ref, const CompareOptions& options) {
+  for (const std::string& op : options.ops)
+    if (std::find(compared_op_families().begin(), compared_op_families().end(), op) == compared_op_families().end())
+      throw std::invalid_argument("compare_backends: unknown op family '" + op + "'");
+  Comparison c(test, ref, options);
+  for (const auto& [name, run] : families())
+    if (options.ops.empty() || options.ops.count(name)) run(c);
+  return std::move(c.results_);
+}
+
+}  // namespace maestro

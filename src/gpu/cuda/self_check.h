@@ -1,0 +1,31 @@
+// The CUDA backend's start-up self-check: on the first use of a device, the
+// fast kernels (the tiled online-softmax attention, forward and backward,
+// causal and bidirectional, GQA; the bf16 cuBLASLt GEMMs) run against the
+// reference path (cuBLAS attention, fp32 GEMMs) on the same device on small
+// random inputs (gpu/backend_compare.h), and a disagreement beyond bf16
+// tolerance refuses the run. This is what makes kernels written without a
+// GPU safe to ship: on new hardware they prove themselves before training.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gpu/backend_compare.h"
+
+namespace maestro {
+
+// A fast kernel that disagrees with the reference path; what() names the
+// device, the kernel and the error.
+struct GpuSelfCheckFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+constexpr double kSelfCheckTolerance = 1e-2;      // bf16 (llm.c's bound)
+constexpr double kSelfCheckGemmTolerance = 2e-2;  // bf16-rounded operands, fp32 accumulation
+
+// Runs the check on `device`; returns every comparison, throws
+// GpuSelfCheckFailed on the first one out of tolerance.
+std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm);
+
+}  // namespace maestro

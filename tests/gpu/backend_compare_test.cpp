@@ -1,0 +1,140 @@
+// compare_backends (gpu/backend_compare.h), the harness of the CUDA
+// self-check and of bench/gpu's op check, run here with CPU backends: two
+// CPU backends agree on every op of every family; a backend with one op off
+// by 1e-3 is caught and named, the others still pass.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+
+#include "cpu/cpu_backend.h"
+#include "gpu/backend_compare.h"
+
+using namespace maestro;
+
+namespace {
+
+// The CPU backend with gelu_forward's output nudged by 1e-3 (a broken kernel).
+class NudgedGelu final : public Backend {
+ public:
+  NudgedGelu() : Backend(Device::Host), b_(make_cpu_backend(1)) {}
+  const char* name() const override { return "nudged"; }
+  void* allocate(size_t n, DType d) override { return b_->allocate(n, d); }
+  double* allocate_scalars(size_t n) override { return b_->allocate_scalars(n); }
+  void release(void* p) override { b_->release(p); }
+  void copy_from_host(void* d, const void* s, size_t n) override { b_->copy_from_host(d, s, n); }
+  void copy_to_host(void* d, const void* s, size_t n) override { b_->copy_to_host(d, s, n); }
+  void convert(void* d, DType dd, const void* s, DType sd, size_t n) override { b_->convert(d, dd, s, sd, n); }
+  void zero(float* p, size_t n) override { b_->zero(p, n); }
+  void zero_scalars(double* p, size_t n) override { b_->zero_scalars(p, n); }
+  void copy(float* d, const float* s, size_t n) override { b_->copy(d, s, n); }
+  void add(float* o, const float* a, const float* b, size_t n) override { b_->add(o, a, b, n); }
+  void accumulate(float* d, const float* s, size_t n) override { b_->accumulate(d, s, n); }
+  void scale(float* p, float s, size_t n) override { b_->scale(p, s, n); }
+  void sq_norm(double* o, const float* p, size_t n) override { b_->sq_norm(o, p, n); }
+  void embedding_forward(float* o, const int32_t* t, const float* tb, int64_t N, int64_t C) override {
+    b_->embedding_forward(o, t, tb, N, C);
+  }
+  void embedding_backward(float* d, const float* o, const int32_t* t, int64_t N, int64_t C) override {
+    b_->embedding_backward(d, o, t, N, C);
+  }
+  void linear_forward(float* o, const float* i, const float* w, const float* b, int64_t N, int64_t C, int64_t OC) override {
+    b_->linear_forward(o, i, w, b, N, C, OC);
+  }
+  void linear_backward(float* di, float* dw, float* db, const float* d, const float* i, const float* w, int64_t N,
+                       int64_t C, int64_t OC) override {
+    b_->linear_backward(di, dw, db, d, i, w, N, C, OC);
+  }
+  void rmsnorm_forward(float* o, float* r, const float* i, const float* w, int64_t N, int64_t C, float e) override {
+    b_->rmsnorm_forward(o, r, i, w, N, C, e);
+  }
+  void rmsnorm_backward(float* di, float* dw, const float* d, const float* i, const float* w, const float* r,
+                        int64_t N, int64_t C) override {
+    b_->rmsnorm_backward(di, dw, d, i, w, r, N, C);
+  }
+  void layernorm_forward(float* o, float* m, float* r, const float* i, const float* w, const float* b, int64_t N,
+                         int64_t C, float e) override {
+    b_->layernorm_forward(o, m, r, i, w, b, N, C, e);
+  }
+  void layernorm_backward(float* di, float* dw, float* db, const float* d, const float* i, const float* w,
+                          const float* m, const float* r, int64_t N, int64_t C) override {
+    b_->layernorm_backward(di, dw, db, d, i, w, m, r, N, C);
+  }
+  void rope_forward(float* x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
+    b_->rope_forward(x, p, N, H, D, t);
+  }
+  void rope_backward(float* x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
+    b_->rope_backward(x, p, N, H, D, t);
+  }
+  void attention_forward(float* o, float* l, const float* q, const float* k, const float* v, const int32_t* cu,
+                         int64_t ns, int64_t N, int64_t H, int64_t KV, int64_t D, bool c) override {
+    b_->attention_forward(o, l, q, k, v, cu, ns, N, H, KV, D, c);
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* d, const float* o, const float* l,
+                          const float* q, const float* k, const float* v, const int32_t* cu, int64_t ns, int64_t N,
+                          int64_t H, int64_t KV, int64_t D, bool c) override {
+    b_->attention_backward(dq, dk, dv, d, o, l, q, k, v, cu, ns, N, H, KV, D, c);
+  }
+  void swiglu_forward(float* o, const float* g, const float* u, size_t n) override { b_->swiglu_forward(o, g, u, n); }
+  void swiglu_backward(float* dg, float* du, const float* d, const float* g, const float* u, size_t n) override {
+    b_->swiglu_backward(dg, du, d, g, u, n);
+  }
+  void gelu_forward(float* o, const float* i, size_t n) override {
+    b_->gelu_forward(o, i, n);
+    for (size_t k = 0; k < n; ++k) o[k] += 1e-3f;
+  }
+  void gelu_backward(float* di, const float* d, const float* i, size_t n) override { b_->gelu_backward(di, d, i, n); }
+  void im2col_patches(float* p, const float* x, int64_t I, int64_t Ch, int64_t S, int64_t ps) override {
+    b_->im2col_patches(p, x, I, Ch, S, ps);
+  }
+  void cross_entropy(double* l, float* d, const float* x, const int32_t* t, int64_t N, int64_t V, float s) override {
+    b_->cross_entropy(l, d, x, t, N, V, s);
+  }
+  void kl_divergence(double* l, float* d, const float* s, const float* t, const int32_t* tg, int64_t N, int64_t V,
+                     float T, float sc) override {
+    b_->kl_divergence(l, d, s, t, tg, N, V, T, sc);
+  }
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2, float e, float wd,
+             int64_t t) override {
+    b_->adamw(p, g, m, v, n, lr, b1, b2, e, wd, t);
+  }
+  void set_threads(int) override {}
+  int threads() const override { return 1; }
+
+ private:
+  std::unique_ptr<Backend> b_;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(backend_compare)
+
+BOOST_AUTO_TEST_CASE(two_cpu_backends_agree_on_every_op) {
+  auto a = make_cpu_backend(1), b = make_cpu_backend(2);
+  const std::vector<OpCheck> r = compare_backends(*a, *b, {});
+  BOOST_TEST(r.size() >= 40u);
+  for (const OpCheck& c : r) BOOST_TEST(c.ok(), c.op << " rel err " << c.rel_err);
+  for (const char* op : {"attention_backward(causal).dk", "attention_forward(bidirectional)", "linear_backward.dw",
+                         "cross_entropy.loss", "kl_divergence.dstudent", "adamw.v", "im2col_patches",
+                         "embedding_backward", "rope_backward", "layernorm_backward.db", "sq_norm"})
+    BOOST_TEST(std::any_of(r.begin(), r.end(), [&](const OpCheck& c) { return c.op == op; }), op);
+}
+
+BOOST_AUTO_TEST_CASE(a_broken_op_is_named) {
+  NudgedGelu nudged;
+  auto cpu = make_cpu_backend(1);
+  const std::vector<OpCheck> r = compare_backends(nudged, *cpu, {});
+  for (const OpCheck& c : r) BOOST_TEST(c.ok() == (c.op != "gelu_forward"), c.op << " rel err " << c.rel_err);
+}
+
+BOOST_AUTO_TEST_CASE(families_can_be_chosen) {
+  auto a = make_cpu_backend(1), b = make_cpu_backend(1);
+  CompareOptions o;
+  o.ops = {"attention"};
+  const std::vector<OpCheck> r = compare_backends(*a, *b, o);
+  BOOST_TEST(r.size() == 10u);  // fwd out, lse; bwd dq, dk, dv; causal and not
+  for (const OpCheck& c : r) BOOST_TEST(c.op.starts_with("attention_"));
+  o.ops = {"flash"};
+  BOOST_CHECK_THROW(compare_backends(*a, *b, o), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
