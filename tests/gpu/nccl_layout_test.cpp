@@ -1,0 +1,47 @@
+// The NCCL communicator layout from a plan (gpu/nccl_layout.h), on the host.
+#include <boost/test/unit_test.hpp>
+
+#include <set>
+
+#include "gpu/nccl_layout.h"
+
+using namespace maestro;
+
+BOOST_AUTO_TEST_SUITE(nccl_layout)
+
+BOOST_AUTO_TEST_CASE(groups_follow_the_megatron_numbering) {
+  Plan plan;
+  plan.sections.push_back({0, 8, /*tp*/ 2, /*pp*/ 2, /*dp*/ 2, 1});  // 8 devices
+  plan.sections.push_back({8, 2, 1, 1, 2, 1});                        // dp only
+  plan.sections.push_back({10, 1, 1, 1, 1, 1});                       // nothing to communicate
+  const std::vector<CommGroup> g = plan_comm_groups(plan);
+  // section 0: per stage 2 dp groups + 2 tp groups; section 1: one dp group
+  BOOST_TEST_REQUIRE(g.size() == 9u);
+  BOOST_TEST((g[0].kind == CommGroup::Kind::DataParallel));
+  BOOST_TEST((g[0].devices == std::vector<int>{0, 2}));  // stage 0, tp rank 0, replicas 0 and 1
+  BOOST_TEST((g[1].devices == std::vector<int>{1, 3}));
+  BOOST_TEST((g[2].kind == CommGroup::Kind::TensorParallel));
+  BOOST_TEST((g[2].devices == std::vector<int>{0, 1}));  // stage 0, replica 0
+  BOOST_TEST((g[3].devices == std::vector<int>{2, 3}));
+  BOOST_TEST((g[4].devices == std::vector<int>{4, 6}));  // stage 1
+  BOOST_TEST((g[8].devices == std::vector<int>{8, 9}));
+  BOOST_TEST(g[8].section == 1);
+  BOOST_TEST(g[1].name() == "section 0 stage 0 dp group (tp rank 1)");
+  // each device of section 0 is in exactly one dp and one tp group
+  std::multiset<int> dp, tp;
+  for (const CommGroup& x : g)
+    if (x.section == 0)
+      for (int d : x.devices) (x.kind == CommGroup::Kind::DataParallel ? dp : tp).insert(d);
+  for (int d = 0; d < 8; ++d) {
+    BOOST_TEST(dp.count(d) == 1u);
+    BOOST_TEST(tp.count(d) == 1u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_section_with_the_wrong_device_count_is_refused) {
+  Plan plan;
+  plan.sections.push_back({0, 3, 2, 1, 2, 1});
+  BOOST_CHECK_THROW(plan_comm_groups(plan), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
