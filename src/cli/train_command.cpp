@@ -127,7 +127,17 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     runnable = cpu_runnable(program);
     graph = build_graph(runnable);
     inputs = std::make_unique<StepInputs>(graph, runnable.data, runnable.train.global_batch);
-    plan = plan_cpu_run(graph, cpu_slots(opt.threads), inputs->step(0)->batch);  // sized on step 0, as --print plan
+    // On the CUDA backend every section replica is one GPU stream: one slot,
+    // so `auto` resolves to dp = 1 (see below).
+    const int64_t slots = backend.kind == BackendKind::Cuda ? 1 : cpu_slots(opt.threads);
+    plan = plan_cpu_run(graph, slots, inputs->step(0)->batch);  // sized on step 0, as --print plan
+    if (backend.kind == BackendKind::Cuda)
+      for (size_t s = 0; s < plan.sections.size(); ++s)
+        if (plan.sections[s].dp > 1)
+          throw std::invalid_argument(fmt::format(
+              "section '{}': dp = {} on the CUDA backend: the runtime's gradient reduction runs on host memory and the "
+              "NCCL communicators (gpu/cuda/nccl_communicator.h) are not wired into it yet; use dp = 1",
+              graph.nodes[s].name, plan.sections[s].dp));
   } catch (const DataError& e) {
     print_error(e.what());
     return 2;

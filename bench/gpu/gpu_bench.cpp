@@ -1,0 +1,318 @@
+// bench_gpu: what bench/gpu/run.sh runs on a GPU machine, one subcommand
+// per check, each printing one JSON line (exit 1 when a check fails):
+//   ops       every op of nn/backend.h, CUDA backend vs CPU backend
+//             (gpu/backend_compare.h; fp32: 1e-5, bf16: 1e-2 / GEMMs 2e-2)
+//   selfcheck the start-up self-check (fast kernels vs reference path), timed
+//   model     a transformer section's loss and every gradient after one
+//             forward/backward, CUDA backend vs CPU backend, same init
+//   step      training steps (forward, loss, backward, AdamW) of a
+//             transformer section on the CUDA backend: tokens/s, model FLOP/s
+//   gemm      cuBLASLt bf16 GEMM rate (fp32 accumulate and output) at
+//             several sizes: the peak MFU is measured against
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "cpu/cpu_backend.h"
+#include "dsl/frontend.h"
+#include "graph/counts.h"
+#include "gpu/backend_compare.h"
+#include "gpu/cuda/cuda_backend.h"
+#include "gpu/cuda/cuda_check.h"
+#include "gpu/cuda/self_check.h"
+#include "nn/section_model.h"
+
+using namespace maestro;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct ModelArgs {
+  int64_t layers = 2, hidden = 128, heads = 4, ffn = 384, vocab = 512, samples = 4, tokens = 64;
+};
+
+Program load_transformer(const ModelArgs& a, bool fp32) {
+  const std::string text = fmt::format(
+      "section llm {{ model = transformer(layers: {}, hidden: {}, heads: {}, ffn: {}, vocab: {}, max_seq: {}); "
+      "consumes = [text]; loss = cross_entropy; }}\n"
+      "data {{ source = synthetic(seed: 1); mix {{ text = 1.0; }} text_tokens = {}; }}\n"
+      "train {{ global_batch = {}; steps = 100; optimizer = adamw(lr: 1e-4); precision = {}; }}\n",
+      a.layers, a.hidden, a.heads, a.ffn, a.vocab, a.tokens, a.tokens, a.samples, fp32 ? "fp32" : "bf16");
+  Diagnostics diags;
+  std::optional<Program> p = load_program_text(text, "bench.sect", diags);
+  if (!p) {
+    diags.render(std::cerr);
+    std::exit(2);
+  }
+  return *p;
+}
+
+std::vector<std::vector<int32_t>> token_ids(const ModelArgs& a) {
+  std::vector<std::vector<int32_t>> ids(size_t(a.samples), std::vector<int32_t>(size_t(a.tokens)));
+  for (int64_t s = 0; s < a.samples; ++s)
+    for (int64_t t = 0; t < a.tokens; ++t) ids[size_t(s)][size_t(t)] = int32_t((s * 7919 + t * 104729) % a.vocab);
+  return ids;
+}
+std::vector<SampleInput> inputs_of(const std::vector<std::vector<int32_t>>& ids) {
+  std::vector<SampleInput> in(ids.size());
+  for (size_t s = 0; s < ids.size(); ++s) in[s].tokens = ids[s];
+  return in;
+}
+
+int run_ops(bool fp32, int device) {
+  CudaBackendOptions o;
+  o.device = device;
+  o.bf16_gemm = !fp32;
+  o.min_segment_bytes = size_t(64) << 20;
+  const std::unique_ptr<Backend> gpu = make_cuda_backend(o), cpu = make_cpu_backend(0);
+  CompareOptions c;
+  c.tolerance = fp32 ? 1e-5 : 1e-2;
+  c.gemm_tolerance = fp32 ? 1e-5 : 2e-2;
+  const std::vector<OpCheck> r = compare_backends(*gpu, *cpu, c);
+  nlohmann::ordered_json j;
+  j["check"] = "ops";
+  j["precision"] = fp32 ? "fp32" : "bf16";
+  bool ok = true;
+  for (const OpCheck& x : r) {
+    j["ops"][x.op] = {{"rel_err", x.rel_err}, {"tolerance", x.tolerance}, {"ok", x.ok()}};
+    ok = ok && x.ok();
+  }
+  j["ok"] = ok;
+  fmt::print("{}\n", j.dump());
+  return ok ? 0 : 1;
+}
+
+int run_selfcheck(int device) {
+  const auto t = Clock::now();
+  nlohmann::ordered_json j;
+  j["check"] = "selfcheck";
+  try {
+    const std::vector<OpCheck> r = gpu_self_check(device, true);
+    j["seconds"] = seconds_since(t);
+    for (const OpCheck& x : r) j["ops"][x.op] = x.rel_err;
+    j["ok"] = true;
+  } catch (const GpuSelfCheckFailed& e) {
+    j["ok"] = false;
+    j["error"] = e.what();
+  }
+  fmt::print("{}\n", j.dump());
+  return j["ok"] ? 0 : 1;
+}
+
+// Loss and all gradients of one forward/backward, CUDA vs CPU, same seed.
+int run_model(const ModelArgs& a, bool fp32, int device) {
+  const Program program = load_transformer(a, fp32);
+  const Section& section = program.sections[0];
+  CudaBackendOptions o;
+  o.device = device;
+  o.bf16_gemm = !fp32;
+  const std::unique_ptr<Backend> gpu = make_cuda_backend(o), cpu = make_cpu_backend(0);
+  const auto ids = token_ids(a);
+  const std::vector<SampleInput> in = inputs_of(ids);
+  const int64_t n_global = a.samples * (a.tokens - 1);
+  double loss[2];
+  std::vector<float> grads[2];
+  Backend* backends[2] = {gpu.get(), cpu.get()};
+  for (int i = 0; i < 2; ++i) {
+    SectionModel model(section, *backends[i], 1);
+    model.zero_grads();
+    ForwardOutput out = model.forward(in);
+    loss[i] = model.loss(*out.context, {}, n_global);
+    model.backward(*out.context, {});
+    grads[i].resize(model.grad_count());
+    backends[i]->copy_to_host(grads[i].data(), model.grads(), grads[i].size() * sizeof(float));
+  }
+  double num = 0, den = 1e-30;
+  bool finite = true;
+  for (size_t k = 0; k < grads[0].size(); ++k) {
+    finite = finite && std::isfinite(grads[0][k]);
+    num = std::max(num, double(std::abs(grads[0][k] - grads[1][k])));
+    den = std::max(den, double(std::abs(grads[1][k])));
+  }
+  const double tol = fp32 ? 1e-4 : 5e-2, loss_err = std::abs(loss[0] - loss[1]) / std::abs(loss[1]);
+  nlohmann::ordered_json j;
+  j["check"] = "model";
+  j["precision"] = fp32 ? "fp32" : "bf16";
+  j["loss_cuda"] = loss[0];
+  j["loss_cpu"] = loss[1];
+  j["loss_rel_err"] = loss_err;
+  j["grad_rel_err"] = num / den;
+  j["tolerance"] = tol;
+  j["ok"] = finite && loss_err <= tol && num / den <= tol;
+  fmt::print("{}\n", j.dump());
+  return j["ok"] ? 0 : 1;
+}
+
+int run_step(const ModelArgs& a, bool fp32, int device, int steps, int warmup) {
+  const Program program = load_transformer(a, fp32);
+  const Section& section = program.sections[0];
+  CudaBackendOptions o;
+  o.device = device;
+  o.bf16_gemm = !fp32;
+  const std::unique_ptr<Backend> gpu = make_cuda_backend(o);
+  SectionModel model(section, *gpu, 1);
+  const auto ids = token_ids(a);
+  const std::vector<SampleInput> in = inputs_of(ids);
+  const int64_t n_global = a.samples * (a.tokens - 1);
+  std::vector<double> step_s, losses;
+  for (int i = 0; i < warmup + steps; ++i) {
+    const auto t = Clock::now();
+    model.zero_grads();
+    ForwardOutput out = model.forward(in);
+    const double loss = model.loss(*out.context, {}, n_global);  // reads the loss back: the step's sync point
+    model.backward(*out.context, {});
+    model.adamw_step(program.train.optimizer, 1e-4);
+    (void)model.grad_sq_norm();  // waits for the step's work
+    if (i >= warmup) {
+      step_s.push_back(seconds_since(t));
+      losses.push_back(loss);
+    }
+  }
+  std::vector<double> sorted = step_s;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  const double flops = section_flops(section, std::vector<int64_t>(size_t(a.samples), a.tokens)).total();
+  nlohmann::ordered_json j;
+  j["check"] = "step";
+  j["precision"] = fp32 ? "fp32" : "bf16";
+  j["params"] = model.parameter_count();
+  j["step_s"] = step_s;
+  j["median_s"] = median;
+  j["tokens_per_s"] = double(a.samples * a.tokens) / median;
+  j["flops_per_step"] = flops;
+  j["tflops"] = flops / median / 1e12;
+  j["losses"] = losses;
+  fmt::print("{}\n", j.dump());
+  return 0;
+}
+
+// cuBLASLt bf16 x bf16 -> fp32, fp32 compute: row-major C[M,N] = A[M,K]·B[N,K]ᵀ.
+int run_gemm(int device) {
+  MAESTRO_CUDA_CHECK(cudaSetDevice(device));
+  cublasLtHandle_t lt;
+  MAESTRO_CUBLAS_CHECK(cublasLtCreate(&lt));
+  const size_t ws_bytes = size_t(32) << 20;
+  void* ws;
+  MAESTRO_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+  cudaStream_t st;
+  MAESTRO_CUDA_CHECK(cudaStreamCreate(&st));
+  nlohmann::ordered_json j;
+  j["check"] = "gemm";
+  double best = 0;
+  const int64_t sizes[][3] = {{2048, 2048, 2048}, {4096, 4096, 4096}, {8192, 8192, 8192}, {16384, 5504, 2048},
+                              {16384, 2048, 5504}, {16384, 6144, 2048}};
+  for (const auto& s : sizes) {
+    const int64_t M = s[0], N = s[1], K = s[2];
+    void *A, *B, *C;
+    MAESTRO_CUDA_CHECK(cudaMalloc(&A, size_t(M * K) * 2));
+    MAESTRO_CUDA_CHECK(cudaMalloc(&B, size_t(N * K) * 2));
+    MAESTRO_CUDA_CHECK(cudaMalloc(&C, size_t(M * N) * 4));
+    MAESTRO_CUDA_CHECK(cudaMemset(A, 0x3c, size_t(M * K) * 2));  // ~0.01 in bf16
+    MAESTRO_CUDA_CHECK(cudaMemset(B, 0x3c, size_t(N * K) * 2));
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t T = CUBLAS_OP_T, Nop = CUBLAS_OP_N;
+    MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof(T)));
+    MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &Nop, sizeof(Nop)));
+    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, N, K));  // B[N,K] row-major
+    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, M, K));  // A[M,K] row-major
+    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, N));
+    cublasLtMatmulPreference_t pref;
+    MAESTRO_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    MAESTRO_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                              sizeof(ws_bytes)));
+    cublasLtMatmulHeuristicResult_t h{};
+    int found = 0;
+    MAESTRO_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &h, &found));
+    if (found == 0) throw CudaError("cuBLASLt: no bf16 algorithm");
+    const float alpha = 1, beta = 0;
+    auto once = [&] {
+      MAESTRO_CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &h.algo, ws, ws_bytes, st));
+    };
+    for (int i = 0; i < 3; ++i) once();
+    cudaEvent_t e0, e1;
+    MAESTRO_CUDA_CHECK(cudaEventCreate(&e0));
+    MAESTRO_CUDA_CHECK(cudaEventCreate(&e1));
+    const int reps = 20;
+    MAESTRO_CUDA_CHECK(cudaEventRecord(e0, st));
+    for (int i = 0; i < reps; ++i) once();
+    MAESTRO_CUDA_CHECK(cudaEventRecord(e1, st));
+    MAESTRO_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    MAESTRO_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    const double tflops = 2.0 * double(M) * double(N) * double(K) * reps / (ms / 1e3) / 1e12;
+    best = std::max(best, tflops);
+    j["sizes"].push_back({{"M", M}, {"N", N}, {"K", K}, {"tflops", tflops}});
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(desc);
+    cudaFree(A);
+    cudaFree(B);
+    cudaFree(C);
+  }
+  j["peak_tflops"] = best;
+  cudaDeviceProp prop{};
+  MAESTRO_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  j["device"] = prop.name;
+  fmt::print("{}\n", j.dump());
+  cudaFree(ws);
+  cublasLtDestroy(lt);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"GPU checks and benchmarks of the CUDA backend (bench/gpu/run.sh)."};
+  app.require_subcommand(1);
+  int device = 0;
+  bool fp32 = false;
+  ModelArgs m;
+  int steps = 5, warmup = 2;
+  app.add_option("--device", device, "CUDA device");
+  app.add_flag("--fp32", fp32, "fp32 GEMMs (default: bf16 GEMMs, fp32 accumulation)");
+  auto* ops = app.add_subcommand("ops", "every op: CUDA backend vs CPU backend");
+  auto* self = app.add_subcommand("selfcheck", "the start-up self-check, timed");
+  auto* model = app.add_subcommand("model", "a transformer's loss and gradients: CUDA vs CPU");
+  auto* step = app.add_subcommand("step", "training step rate of a transformer section");
+  auto* gemm = app.add_subcommand("gemm", "cuBLASLt bf16 GEMM rate");
+  for (auto* sub : {model, step}) {
+    sub->add_option("--layers", m.layers);
+    sub->add_option("--hidden", m.hidden);
+    sub->add_option("--heads", m.heads);
+    sub->add_option("--ffn", m.ffn);
+    sub->add_option("--vocab", m.vocab);
+    sub->add_option("--samples", m.samples);
+    sub->add_option("--tokens", m.tokens);
+  }
+  step->add_option("--steps", steps);
+  step->add_option("--warmup", warmup);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*ops) return run_ops(fp32, device);
+    if (*self) return run_selfcheck(device);
+    if (*model) return run_model(m, fp32, device);
+    if (*step) return run_step(m, fp32, device, steps, warmup);
+    if (*gemm) return run_gemm(device);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_gpu: error: {}\n", e.what());
+    return 1;
+  }
+  return 2;
+}
