@@ -78,6 +78,9 @@ class CudaBackend final : public Backend {
     MAESTRO_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));  // fp32 stays fp32 (no TF32)
     MAESTRO_CUBLAS_CHECK(cublasLtCreate(&lt_));
     workspace_ = place(kWorkspaceBytes);
+    // cuBLAS's own workspace too, so that it never allocates during a step
+    cublas_workspace_ = place(kWorkspaceBytes);
+    MAESTRO_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kWorkspaceBytes));
   }
 
   ~CudaBackend() override {
@@ -492,6 +495,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
+  void* cublas_workspace_ = nullptr;
   void* staging_ = nullptr;
   size_t staging_head_ = 0;
   std::mutex mu_;  // the arena: the activation pool may release from another thread
