@@ -14,6 +14,7 @@
 
 #include "cpu/cpu_backend.h"
 #include "cpu/reference_ops.h"
+#include "support/random_vector.h"
 
 using namespace maestro;
 using F = std::vector<float>;
@@ -21,13 +22,7 @@ using Dv = std::vector<double>;
 
 namespace {
 
-F random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  F v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+F random(size_t n, uint32_t seed, float scale = 1.0f) { return test_support::random_normal(n, seed, scale); }
 Dv wide(const F& v) { return Dv(v.begin(), v.end()); }
 
 // ‖a − b‖ / ‖b‖ (‖b‖ floored at 1e-12).

@@ -19,6 +19,7 @@
 
 #include "cpu/cpu_backend.h"
 #include "support/oracle_python.h"
+#include "support/random_vector.h"
 
 using namespace maestro;
 using F = std::vector<float>;
@@ -29,13 +30,7 @@ namespace {
 
 constexpr double kTorchTol = 1e-4;
 
-F random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  F v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+F random(size_t n, uint32_t seed, float scale = 1.0f) { return test_support::random_normal(n, seed, scale); }
 
 double rel(const F& a, const F& b) {
   BOOST_REQUIRE_EQUAL(a.size(), b.size());

@@ -16,6 +16,7 @@
 #include "cpu/reference_ops.h"
 #include "gpu/kernel_math.h"
 #include "gpu/launch_plan.h"
+#include "support/random_vector.h"
 
 using namespace maestro;
 namespace gm = maestro::gpu_math;
@@ -24,13 +25,8 @@ namespace {
 
 using Vec = std::vector<float>;
 
-Vec randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  Vec v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test_support::random_normal;
+Vec randn(size_t n, uint32_t seed, float scale = 1.0f) { return random_normal(n, seed, scale); }
 
 // max |a − b| / max |b|
 double rel_err(const Vec& a, const Vec& b) {

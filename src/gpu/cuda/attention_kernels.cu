@@ -76,19 +76,44 @@ __device__ inline void load_kv_tile(float* Ks, float* Vs, const float* k, const 
   }
 }
 
+// What a warp of a fast-attention block works on: its query row of the
+// block's tile, the head, the shared K/V tiles and its two shared rows.
+struct FastWarp {
+  float *Ks, *Vs, *rows;  // rows: [2, D] of this warp
+  AttentionTile t;
+  int warp, lane;
+  int64_t h, kh, row;
+  bool active;  // the tile has a row for this warp
+  float scale;
+};
+__device__ inline FastWarp fast_warp(float* smem, const AttentionTile* tiles, int64_t H, int64_t KV, int64_t D) {
+  FastWarp w;
+  w.Ks = smem;
+  w.Vs = w.Ks + kKeys * (D + 1);
+  w.warp = threadIdx.x / 32;
+  w.lane = threadIdx.x % 32;
+  w.rows = w.Vs + kKeys * (D + 1) + w.warp * 2 * D;
+  w.t = tiles[blockIdx.x];
+  w.h = blockIdx.y;
+  w.kh = w.h / (H / KV);
+  w.row = w.t.row0 + w.warp;
+  w.active = w.warp < w.t.rows;
+  w.scale = rsqrtf(float(D));
+  return w;
+}
+
 // grid (n_tiles, H), block kFastRowsPerTile warps; warp w owns query row tile.row0 + w.
 __global__ void fast_attention_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
                                               const AttentionTile* tiles, int64_t H, int64_t KV, int64_t D,
                                               bool causal) {
   extern __shared__ float smem[];
-  float* Ks = smem;
-  float* Vs = Ks + kKeys * (D + 1);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* qs = Vs + kKeys * (D + 1) + warp * D;
-  const AttentionTile t = tiles[blockIdx.x];
-  const int64_t h = blockIdx.y, kh = h / (H / KV), row = t.row0 + warp;
-  const bool active = warp < t.rows;
-  const float scale = rsqrtf(float(D));
+  const FastWarp w = fast_warp(smem, tiles, H, KV, D);
+  float *Ks = w.Ks, *Vs = w.Vs, *qs = w.rows;
+  const AttentionTile t = w.t;
+  const int lane = w.lane;
+  const int64_t h = w.h, kh = w.kh, row = w.row;
+  const bool active = w.active;
+  const float scale = w.scale;
   if (active)
     for (int64_t d = lane; d < D; d += 32) qs[d] = q[(row * H + h) * D + d];
   float acc[kSlots];
@@ -137,15 +162,13 @@ __global__ void fast_attention_backward_kernel(float* dq, float* dk, float* dv, 
                                                const AttentionTile* tiles, int64_t H, int64_t KV, int64_t D,
                                                bool causal) {
   extern __shared__ float smem[];
-  float* Ks = smem;
-  float* Vs = Ks + kKeys * (D + 1);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* qs = Vs + kKeys * (D + 1) + warp * 2 * D;
-  float* dos = qs + D;
-  const AttentionTile t = tiles[blockIdx.x];
-  const int64_t h = blockIdx.y, kh = h / (H / KV), row = t.row0 + warp;
-  const bool active = warp < t.rows;
-  const float scale = rsqrtf(float(D));
+  const FastWarp w = fast_warp(smem, tiles, H, KV, D);
+  float *Ks = w.Ks, *Vs = w.Vs, *qs = w.rows, *dos = w.rows + D;
+  const AttentionTile t = w.t;
+  const int lane = w.lane;
+  const int64_t h = w.h, kh = w.kh, row = w.row;
+  const bool active = w.active;
+  const float scale = w.scale;
   float row_lse = 0, row_delta = 0;
   if (active) {
     for (int64_t d = lane; d < D; d += 32) {

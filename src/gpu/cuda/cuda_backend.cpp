@@ -250,9 +250,7 @@ class CudaBackend final : public Backend {
       const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
       if (L == 0) continue;
       float* S = scratch(kScores, size_t(H * L * L));  // [H, L, L]
-      for (int64_t j = 0; j < g; ++j)
-        batched(false, true, L, L, D, sc, q + t0 * H * D + j * D, H * D, g * D, k + t0 * KV * D, KV * D, D, 0.0f,
-                S + j * L * L, L, g * L * L, KV);
+      head_products(S, sc, q, k, t0, L, H, KV, D);
       launch_attention_softmax(S, lse, t0, L, H, causal, stream_);
       for (int64_t j = 0; j < g; ++j)
         batched(false, false, L, D, L, 1.0f, S + j * L * L, L, g * L * L, v + t0 * KV * D, KV * D, D, 0.0f,
@@ -281,12 +279,8 @@ class CudaBackend final : public Backend {
       if (L == 0) continue;
       float* P = scratch(kScores, size_t(H * L * L));   // [H, L, L]
       float* dP = scratch(kDScores, size_t(H * L * L));  // [H, L, L]
-      for (int64_t j = 0; j < g; ++j) {
-        batched(false, true, L, L, D, sc, q + t0 * H * D + j * D, H * D, g * D, k + t0 * KV * D, KV * D, D, 0.0f,
-                P + j * L * L, L, g * L * L, KV);
-        batched(false, true, L, L, D, 1.0f, dout + t0 * H * D + j * D, H * D, g * D, v + t0 * KV * D, KV * D, D,
-                0.0f, dP + j * L * L, L, g * L * L, KV);
-      }
+      head_products(P, sc, q, k, t0, L, H, KV, D);
+      head_products(dP, 1.0f, dout, v, t0, L, H, KV, D);
       launch_attention_probs(P, lse, t0, L, H, causal, stream_);
       launch_attention_dscores(dP, P, delta, t0, L, H, stream_);
       for (int64_t j = 0; j < g; ++j) {
@@ -478,6 +472,17 @@ class CudaBackend final : public Backend {
                                   k.ab == CUDA_R_16BF ? "bf16" : "fp32", k.ta, k.tb));
     }
     return plans_.emplace(k, p).first->second;
+  }
+
+  // Out[H,L,L] = alpha · a·bᵀ per head of one sequence (tokens [t0, t0+L)):
+  // a[N,H*D] (q or dout), b[N,KV*D] (k or v); query head h reads kv head
+  // h/g: batched over kv heads, once per query head of a group.
+  void head_products(float* out, float alpha, const float* a, const float* b, int64_t t0, int64_t L, int64_t H,
+                     int64_t KV, int64_t D) {
+    const int64_t g = H / KV;
+    for (int64_t j = 0; j < g; ++j)
+      batched(false, true, L, L, D, alpha, a + t0 * H * D + j * D, H * D, g * D, b + t0 * KV * D, KV * D, D, 0.0f,
+              out + j * L * L, L, g * L * L, KV);
   }
 
   // Row-major strided-batched C_i = alpha·op(A_i)·op(B_i) + beta·C_i in fp32 (cuBLAS).
