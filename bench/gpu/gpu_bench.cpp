@@ -9,9 +9,6 @@
 //             transformer section on the CUDA backend: tokens/s, model FLOP/s
 //   gemm      cuBLASLt bf16 GEMM rate (fp32 accumulate and output) at
 //             several sizes: the peak MFU is measured against
-#include <cublasLt.h>
-#include <cublas_v2.h>
-#include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -27,7 +24,7 @@
 #include "graph/counts.h"
 #include "gpu/backend_compare.h"
 #include "gpu/cuda/cuda_backend.h"
-#include "gpu/cuda/cuda_check.h"
+#include "gpu/cuda/device_probe.h"
 #include "gpu/cuda/self_check.h"
 #include "nn/section_model.h"
 
@@ -197,82 +194,18 @@ int run_step(const ModelArgs& a, bool fp32, int device, int steps, int warmup) {
   return 0;
 }
 
-// cuBLASLt bf16 x bf16 -> fp32, fp32 compute: row-major C[M,N] = A[M,K]·B[N,K]ᵀ.
+// cuBLASLt bf16 GEMM rates (gpu/cuda/device_probe.h) and their best.
 int run_gemm(int device) {
-  MAESTRO_CUDA_CHECK(cudaSetDevice(device));
-  cublasLtHandle_t lt;
-  MAESTRO_CUBLAS_CHECK(cublasLtCreate(&lt));
-  const size_t ws_bytes = size_t(32) << 20;
-  void* ws;
-  MAESTRO_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
-  cudaStream_t st;
-  MAESTRO_CUDA_CHECK(cudaStreamCreate(&st));
   nlohmann::ordered_json j;
   j["check"] = "gemm";
   double best = 0;
-  const int64_t sizes[][3] = {{2048, 2048, 2048}, {4096, 4096, 4096}, {8192, 8192, 8192}, {16384, 5504, 2048},
-                              {16384, 2048, 5504}, {16384, 6144, 2048}};
-  for (const auto& s : sizes) {
-    const int64_t M = s[0], N = s[1], K = s[2];
-    void *A, *B, *C;
-    MAESTRO_CUDA_CHECK(cudaMalloc(&A, size_t(M * K) * 2));
-    MAESTRO_CUDA_CHECK(cudaMalloc(&B, size_t(N * K) * 2));
-    MAESTRO_CUDA_CHECK(cudaMalloc(&C, size_t(M * N) * 4));
-    MAESTRO_CUDA_CHECK(cudaMemset(A, 0x3c, size_t(M * K) * 2));  // ~0.01 in bf16
-    MAESTRO_CUDA_CHECK(cudaMemset(B, 0x3c, size_t(N * K) * 2));
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t la, lb, lc;
-    MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t T = CUBLAS_OP_T, Nop = CUBLAS_OP_N;
-    MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof(T)));
-    MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &Nop, sizeof(Nop)));
-    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, N, K));  // B[N,K] row-major
-    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, M, K));  // A[M,K] row-major
-    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, N));
-    cublasLtMatmulPreference_t pref;
-    MAESTRO_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    MAESTRO_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                              sizeof(ws_bytes)));
-    cublasLtMatmulHeuristicResult_t h{};
-    int found = 0;
-    MAESTRO_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &h, &found));
-    if (found == 0) throw CudaError("cuBLASLt: no bf16 algorithm");
-    const float alpha = 1, beta = 0;
-    auto once = [&] {
-      MAESTRO_CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &h.algo, ws, ws_bytes, st));
-    };
-    for (int i = 0; i < 3; ++i) once();
-    cudaEvent_t e0, e1;
-    MAESTRO_CUDA_CHECK(cudaEventCreate(&e0));
-    MAESTRO_CUDA_CHECK(cudaEventCreate(&e1));
-    const int reps = 20;
-    MAESTRO_CUDA_CHECK(cudaEventRecord(e0, st));
-    for (int i = 0; i < reps; ++i) once();
-    MAESTRO_CUDA_CHECK(cudaEventRecord(e1, st));
-    MAESTRO_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    MAESTRO_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    const double tflops = 2.0 * double(M) * double(N) * double(K) * reps / (ms / 1e3) / 1e12;
-    best = std::max(best, tflops);
-    j["sizes"].push_back({{"M", M}, {"N", N}, {"K", K}, {"tflops", tflops}});
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatmulDescDestroy(desc);
-    cudaFree(A);
-    cudaFree(B);
-    cudaFree(C);
+  for (const GemmRate& r : measure_gemm_rates(device, true)) {
+    j["sizes"].push_back({{"M", r.M}, {"N", r.N}, {"K", r.K}, {"tflops", r.flops / 1e12}});
+    best = std::max(best, r.flops / 1e12);
   }
   j["peak_tflops"] = best;
-  cudaDeviceProp prop{};
-  MAESTRO_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  j["device"] = prop.name;
+  j["device"] = device_name(device);
   fmt::print("{}\n", j.dump());
-  cudaFree(ws);
-  cublasLtDestroy(lt);
   return 0;
 }
 

@@ -10,6 +10,10 @@
 #include <unistd.h>
 
 #include "cpu/cpu_backend.h"
+#if MAESTRO_HAVE_CUDA_BACKEND
+#include "gpu/cuda/cuda_backend.h"
+#include "gpu/cuda/device_probe.h"
+#endif
 #include "cpu/machine_probe.h"
 #include "dsl/frontend.h"
 #include "graph/counts.h"
@@ -26,7 +30,8 @@ struct Point {
 
 // Median of 5 timed training steps (after 2 warm-up steps) of a transformer
 // section on `samples` sequences of `tokens` tokens.
-Point measure(int64_t hidden, int64_t samples, int64_t tokens, double peak, Backend& backend) {
+Point measure(const CalibrationShape& shape, double peak, Backend& backend) {
+  const int64_t hidden = shape.hidden, samples = shape.samples, tokens = shape.tokens;
   const std::string text = fmt::format(
       "section llm {{ model = transformer(layers: 2, hidden: {0}, heads: 4, ffn: {1}, vocab: 512, max_seq: {2}); "
       "consumes = [text]; loss = cross_entropy; }}\n"
@@ -75,9 +80,32 @@ DeviceSpec calibrate_local_cpu(int threads) {
 
 GemmEfficiency fit_cpu_efficiency(double sgemm_peak_flops, int threads) {
   std::unique_ptr<Backend> backend = make_cpu_backend(threads);
+  return fit_engine_efficiency(sgemm_peak_flops, *backend, {64, 8, 48}, {256, 8, 512});
+}
+
+#if MAESTRO_HAVE_CUDA_BACKEND
+DeviceSpec calibrate_local_gpu(int device) {
+  DeviceSpec d;
+  d.name = "cuda-calibrated";
+  for (const GemmRate& r : measure_gemm_rates(device, true)) d.bf16_flops = std::max(d.bf16_flops, r.flops);
+  for (const GemmRate& r : measure_gemm_rates(device, false)) d.fp32_flops = std::max(d.fp32_flops, r.flops);
+  d.memory_bytes = device_memory_bytes(device);
+  d.memory_bytes_per_s = measure_copy_bandwidth(device);
+  d.fused_attention = true;  // the fast attention keeps no s² probabilities (head sizes <= 128)
+  CudaBackendOptions o;
+  o.device = device;
+  o.bf16_gemm = true;
+  const std::unique_ptr<Backend> backend = make_cuda_backend(o);
+  d.gemm = fit_engine_efficiency(d.bf16_flops, *backend, {512, 4, 512}, {2048, 4, 2048});
+  return d;
+}
+#endif
+
+GemmEfficiency fit_engine_efficiency(double peak_flops, Backend& backend, const CalibrationShape& small_shape,
+                                     const CalibrationShape& large_shape) {
   // 1/e = 1/max + (half/max) · 1/size: a line through the two points.
-  const Point small = measure(64, 8, 48, sgemm_peak_flops, *backend);
-  const Point large = measure(256, 8, 512, sgemm_peak_flops, *backend);
+  const Point small = measure(small_shape, peak_flops, backend);
+  const Point large = measure(large_shape, peak_flops, backend);
   const double x1 = 1 / small.size, y1 = 1 / small.efficiency, x2 = 1 / large.size, y2 = 1 / large.efficiency;
   const double slope = (y1 - y2) / (x1 - x2), intercept = y2 - slope * x2;
   GemmEfficiency g;

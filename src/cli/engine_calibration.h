@@ -6,6 +6,7 @@
 // Lives in the CLI because the planner must not include the engine.
 #pragma once
 
+#include "nn/backend.h"
 #include "plan/devices.h"
 
 namespace maestro {
@@ -18,5 +19,23 @@ DeviceSpec calibrate_local_cpu(int threads);
 
 // Returns `sgemm_peak`'s device with its gemm curve fitted (docs/planner.md).
 GemmEfficiency fit_cpu_efficiency(double sgemm_peak_flops, int threads);
+
+// A 2-layer transformer section the fit times: width, sequences, tokens each.
+struct CalibrationShape {
+  int64_t hidden, samples, tokens;
+};
+// The curve through the engine's achieved share of `peak_flops` at two
+// shapes, on any backend.
+GemmEfficiency fit_engine_efficiency(double peak_flops, Backend& backend, const CalibrationShape& small_shape,
+                                     const CalibrationShape& large_shape);
+
+#if MAESTRO_HAVE_CUDA_BACKEND
+// CUDA device `device` as a device profile (`--calibrate` with the cuda
+// backend): cuBLASLt bf16 and fp32 GEMM peaks over several sizes
+// (gpu/cuda/device_probe.h), device-to-device copy bandwidth, memory size,
+// and the gemm curve fitted to the engine's training steps on the CUDA
+// backend (bf16 GEMMs). Name "cuda-calibrated".
+DeviceSpec calibrate_local_gpu(int device);
+#endif
 
 }  // namespace maestro

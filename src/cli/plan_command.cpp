@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "cli/engine_calibration.h"
 #include "data/sampler.h"
+#include "gpu/backend_factory.h"
 #include "graph/section_graph.h"
 #include "plan/baselines.h"
 #include "plan/cluster.h"
@@ -170,17 +171,36 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
   });
 }
 
-int calibrate_command(const Program&, const RuntimeConfig&, const CliOptions& cli) {
-  const DeviceSpec d = calibrate_local_cpu(0);
+int calibrate_command(const Program&, const RuntimeConfig& config, const CliOptions& cli) {
+  // `[runtime] backend` picks the device: cuda (or auto on a GPU machine) profiles CUDA device 0.
+  BackendChoice backend;
+  try {
+    backend = choose_backend(config.runtime.backend);
+  } catch (const std::exception& e) {
+    print_error(std::string(config.file.empty() ? "" : config.file + ": ") + e.what());
+    return 2;
+  }
+  DeviceSpec d;
+  try {
+#if MAESTRO_HAVE_CUDA_BACKEND
+    d = backend.kind == BackendKind::Cuda ? calibrate_local_gpu(0) : calibrate_local_cpu(0);
+#else
+    d = calibrate_local_cpu(0);
+#endif
+  } catch (const std::runtime_error& e) {  // a CUDA fault
+    print_error(e.what());
+    return 1;
+  }
   try {
     write_device_profile(d, cli.calibrate);
   } catch (const PlanError& e) {
     print_error(e.what());
     return 1;
   }
-  fmt::print("calibrated: sgemm {:.1f} GFLOP/s, memory {:.1f} GB/s, {:.1f} GB, engine efficiency {:.2f} · size / "
+  fmt::print("calibrated {}: {}gemm {:.1f} GFLOP/s, memory {:.1f} GB/s, {:.1f} GB, engine efficiency {:.2f} · size / "
              "(size + {:.0f}) -> {}\n",
-             d.fp32_flops / 1e9, d.memory_bytes_per_s / 1e9, double(d.memory_bytes) / 1e9, d.gemm.max,
+             backend_kind_name(backend.kind), backend.kind == BackendKind::Cuda ? "bf16 " : "s",
+             backend.kind == BackendKind::Cuda ? d.bf16_flops / 1e9 : d.fp32_flops / 1e9, d.memory_bytes_per_s / 1e9, double(d.memory_bytes) / 1e9, d.gemm.max,
              d.gemm.half_size, cli.calibrate);
   return 0;
 }

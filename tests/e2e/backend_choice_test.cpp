@@ -62,6 +62,15 @@ BOOST_AUTO_TEST_CASE(cpu_and_auto_train_on_the_cpu_backend) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(calibrating_cuda_without_a_device_is_refused_with_status_2) {
+  const std::string path = config_file("maestro_e2e_calibrate", "cuda");
+  const std::string out = "/tmp/maestro_e2e_calibrate_" + std::to_string(::getpid()) + ".toml";
+  const ProcessResult r = maestro_run({"--calibrate", out, "--config", path});
+  BOOST_TEST(r.status == 2);
+  BOOST_TEST(r.first_err_line().find(path + ": runtime.backend = \"cuda\": ") != std::string::npos, r.err);
+  BOOST_TEST(::access(out.c_str(), F_OK) != 0);  // no profile written
+}
+
 BOOST_AUTO_TEST_CASE(gpu_selfcheck_takes_on_or_off) {
   const ProcessResult bad = maestro_run({"models/tiny_mllm.sect", "--gpu-selfcheck=maybe", "--steps", "1", "--quiet"});
   BOOST_TEST(bad.status == 2);
