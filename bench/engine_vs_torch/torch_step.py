@@ -2,7 +2,9 @@
 CPU peer of bench_engine_step): RMSNorm, rotary (rotate half), causal
 attention written out (torch 1.13 has no scaled_dot_product_attention),
 SwiGLU, untied LM head, mean cross-entropy over next-token targets,
-torch.optim.AdamW. Prints one JSON line. Run with /usr/bin/python3."""
+torch.optim.AdamW. Prints one JSON line. Run with /usr/bin/python3.
+--device cuda --bf16: the same step on a GPU under bf16 autocast (the GPU
+peer of bench/gpu's `bench_gpu step`), timed with torch.cuda.synchronize."""
 import argparse, json, math, time
 import torch
 
@@ -10,7 +12,10 @@ p = argparse.ArgumentParser()
 for name, default in [("layers", 2), ("hidden", 128), ("heads", 4), ("ffn", 384), ("vocab", 256),
                       ("samples", 32), ("tokens", 48), ("threads", 2), ("steps", 5), ("warmup", 2)]:
     p.add_argument("--" + name, type=int, default=default)
+p.add_argument("--device", default="cpu")
+p.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
 a = p.parse_args()
+dev = torch.device(a.device)
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
 D = a.hidden // a.heads
@@ -61,28 +66,32 @@ class Model(torch.nn.Module):
 
     def forward(self, ids):
         T = ids.shape[1]
-        inv = 10000.0 ** (-torch.arange(0, D // 2, dtype=torch.float32) * 2 / D)
-        ang = torch.arange(T, dtype=torch.float32)[:, None] * inv[None, :]
+        inv = 10000.0 ** (-torch.arange(0, D // 2, dtype=torch.float32, device=dev) * 2 / D)
+        ang = torch.arange(T, dtype=torch.float32, device=dev)[:, None] * inv[None, :]
         cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
-        mask = torch.full((T, T), float("-inf")).triu(1)
+        mask = torch.full((T, T), float("-inf"), device=dev).triu(1)
         x = self.embed(ids)
         for layer in self.layers:
             x = layer(x, cos, sin, mask)
         return self.head(self.norm(x))
 
 
-model = Model()
+model = Model().to(dev)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-ids = torch.tensor([[(s * 7919 + t * 104729) % a.vocab for t in range(a.tokens)] for s in range(a.samples)])
+ids = torch.tensor([[(s * 7919 + t * 104729) % a.vocab for t in range(a.tokens)] for s in range(a.samples)], device=dev)
+sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 times = []
 for i in range(a.warmup + a.steps):
     t0 = time.perf_counter()
     opt.zero_grad()
-    logits = model(ids)
-    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, a.vocab), ids[:, 1:].reshape(-1))
+    with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.bf16):
+        logits = model(ids)
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, a.vocab).float(), ids[:, 1:].reshape(-1))
     loss.backward()
     opt.step()
+    sync()
     if i >= a.warmup:
         times.append(time.perf_counter() - t0)
-print(json.dumps({"impl": "torch", "threads": torch.get_num_threads(), "step_s": times,
-                  "median_s": sorted(times)[len(times) // 2]}))
+median = sorted(times)[len(times) // 2]
+print(json.dumps({"impl": "torch", "threads": torch.get_num_threads(), "step_s": times, "median_s": median,
+                  "device": a.device, "bf16": a.bf16, "tokens_per_s": a.samples * a.tokens / median}))

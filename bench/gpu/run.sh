@@ -9,7 +9,9 @@
 #   7. compute-sanitizer (memcheck) on the op check and a 2-step run
 #   8. cuBLASLt bf16 GEMM peak, then the 1.3B transformer section (layers 24,
 #      hidden 2048, heads 16, ffn 5504, vocab 32000, seq 2048, bf16):
-#      tokens/s, MFU vs 989 TFLOP/s (H100) and vs the measured GEMM peak
+#      tokens/s, MFU vs 989 TFLOP/s (H100) and vs the measured GEMM peak;
+#      the same model in PyTorch (bf16 autocast) on the same GPU when
+#      $TORCH_PYTHON (default python3) has torch with CUDA, else SKIP
 # and writes one report (markdown, every step's JSON, PASS/FAIL).
 #
 # Usage: bench/gpu/run.sh [--dry-run] [--build DIR] [--report FILE] [--quick]
@@ -33,6 +35,7 @@ report=${report:-$build/gpu-report.md}
 bench="$build/bench/bench_gpu"
 run="$build/maestro-run"
 py=/usr/bin/python3
+torch_py=${TORCH_PYTHON:-python3}  # a python whose torch has CUDA, for the PyTorch peer (skipped without one)
 big="--layers 24 --hidden 2048 --heads 16 --ffn 5504 --vocab 32000 --samples 2 --tokens 2048"
 [ "$quick" = 1 ] && big="--layers 4 --hidden 1024 --heads 8 --ffn 2816 --vocab 32000 --samples 2 --tokens 2048"
 small="--layers 2 --hidden 128 --heads 4 --ffn 384 --vocab 512 --samples 3 --tokens 40"
@@ -57,6 +60,7 @@ plan=(
   "sanitizer run|compute-sanitizer --tool memcheck --error-exitcode 1 $run models/tiny_kd.sect --steps 2 --quiet --config $cfg_dir/cuda.toml"
   "gemm peak|$bench gemm"
   "transformer step|$bench step $big --steps 5 --warmup 2"
+  "torch step|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --steps 5 --warmup 2"
 )
 
 if [ "$dry" = 1 ]; then
@@ -104,6 +108,11 @@ declare -A out
 for p in "${plan[@]}"; do
   name=${p%%|*} cmd=${p#*|}
   echo "== $name: $cmd"
+  if [ "$name" = "torch step" ] && ! $torch_py -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    echo "   SKIP ($torch_py has no torch with CUDA)"
+    printf '## %s: SKIP\n\n%s has no torch with CUDA (set TORCH_PYTHON)\n\n' "$name" "$torch_py" >> "$report"
+    continue
+  fi
   start=$(date +%s)
   log=$(bash -c "$cmd" 2>&1); st=$?
   out[$name]=$log
@@ -131,6 +140,14 @@ gemm = json.loads(sys.argv[1].splitlines()[-1]); step = json.loads(sys.argv[2].s
 tf = step["tflops"]
 print("tokens/s %.0f, model %.1f TFLOP/s, MFU %.1f%% of 989 TFLOP/s (H100 bf16), %.1f%% of the measured cuBLASLt peak %.1f TFLOP/s on %s"
       % (step["tokens_per_s"], tf, 100 * tf / 989, 100 * tf / gemm["peak_tflops"], gemm["peak_tflops"], gemm["device"]))
+PY
+      ;;
+    "torch step")
+      [ "$st" = 0 ] && $py - "${out[transformer step]}" "$log" <<'PY'
+import json, sys
+ours = json.loads(sys.argv[1].splitlines()[-1]); torch = json.loads(sys.argv[2].splitlines()[-1])
+print("PyTorch %.0f tokens/s, maestro %.0f tokens/s: maestro / torch = %.2f"
+      % (torch["tokens_per_s"], ours["tokens_per_s"], ours["tokens_per_s"] / torch["tokens_per_s"]))
 PY
       ;;
   esac
