@@ -24,6 +24,7 @@
 #include "gpu/cuda/cuda_check.h"
 #include "gpu/cuda/elementwise_kernels.h"
 #include "gpu/device_arena.h"
+#include "gpu/gemm_plan.h"
 #include "gpu/launch_plan.h"
 
 namespace maestro {
@@ -44,8 +45,8 @@ uint32_t alignment_of(const void* p) {
   return align;
 }
 
-// A row-major product C[M,Nc] (+)= op(A)·op(B), as cuBLAS(Lt) sees it: column-major
-// Cᵀ[Nc,M] = op(B)ᵀ·op(A)ᵀ, so B's storage comes first.
+// What a cached cuBLASLt plan depends on: a row-major product C[M,Nc] (+)=
+// op(A)·op(B) (gpu/gemm_plan.h maps it to cuBLAS's column-major call).
 struct GemmKey {
   bool ta, tb;
   int64_t M, Nc, K, lda, ldb, ldc;
@@ -242,19 +243,17 @@ class CudaBackend final : public Backend {
       launch_fast_attention_forward(out, lse, q, k, v, tiles, n_tiles, H, KV, D, causal, stream_);
       return;
     }
-    // Reference path, per sequence: S = scale·q·kᵀ (cuBLAS, batched over kv
-    // heads, once per query head of a group), P = masked softmax(S), out = P·v.
-    const int64_t g = H / KV;
+    // Reference path, per sequence (gpu/gemm_plan.h): S = scale·q·kᵀ by
+    // cuBLAS, P = masked softmax(S) in place, out = P·v.
     const float sc = 1.0f / std::sqrt(float(D));
+    float* bufs[kAttnBuffers] = {const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v), out};
     for (int64_t s = 0; s < n_seq; ++s) {
       const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
       if (L == 0) continue;
-      float* S = scratch(kScores, size_t(H * L * L));  // [H, L, L]
-      head_products(S, sc, q, k, t0, L, H, KV, D);
-      launch_attention_softmax(S, lse, t0, L, H, causal, stream_);
-      for (int64_t j = 0; j < g; ++j)
-        batched(false, false, L, D, L, 1.0f, S + j * L * L, L, g * L * L, v + t0 * KV * D, KV * D, D, 0.0f,
-                out + t0 * H * D + j * D, H * D, g * D, KV);
+      bufs[kAttnScores] = scratch(kScores, size_t(H * L * L));  // [H, L, L]
+      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D), bufs);
+      launch_attention_softmax(bufs[kAttnScores], lse, t0, L, H, causal, stream_);
+      run(attention_values(t0, L, H, KV, D), bufs);
     }
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
@@ -269,31 +268,22 @@ class CudaBackend final : public Backend {
       launch_fast_attention_backward(dq, dk, dv, dout, lse, delta, q, k, v, tiles, n_tiles, H, KV, D, causal, stream_);
       return;
     }
-    // Reference path, per sequence: P from lse; dP = dO·vᵀ; dS = P∘(dP − delta);
-    // dv += Pᵀ·dO; dq += scale·dS·k; dk += scale·dSᵀ·q. Query heads of a group
-    // add into their kv head one after another (stream order).
-    const int64_t g = H / KV;
+    // Reference path, per sequence (gpu/gemm_plan.h): P from lse; dP = dO·vᵀ;
+    // dS = P∘(dP − delta); dv += Pᵀ·dO; dq += scale·dS·k; dk += scale·dSᵀ·q.
+    // Query heads of a group add into their kv head in turn (stream order).
     const float sc = 1.0f / std::sqrt(float(D));
+    float* bufs[kAttnBuffers] = {const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v),
+                                 const_cast<float*>(out), const_cast<float*>(dout), dq, dk, dv};
     for (int64_t s = 0; s < n_seq; ++s) {
       const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
       if (L == 0) continue;
-      float* P = scratch(kScores, size_t(H * L * L));   // [H, L, L]
-      float* dP = scratch(kDScores, size_t(H * L * L));  // [H, L, L]
-      head_products(P, sc, q, k, t0, L, H, KV, D);
-      head_products(dP, 1.0f, dout, v, t0, L, H, KV, D);
-      launch_attention_probs(P, lse, t0, L, H, causal, stream_);
-      launch_attention_dscores(dP, P, delta, t0, L, H, stream_);
-      for (int64_t j = 0; j < g; ++j) {
-        if (dv)
-          batched(true, false, L, D, L, 1.0f, P + j * L * L, L, g * L * L, dout + t0 * H * D + j * D, H * D, g * D,
-                  1.0f, dv + t0 * KV * D, KV * D, D, KV);
-        if (dq)
-          batched(false, false, L, D, L, sc, dP + j * L * L, L, g * L * L, k + t0 * KV * D, KV * D, D, 1.0f,
-                  dq + t0 * H * D + j * D, H * D, g * D, KV);
-        if (dk)
-          batched(true, false, L, D, L, sc, dP + j * L * L, L, g * L * L, q + t0 * H * D + j * D, H * D, g * D, 1.0f,
-                  dk + t0 * KV * D, KV * D, D, KV);
-      }
+      bufs[kAttnScores] = scratch(kScores, size_t(H * L * L));    // [H, L, L]
+      bufs[kAttnDScores] = scratch(kDScores, size_t(H * L * L));  // [H, L, L]
+      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D), bufs);
+      run(attention_head_products(kAttnDScores, 1.0f, kAttnDOut, kAttnV, t0, L, H, KV, D), bufs);
+      launch_attention_probs(bufs[kAttnScores], lse, t0, L, H, causal, stream_);
+      launch_attention_dscores(bufs[kAttnDScores], bufs[kAttnScores], delta, t0, L, H, stream_);
+      run(attention_gradients(t0, L, H, KV, D, dq != nullptr, dk != nullptr, dv != nullptr), bufs);
     }
   }
 
@@ -434,16 +424,25 @@ class CudaBackend final : public Backend {
     const auto found = plans_.find(k);
     if (found != plans_.end()) return found->second;
     LtPlan p;
-    const cublasOperation_t opa = k.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    // bf16 operands are dense copies: their row stride is their row length.
+    const bool dense = k.ab == CUDA_R_16BF;
+    BatchedGemm g;
+    g.ta = k.ta;
+    g.tb = k.tb;
+    g.M = k.M;
+    g.N = k.Nc;
+    g.K = k.K;
+    g.a.ld = dense ? (k.ta ? k.M : k.K) : k.lda;
+    g.b.ld = dense ? (k.tb ? k.K : k.Nc) : k.ldb;
+    g.c.ld = k.ldc;
+    const ColumnMajorGemm c = to_column_major(g);
+    const cublasOperation_t opa = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, opb = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
     MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
-    // cuBLAS A = row-major B: stored [Nc,K] col-major (tb: [K,Nc]); cuBLAS B = row-major A.
-    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, k.ab, k.tb ? k.K : k.Nc, k.tb ? k.Nc : k.K,
-                                                    k.ab == CUDA_R_16BF ? (k.tb ? k.K : k.Nc) : k.ldb));
-    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, k.ab, k.ta ? k.M : k.K, k.ta ? k.K : k.M,
-                                                    k.ab == CUDA_R_16BF ? (k.ta ? k.M : k.K) : k.lda));
-    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, k.Nc, k.M, k.ldc));
+    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, k.ab, c.a_rows, c.a_cols, c.a.ld));
+    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, k.ab, c.b_rows, c.b_cols, c.b.ld));
+    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, c.m, c.n, c.c.ld));
     auto heuristic = [&](cublasLtEpilogue_t epi) {
       MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
       cublasLtMatmulPreference_t pref;
@@ -474,25 +473,16 @@ class CudaBackend final : public Backend {
     return plans_.emplace(k, p).first->second;
   }
 
-  // Out[H,L,L] = alpha · a·bᵀ per head of one sequence (tokens [t0, t0+L)):
-  // a[N,H*D] (q or dout), b[N,KV*D] (k or v); query head h reads kv head
-  // h/g: batched over kv heads, once per query head of a group.
-  void head_products(float* out, float alpha, const float* a, const float* b, int64_t t0, int64_t L, int64_t H,
-                     int64_t KV, int64_t D) {
-    const int64_t g = H / KV;
-    for (int64_t j = 0; j < g; ++j)
-      batched(false, true, L, L, D, alpha, a + t0 * H * D + j * D, H * D, g * D, b + t0 * KV * D, KV * D, D, 0.0f,
-              out + j * L * L, L, g * L * L, KV);
-  }
-
-  // Row-major strided-batched C_i = alpha·op(A_i)·op(B_i) + beta·C_i in fp32 (cuBLAS).
-  void batched(bool ta, bool tb, int64_t M, int64_t Nc, int64_t K, float alpha, const float* A, int64_t lda,
-               int64_t sa, const float* B, int64_t ldb, int64_t sb, float beta, float* C, int64_t ldc, int64_t sc,
-               int64_t batch) {
-    MAESTRO_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        cublas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(Nc), int(M), int(K), &alpha, B,
-        CUDA_R_32F, int(ldb), sb, A, CUDA_R_32F, int(lda), sa, &beta, C, CUDA_R_32F, int(ldc), sc, int(batch),
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  // Each GEMM in fp32 through cuBLAS strided-batched, in order on the stream.
+  void run(const std::vector<BatchedGemm>& gemms, float* const* bufs) {
+    for (const BatchedGemm& g : gemms) {
+      const ColumnMajorGemm c = to_column_major(g);
+      MAESTRO_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+          cublas_, c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, int(c.m), int(c.n),
+          int(c.k), &c.alpha, bufs[c.a.buffer] + c.a.offset, CUDA_R_32F, int(c.a.ld), c.a.stride,
+          bufs[c.b.buffer] + c.b.offset, CUDA_R_32F, int(c.b.ld), c.b.stride, &c.beta, bufs[c.c.buffer] + c.c.offset,
+          CUDA_R_32F, int(c.c.ld), c.c.stride, int(c.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
   }
 
   CudaBackendOptions opt_;
