@@ -39,6 +39,7 @@ torch_py=${TORCH_PYTHON:-python3}  # a python whose torch has CUDA, for the PyTo
 big="--layers 24 --hidden 2048 --heads 16 --ffn 5504 --vocab 32000 --samples 2 --tokens 2048"
 [ "$quick" = 1 ] && big="--layers 4 --hidden 1024 --heads 8 --ffn 2816 --vocab 32000 --samples 2 --tokens 2048"
 small="--layers 2 --hidden 128 --heads 4 --ffn 384 --vocab 512 --samples 3 --tokens 40"
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 cfg_dir=$(mktemp -d)
 trap 'rm -rf "$cfg_dir"' EXIT
 printf '[runtime]\nbackend = "cuda"\n' > "$cfg_dir/cuda.toml"
@@ -56,8 +57,8 @@ plan=(
   "engine cuda vs cpu|$run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "train tiny_mllm|$run models/tiny_mllm.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
   "train tiny_kd|$run models/tiny_kd.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
-  "sanitizer ops|compute-sanitizer --tool memcheck --error-exitcode 1 $bench --fp32 ops"
-  "sanitizer run|compute-sanitizer --tool memcheck --error-exitcode 1 $run models/tiny_kd.sect --steps 2 --quiet --config $cfg_dir/cuda.toml"
+  "sanitizer ops|$sanitizer --tool memcheck --error-exitcode 1 $bench --fp32 ops"
+  "sanitizer run|$sanitizer --tool memcheck --error-exitcode 1 $run models/tiny_kd.sect --steps 2 --quiet --config $cfg_dir/cuda.toml"
   "gemm peak|$bench gemm"
   "transformer step|$bench step $big --steps 5 --warmup 2"
   "torch step|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --steps 5 --warmup 2"
@@ -83,6 +84,7 @@ if [ "$dry" = 1 ]; then
       echo "  FAIL bench_gpu without a GPU: status $st: $out"; fail=1
     fi
   fi
+  [ -x "$sanitizer" ] && echo "  ok  $sanitizer" || echo "  note: no compute-sanitizer here ($sanitizer): steps 11-12 need it on the GPU machine"
   for m in models/tiny_mllm.sect models/tiny_kd.sect; do
     [ -f "$m" ] && echo "  ok  $m" || { echo "  MISSING $m"; fail=1; }
   done

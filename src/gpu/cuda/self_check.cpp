@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "cpu/cpu_backend.h"
 #include "gpu/cuda/cuda_backend.h"
 
 namespace maestro {
@@ -16,17 +17,27 @@ std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm) {
   ref_opt.attention = AttentionPath::Reference;
   fast_opt.min_segment_bytes = ref_opt.min_segment_bytes = size_t(64) << 20;  // small inputs, small arenas
   const std::unique_ptr<Backend> fast = make_cuda_backend(fast_opt), ref = make_cuda_backend(ref_opt);
+  auto refuse = [&](const std::vector<OpCheck>& checks, const char* against) {
+    for (const OpCheck& c : checks)
+      if (!c.ok())
+        throw GpuSelfCheckFailed(fmt::format(
+            "GPU self-check on CUDA device {}: kernel {} disagrees with {}: relative error {:.3g} > {:.3g} "
+            "(--gpu-selfcheck=off skips this check)",
+            device, c.op, against, c.rel_err, c.tolerance));
+  };
   CompareOptions o;
-  o.ops = {"attention", "linear"};
   o.tolerance = kSelfCheckTolerance;
   o.gemm_tolerance = kSelfCheckGemmTolerance;
-  std::vector<OpCheck> checks = compare_backends(*fast, *ref, o);
-  for (const OpCheck& c : checks)
-    if (!c.ok())
-      throw GpuSelfCheckFailed(fmt::format(
-          "GPU self-check on CUDA device {}: kernel {} disagrees with the reference path: relative error {:.3g} > {:.3g} "
-          "(--gpu-selfcheck=off skips this check)",
-          device, c.op, c.rel_err, c.tolerance));
+  // 1. every kernel of the reference path against the CPU backend
+  const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  std::vector<OpCheck> checks = compare_backends(*ref, *cpu, o);
+  refuse(checks, "the CPU backend");
+  // 2. the fast kernels against the reference path
+  o.ops = {"attention", "linear"};
+  std::vector<OpCheck> fast_checks = compare_backends(*fast, *ref, o);
+  refuse(fast_checks, "the reference path");
+  for (OpCheck& c : fast_checks) c.op += " (fast)";
+  checks.insert(checks.end(), fast_checks.begin(), fast_checks.end());
   return checks;
 }
 

@@ -1,10 +1,12 @@
-// The CUDA backend's start-up self-check: on the first use of a device, the
-// fast kernels (the tiled online-softmax attention, forward and backward,
-// causal and bidirectional, GQA; the bf16 cuBLASLt GEMMs) run against the
-// reference path (cuBLAS attention, fp32 GEMMs) on the same device on small
-// random inputs (gpu/backend_compare.h), and a disagreement beyond bf16
-// tolerance refuses the run. This is what makes kernels written without a
-// GPU safe to ship: on new hardware they prove themselves before training.
+// The CUDA backend's start-up self-check: on the first use of a device,
+// (1) every kernel of the reference configuration (fp32 GEMMs, cuBLAS
+// attention) runs against the CPU backend, then (2) the fast kernels (the
+// tiled online-softmax attention, forward and backward, causal and
+// bidirectional, GQA; the bf16 cuBLASLt GEMMs) against that reference path
+// on the same device — small random inputs (gpu/backend_compare.h) — and a
+// disagreement beyond bf16 tolerance refuses the run. This is what makes
+// kernels written without a GPU safe to ship: on new hardware they prove
+// themselves before training.
 #pragma once
 
 #include <stdexcept>
