@@ -1,7 +1,8 @@
 // bench_gpu: what bench/gpu/run.sh runs on a GPU machine, one subcommand
 // per check, each printing one JSON line (exit 1 when a check fails):
 //   ops       every op of nn/backend.h, CUDA backend vs CPU backend
-//             (gpu/backend_compare.h; fp32: 1e-5, bf16: 1e-2 / GEMMs 2e-2)
+//             (gpu/backend_compare.h; fp32: 1e-5, bf16: 1e-2 / GEMMs 2e-2;
+//             --attention picks the path, tensorcore: attention 5e-2)
 //   selfcheck the start-up self-check (fast kernels vs reference path), timed
 //   model     a transformer section's loss and every gradient after one
 //             forward/backward, CUDA backend vs CPU backend, same init
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -67,19 +69,22 @@ std::vector<SampleInput> inputs_of(const std::vector<std::vector<int32_t>>& ids)
   return in;
 }
 
-int run_ops(bool fp32, int device) {
+int run_ops(bool fp32, AttentionPath attention, int device) {
   CudaBackendOptions o;
   o.device = device;
   o.bf16_gemm = !fp32;
+  o.attention = attention;
   o.min_segment_bytes = size_t(64) << 20;
   const std::unique_ptr<Backend> gpu = make_cuda_backend(o), cpu = make_cpu_backend(0);
   CompareOptions c;
   c.tolerance = fp32 ? 1e-5 : 1e-2;
   c.gemm_tolerance = fp32 ? 1e-5 : 2e-2;
+  if (attention == AttentionPath::TensorCore) c.attention_tolerance = kSelfCheckTensorCoreAttentionTolerance;
   const std::vector<OpCheck> r = compare_backends(*gpu, *cpu, c);
   nlohmann::ordered_json j;
   j["check"] = "ops";
   j["precision"] = fp32 ? "fp32" : "bf16";
+  j["attention"] = int(attention);
   bool ok = true;
   for (const OpCheck& x : r) {
     j["ops"][x.op] = {{"rel_err", x.rel_err}, {"tolerance", x.tolerance}, {"ok", x.ok()}};
@@ -220,6 +225,12 @@ int main(int argc, char** argv) {
   int steps = 5, warmup = 2;
   app.add_option("--device", device, "CUDA device");
   app.add_flag("--fp32", fp32, "fp32 GEMMs (default: bf16 GEMMs, fp32 accumulation)");
+  AttentionPath attention = AttentionPath::Auto;
+  app.add_option("--attention", attention, "attention path of the ops check")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, AttentionPath>{{"auto", AttentionPath::Auto},
+                                                                             {"fast", AttentionPath::Fast},
+                                                                             {"reference", AttentionPath::Reference},
+                                                                             {"tensorcore", AttentionPath::TensorCore}}));
   auto* ops = app.add_subcommand("ops", "every op: CUDA backend vs CPU backend");
   auto* self = app.add_subcommand("selfcheck", "the start-up self-check, timed");
   auto* model = app.add_subcommand("model", "a transformer's loss and gradients: CUDA vs CPU");
@@ -238,7 +249,7 @@ int main(int argc, char** argv) {
   step->add_option("--warmup", warmup);
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*ops) return run_ops(fp32, device);
+    if (*ops) return run_ops(fp32, attention, device);
     if (*self) return run_selfcheck(device);
     if (*model) return run_model(m, fp32, device);
     if (*step) return run_step(m, fp32, device, steps, warmup);

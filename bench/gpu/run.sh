@@ -2,7 +2,8 @@
 # The CUDA backend on a real GPU, in one command (docs/gpu.md): builds, then
 #   1. unit.gpu (the kernels' per-element math on the CPU)
 #   2. the start-up self-check (fast kernels vs the reference path), timed
-#   3. every op, CUDA backend vs CPU backend: fp32 (<= 1e-5) and bf16 (~1e-2)
+#   3. every op, CUDA backend vs CPU backend: fp32 (<= 1e-5) and bf16 (~1e-2),
+#      and the tensor-core attention (5e-2)
 #   4. a transformer's loss and all gradients, CUDA vs CPU engine (fp32, bf16)
 #   5. maestro-run: tiny_mllm 3 steps, backend cuda vs cpu (fp32 losses agree)
 #   6. maestro-run: tiny_mllm and tiny_kd on cuda, the loss falls
@@ -52,6 +53,7 @@ plan=(
   "selfcheck|$bench selfcheck"
   "ops fp32|$bench --fp32 ops"
   "ops bf16|$bench ops"
+  "ops tensor-core attention|$bench --attention tensorcore ops"
   "model fp32|$bench --fp32 model $small"
   "model bf16|$bench model $small"
   "engine cuda vs cpu|$run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
@@ -84,14 +86,14 @@ if [ "$dry" = 1 ]; then
       echo "  FAIL bench_gpu without a GPU: status $st: $out"; fail=1
     fi
   fi
-  [ -x "$sanitizer" ] && echo "  ok  $sanitizer" || echo "  note: no compute-sanitizer here ($sanitizer): steps 11-12 need it on the GPU machine"
+  [ -x "$sanitizer" ] && echo "  ok  $sanitizer" || echo "  note: no compute-sanitizer here ($sanitizer): the sanitizer steps need it on the GPU machine"
   for m in models/tiny_mllm.sect models/tiny_kd.sect; do
     [ -f "$m" ] && echo "  ok  $m" || { echo "  MISSING $m"; fail=1; }
   done
   echo "plan (on a machine with an NVIDIA GPU; report: $report):"
   i=1
   for p in "${plan[@]}"; do echo "  $i. ${p%%|*}: ${p#*|}"; i=$((i + 1)); done
-  echo "  MFU = model FLOP/s of step 14 / 989e12 (H100 dense bf16) and / the GEMM peak of step 13"
+  echo "  MFU = model FLOP/s of 'transformer step' / 989e12 (H100 dense bf16) and / the GEMM peak of 'gemm peak'"
   [ "$fail" = 0 ] && echo "dry run: ok" || echo "dry run: FAILED"
   exit $fail
 fi

@@ -52,11 +52,15 @@ class Comparison {
     for (float& x : v) x = d(rng_);
     return v;
   }
-  void check(const std::string& op, const Twin& x, bool gemm = false) {
+  enum class Kind { Plain, Gemm, Attention };
+  void check(const std::string& op, const Twin& x, Kind kind = Kind::Plain) {
     Vec a(x.n), b(x.n);
     t_.copy_to_host(a.data(), x.on_t, x.n * sizeof(float));
     r_.copy_to_host(b.data(), x.on_r, x.n * sizeof(float));
-    results_.push_back({op, rel_err(a, b), gemm ? o_.gemm_tolerance : o_.tolerance});
+    double tol = o_.tolerance;
+    if (kind == Kind::Gemm) tol = o_.gemm_tolerance;
+    if (kind == Kind::Attention && o_.attention_tolerance >= 0) tol = o_.attention_tolerance;
+    results_.push_back({op, rel_err(a, b), tol});
   }
   void check_scalar(const std::string& op, double* on_t, double* on_r) {
     double a = 0, b = 0;
@@ -136,14 +140,14 @@ void run_linear(Comparison& c) {
       dout(c.t_, c.r_, c.randn(size_t(N * OC))), dinp(c.t_, c.r_, c.randn(size_t(N * C))),
       dw(c.t_, c.r_, c.randn(size_t(OC * C))), db(c.t_, c.r_, c.randn(size_t(OC)));
   c.both([&](Backend& be, bool is_t) { be.linear_forward(ON(out), ON(inp), ON(w), ON(bias), N, C, OC); });
-  c.check("linear_forward", out, true);
+  c.check("linear_forward", out, Comparison::Kind::Gemm);
   c.both([&](Backend& be, bool is_t) { be.linear_forward(ON(out), ON(inp), ON(w), nullptr, N, C, OC); });
-  c.check("linear_forward(no bias)", out, true);
+  c.check("linear_forward(no bias)", out, Comparison::Kind::Gemm);
   c.both([&](Backend& be, bool is_t) {
     be.linear_backward(ON(dinp), ON(dw), ON(db), ON(dout), ON(inp), ON(w), N, C, OC);
   });
-  c.check("linear_backward.dinp", dinp, true);
-  c.check("linear_backward.dw", dw, true);
+  c.check("linear_backward.dinp", dinp, Comparison::Kind::Gemm);
+  c.check("linear_backward.dw", dw, Comparison::Kind::Gemm);
   c.check("linear_backward.dbias", db);
 }
 
@@ -190,15 +194,15 @@ void run_attention(Comparison& c) {
     c.both([&](Backend& be, bool is_t) {
       be.attention_forward(ON(out), ON(lse), ON(q), ON(k), ON(v), kCu.data(), n_seq, N, H, KV, D, causal);
     });
-    c.check("attention_forward" + tag, out);
-    c.check("attention_forward" + tag + ".lse", lse);
+    c.check("attention_forward" + tag, out, Comparison::Kind::Attention);
+    c.check("attention_forward" + tag + ".lse", lse, Comparison::Kind::Attention);
     c.both([&](Backend& be, bool is_t) {
       be.attention_backward(ON(dq), ON(dk), ON(dv), ON(dout), ON(out), ON(lse), ON(q), ON(k), ON(v), kCu.data(),
                             n_seq, N, H, KV, D, causal);
     });
-    c.check("attention_backward" + tag + ".dq", dq);
-    c.check("attention_backward" + tag + ".dk", dk);
-    c.check("attention_backward" + tag + ".dv", dv);
+    c.check("attention_backward" + tag + ".dq", dq, Comparison::Kind::Attention);
+    c.check("attention_backward" + tag + ".dk", dk, Comparison::Kind::Attention);
+    c.check("attention_backward" + tag + ".dv", dv, Comparison::Kind::Attention);
   }
 }
 

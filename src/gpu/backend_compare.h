@@ -30,6 +30,7 @@ struct OpCheck {
 struct CompareOptions {
   double tolerance = 1e-5;       // every output
   double gemm_tolerance = 1e-5;  // outputs of GEMM ops (linear), where precisions may differ
+  double attention_tolerance = -1;  // outputs of attention; < 0: `tolerance`
   std::set<std::string> ops;     // op families to run ("linear", "attention", ...); empty = all
   uint32_t seed = 1;
 };

@@ -24,4 +24,29 @@ std::vector<AttentionTile> plan_attention_tiles(const int32_t* cu, int64_t n_seq
   return tiles;
 }
 
+AttentionKernel choose_attention(AttentionPath path, bool bf16_gemm, int64_t D, int64_t longest) {
+  switch (path) {
+    case AttentionPath::Reference:
+      return AttentionKernel::Batched;
+    case AttentionPath::TensorCore:
+      return AttentionKernel::BatchedBf16;
+    case AttentionPath::Fast:
+      if (!fast_attention_supports(D))
+        throw std::invalid_argument("the fast attention path takes head sizes up to " +
+                                    std::to_string(kFastAttentionMaxHead) + ", not " + std::to_string(D));
+      return AttentionKernel::Tiled;
+    case AttentionPath::Auto:
+      break;
+  }
+  if (bf16_gemm && longest >= kTensorCoreMinLength) return AttentionKernel::BatchedBf16;
+  if (fast_attention_supports(D)) return AttentionKernel::Tiled;
+  return bf16_gemm ? AttentionKernel::BatchedBf16 : AttentionKernel::Batched;
+}
+
+int64_t longest_sequence(const int32_t* cu, int64_t n_seq) {
+  int64_t longest = 0;
+  for (int64_t s = 0; s < n_seq; ++s) longest = std::max<int64_t>(longest, cu[s + 1] - cu[s]);
+  return longest;
+}
+
 }  // namespace maestro

@@ -28,4 +28,19 @@ std::vector<AttentionTile> plan_attention_tiles(const int32_t* cu_seqlens, int64
 constexpr int kFastAttentionMaxHead = 128;
 inline bool fast_attention_supports(int64_t D) { return D > 0 && D <= kFastAttentionMaxHead; }
 
+// The attention a backend is asked for: Auto (it chooses), Fast (the tiled
+// online-softmax kernel), Reference (fp32 cuBLAS batched, the oracle),
+// TensorCore (the reference path's GEMMs with bf16 operands).
+enum class AttentionPath { Auto, Fast, Reference, TensorCore };
+// What runs: the tiled kernel, or the per-sequence batched GEMMs in fp32 or bf16.
+enum class AttentionKernel { Tiled, Batched, BatchedBf16 };
+// Sequences at least this long take the tensor cores under Auto with bf16
+// GEMMs: there the batched GEMMs' [H,L,L] traffic costs less than the tiled
+// kernel's fp32 arithmetic on CUDA cores; shorter ones take the tiled kernel
+// (one launch for every sequence, against a few cuBLAS calls per sequence).
+constexpr int64_t kTensorCoreMinLength = 256;
+// Throws std::invalid_argument for Fast with a head size it does not take.
+AttentionKernel choose_attention(AttentionPath path, bool bf16_gemm, int64_t D, int64_t longest_sequence);
+int64_t longest_sequence(const int32_t* cu_seqlens, int64_t n_seq);
+
 }  // namespace maestro

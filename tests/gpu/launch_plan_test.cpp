@@ -48,4 +48,23 @@ BOOST_AUTO_TEST_CASE(bad_cu_seqlens_are_refused) {
   BOOST_TEST(!fast_attention_supports(256));
 }
 
+BOOST_AUTO_TEST_CASE(attention_kernel_choice) {
+  using P = AttentionPath;
+  using K = AttentionKernel;
+  const std::vector<int32_t> cu = {0, 3, 3, 300};
+  BOOST_TEST(longest_sequence(cu.data(), 3) == 297);
+  BOOST_TEST(longest_sequence(cu.data(), 0) == 0);
+  // explicit paths are what they say
+  BOOST_TEST((choose_attention(P::Reference, true, 64, 5000) == K::Batched));
+  BOOST_TEST((choose_attention(P::TensorCore, false, 64, 5) == K::BatchedBf16));
+  BOOST_TEST((choose_attention(P::Fast, true, 128, 5000) == K::Tiled));
+  BOOST_CHECK_THROW(choose_attention(P::Fast, true, 256, 10), std::invalid_argument);
+  // auto: tensor cores for long sequences with bf16 GEMMs, else the tiled kernel where it applies
+  BOOST_TEST((choose_attention(P::Auto, true, 128, kTensorCoreMinLength) == K::BatchedBf16));
+  BOOST_TEST((choose_attention(P::Auto, true, 128, kTensorCoreMinLength - 1) == K::Tiled));
+  BOOST_TEST((choose_attention(P::Auto, false, 128, 4096) == K::Tiled));  // fp32 never rounds to bf16
+  BOOST_TEST((choose_attention(P::Auto, false, 256, 10) == K::Batched));
+  BOOST_TEST((choose_attention(P::Auto, true, 256, 10) == K::BatchedBf16));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

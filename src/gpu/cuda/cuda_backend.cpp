@@ -238,22 +238,32 @@ class CudaBackend final : public Backend {
                          int64_t n_seq, int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
     on_device();
     if (N == 0) return;
-    if (fast_attention(D)) {
+    const AttentionKernel kernel = choose_attention(opt_.attention, opt_.bf16_gemm, D, longest_sequence(cu, n_seq));
+    if (kernel == AttentionKernel::Tiled) {
       const auto [tiles, n_tiles] = upload_tiles(cu, n_seq);
       launch_fast_attention_forward(out, lse, q, k, v, tiles, n_tiles, H, KV, D, causal, stream_);
       return;
     }
-    // Reference path, per sequence (gpu/gemm_plan.h): S = scale·q·kᵀ by
-    // cuBLAS, P = masked softmax(S) in place, out = P·v.
+    // Batched GEMMs per sequence (gpu/gemm_plan.h): S = scale·q·kᵀ by cuBLAS,
+    // P = masked softmax(S) in place, out = P·v; with bf16 operands (rounded
+    // copies of q, k, v and P) on the tensor-core path.
+    const bool b16 = kernel == AttentionKernel::BatchedBf16;
     const float sc = 1.0f / std::sqrt(float(D));
     float* bufs[kAttnBuffers] = {const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v), out};
+    void* bufs16[kAttnBuffers] = {};
+    if (b16) {
+      bufs16[kAttnQ] = rounded(kQ16, q, size_t(N * H * D));
+      bufs16[kAttnK] = rounded(kK16, k, size_t(N * KV * D));
+      bufs16[kAttnV] = rounded(kV16, v, size_t(N * KV * D));
+    }
     for (int64_t s = 0; s < n_seq; ++s) {
       const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
       if (L == 0) continue;
       bufs[kAttnScores] = scratch(kScores, size_t(H * L * L));  // [H, L, L]
-      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D), bufs);
+      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D), bufs, b16 ? bufs16 : nullptr);
       launch_attention_softmax(bufs[kAttnScores], lse, t0, L, H, causal, stream_);
-      run(attention_values(t0, L, H, KV, D), bufs);
+      if (b16) bufs16[kAttnScores] = rounded(kP16, bufs[kAttnScores], size_t(H * L * L));
+      run(attention_values(t0, L, H, KV, D), bufs, b16 ? bufs16 : nullptr);
     }
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
@@ -263,27 +273,42 @@ class CudaBackend final : public Backend {
     if (N == 0 || (!dq && !dk && !dv)) return;
     float* delta = scratch(kDelta, size_t(N * H));  // [N, H] = Σ_d dout·out
     launch_attention_delta(delta, dout, out, N, H, D, stream_);
-    if (fast_attention(D)) {
+    const AttentionKernel kernel = choose_attention(opt_.attention, opt_.bf16_gemm, D, longest_sequence(cu, n_seq));
+    if (kernel == AttentionKernel::Tiled) {
       const auto [tiles, n_tiles] = upload_tiles(cu, n_seq);
       launch_fast_attention_backward(dq, dk, dv, dout, lse, delta, q, k, v, tiles, n_tiles, H, KV, D, causal, stream_);
       return;
     }
-    // Reference path, per sequence (gpu/gemm_plan.h): P from lse; dP = dO·vᵀ;
+    // Batched GEMMs per sequence (gpu/gemm_plan.h): P from lse; dP = dO·vᵀ;
     // dS = P∘(dP − delta); dv += Pᵀ·dO; dq += scale·dS·k; dk += scale·dSᵀ·q.
     // Query heads of a group add into their kv head in turn (stream order).
+    const bool b16 = kernel == AttentionKernel::BatchedBf16;
     const float sc = 1.0f / std::sqrt(float(D));
     float* bufs[kAttnBuffers] = {const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v),
                                  const_cast<float*>(out), const_cast<float*>(dout), dq, dk, dv};
+    void* bufs16[kAttnBuffers] = {};
+    if (b16) {
+      bufs16[kAttnQ] = rounded(kQ16, q, size_t(N * H * D));
+      bufs16[kAttnK] = rounded(kK16, k, size_t(N * KV * D));
+      bufs16[kAttnV] = rounded(kV16, v, size_t(N * KV * D));
+      bufs16[kAttnDOut] = rounded(kDO16, dout, size_t(N * H * D));
+    }
     for (int64_t s = 0; s < n_seq; ++s) {
       const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
       if (L == 0) continue;
       bufs[kAttnScores] = scratch(kScores, size_t(H * L * L));    // [H, L, L]
       bufs[kAttnDScores] = scratch(kDScores, size_t(H * L * L));  // [H, L, L]
-      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D), bufs);
-      run(attention_head_products(kAttnDScores, 1.0f, kAttnDOut, kAttnV, t0, L, H, KV, D), bufs);
+      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D), bufs, b16 ? bufs16 : nullptr);
+      run(attention_head_products(kAttnDScores, 1.0f, kAttnDOut, kAttnV, t0, L, H, KV, D), bufs,
+          b16 ? bufs16 : nullptr);
       launch_attention_probs(bufs[kAttnScores], lse, t0, L, H, causal, stream_);
       launch_attention_dscores(bufs[kAttnDScores], bufs[kAttnScores], delta, t0, L, H, stream_);
-      run(attention_gradients(t0, L, H, KV, D, dq != nullptr, dk != nullptr, dv != nullptr), bufs);
+      if (b16) {
+        bufs16[kAttnScores] = rounded(kP16, bufs[kAttnScores], size_t(H * L * L));
+        bufs16[kAttnDScores] = rounded(kDS16, bufs[kAttnDScores], size_t(H * L * L));
+      }
+      run(attention_gradients(t0, L, H, KV, D, dq != nullptr, dk != nullptr, dv != nullptr), bufs,
+          b16 ? bufs16 : nullptr);
     }
   }
 
@@ -310,7 +335,8 @@ class CudaBackend final : public Backend {
   int threads() const override { return 1; }
 
  private:
-  enum ScratchSlot { kScores, kDScores, kDelta, kIndices, kTiles, kBf16A, kBf16B, kSlots };
+  enum ScratchSlot { kScores, kDScores, kDelta, kIndices, kTiles, kBf16A, kBf16B, kQ16, kK16, kV16, kDO16, kP16, kDS16,
+                     kSlots };
 
   // The caller's thread may have another device current (several backends
   // per process): every entry point makes ours current first.
@@ -382,12 +408,11 @@ class CudaBackend final : public Backend {
     return {d, int64_t(tiles.size())};
   }
 
-  bool fast_attention(int64_t D) const {
-    if (opt_.attention == AttentionPath::Reference) return false;
-    if (opt_.attention == AttentionPath::Fast && !fast_attention_supports(D))
-      throw std::invalid_argument(fmt::format("the fast attention path takes head sizes up to {}, not {}",
-                                              kFastAttentionMaxHead, D));
-    return fast_attention_supports(D);
+  // src[n] rounded to bf16 into a grow-only scratch slot.
+  void* rounded(ScratchSlot slot, const float* src, size_t n) {
+    void* d = scratch(slot, (n + 1) / 2);
+    launch_convert(d, DType::BF16, src, DType::F32, n, stream_);
+    return d;
   }
 
   // Row-major C[M,Nc] = op(A)·op(B) (+ C when accumulate) (+ bias[Nc]) through
@@ -473,15 +498,21 @@ class CudaBackend final : public Backend {
     return plans_.emplace(k, p).first->second;
   }
 
-  // Each GEMM in fp32 through cuBLAS strided-batched, in order on the stream.
-  void run(const std::vector<BatchedGemm>& gemms, float* const* bufs) {
+  // Each GEMM through cuBLAS strided-batched, in order on the stream, fp32
+  // compute and output; the A and B operands from bufs16 (bf16) when given.
+  void run(const std::vector<BatchedGemm>& gemms, float* const* bufs, void* const* bufs16) {
+    const cudaDataType ab = bufs16 ? CUDA_R_16BF : CUDA_R_32F;
+    auto operand = [&](const GemmOperand& o) -> const void* {
+      if (bufs16) return static_cast<const uint16_t*>(bufs16[o.buffer]) + o.offset;
+      return bufs[o.buffer] + o.offset;
+    };
     for (const BatchedGemm& g : gemms) {
       const ColumnMajorGemm c = to_column_major(g);
       MAESTRO_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
           cublas_, c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, int(c.m), int(c.n),
-          int(c.k), &c.alpha, bufs[c.a.buffer] + c.a.offset, CUDA_R_32F, int(c.a.ld), c.a.stride,
-          bufs[c.b.buffer] + c.b.offset, CUDA_R_32F, int(c.b.ld), c.b.stride, &c.beta, bufs[c.c.buffer] + c.c.offset,
-          CUDA_R_32F, int(c.c.ld), c.c.stride, int(c.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+          int(c.k), &c.alpha, operand(c.a), ab, int(c.a.ld), c.a.stride, operand(c.b), ab, int(c.b.ld), c.b.stride,
+          &c.beta, bufs[c.c.buffer] + c.c.offset, CUDA_R_32F, int(c.c.ld), c.c.stride, int(c.batch),
+          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
   }
 

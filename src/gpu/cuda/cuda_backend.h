@@ -10,10 +10,11 @@
 // per-element math is gpu/kernel_math.h.
 //
 // Attention: the reference path runs per sequence cuBLAS strided-batched
-// Q·Kᵀ, a fused masked softmax and P·V (backward likewise); the fast path
-// is a tiled online-softmax kernel (a warp per query row, K/V tiles of 32
-// keys in shared memory) for head sizes up to 128. `Auto` takes the fast
-// path where it applies.
+// Q·Kᵀ, a fused masked softmax and P·V (backward likewise) in fp32; the
+// tensor-core path is the same with bf16 GEMM operands; the fast path is a
+// tiled online-softmax kernel (a warp per query row, K/V tiles of 32 keys
+// in shared memory) for head sizes up to 128. `Auto`: choose_attention
+// (gpu/launch_plan.h).
 //
 // Memory: buffers are placed in a DeviceArena (gpu/device_arena.h) over a
 // few large device allocations; host uploads go through a pinned staging
@@ -22,11 +23,10 @@
 
 #include <memory>
 
+#include "gpu/launch_plan.h"  // AttentionPath
 #include "nn/backend.h"
 
 namespace maestro {
-
-enum class AttentionPath { Auto, Fast, Reference };
 
 struct CudaBackendOptions {
   int device = 0;

@@ -38,6 +38,16 @@ std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm) {
   refuse(fast_checks, "the reference path");
   for (OpCheck& c : fast_checks) c.op += " (fast)";
   checks.insert(checks.end(), fast_checks.begin(), fast_checks.end());
+  // 3. the tensor-core attention against the reference path
+  CudaBackendOptions tc_opt = fast_opt;
+  tc_opt.attention = AttentionPath::TensorCore;
+  const std::unique_ptr<Backend> tc = make_cuda_backend(tc_opt);
+  o.ops = {"attention"};
+  o.attention_tolerance = kSelfCheckTensorCoreAttentionTolerance;
+  std::vector<OpCheck> tc_checks = compare_backends(*tc, *ref, o);
+  refuse(tc_checks, "the reference path");
+  for (OpCheck& c : tc_checks) c.op += " (tensor cores)";
+  checks.insert(checks.end(), tc_checks.begin(), tc_checks.end());
   return checks;
 }
 

@@ -2,9 +2,10 @@
 // (1) every kernel of the reference configuration (fp32 GEMMs, cuBLAS
 // attention) runs against the CPU backend, then (2) the fast kernels (the
 // tiled online-softmax attention, forward and backward, causal and
-// bidirectional, GQA; the bf16 cuBLASLt GEMMs) against that reference path
-// on the same device — small random inputs (gpu/backend_compare.h) — and a
-// disagreement beyond bf16 tolerance refuses the run. This is what makes
+// bidirectional, GQA; the bf16 cuBLASLt GEMMs) and (3) the tensor-core
+// attention against that reference path on the same device — small random
+// inputs (gpu/backend_compare.h) — and a disagreement beyond bf16
+// tolerance refuses the run. This is what makes
 // kernels written without a GPU safe to ship: on new hardware they prove
 // themselves before training.
 #pragma once
@@ -25,6 +26,9 @@ struct GpuSelfCheckFailed : std::runtime_error {
 
 constexpr double kSelfCheckTolerance = 1e-2;      // bf16 (llm.c's bound)
 constexpr double kSelfCheckGemmTolerance = 2e-2;  // bf16-rounded operands, fp32 accumulation
+// The tensor-core attention rounds q, k, v, P (and dO, dS) to bf16: three
+// roundings in a row on the way to a gradient.
+constexpr double kSelfCheckTensorCoreAttentionTolerance = 5e-2;
 
 // Runs the check on `device`; returns every comparison, throws
 // GpuSelfCheckFailed on the first one out of tolerance.
