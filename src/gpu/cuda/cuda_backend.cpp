@@ -76,7 +76,9 @@ class CudaBackend final : public Backend {
     MAESTRO_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
     MAESTRO_CUBLAS_CHECK(cublasCreate(&cublas_));
     MAESTRO_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-    MAESTRO_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));  // fp32 stays fp32 (no TF32)
+    // Default math: CUBLAS_COMPUTE_32F keeps fp32 products in fp32 (no TF32),
+    // and bf16 operands may take the tensor cores (pedantic mode could not).
+    MAESTRO_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
     MAESTRO_CUBLAS_CHECK(cublasLtCreate(&lt_));
     workspace_ = place(kWorkspaceBytes);
     // cuBLAS's own workspace too, so that it never allocates during a step
