@@ -15,6 +15,7 @@
 #include "gpu/gemm_plan.h"
 #include "gpu/kernel_math.h"
 #include "support/random_vector.h"
+#include "support/rel_err.h"
 
 using namespace maestro;
 using test_support::random_normal;
@@ -52,14 +53,7 @@ void run(const std::vector<BatchedGemm>& gemms, float* const* bufs) {
   for (const BatchedGemm& g : gemms) column_major_gemm(to_column_major(g), bufs);
 }
 
-double rel_err(const Vec& a, const Vec& b) {
-  double num = 0, den = 1e-30;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, std::abs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::abs(double(b[i])));
-  }
-  return num / den;
-}
+double rel_err(const Vec& a, const Vec& b) { return test_support::max_rel_err(a, b); }
 
 }  // namespace
 

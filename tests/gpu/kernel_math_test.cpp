@@ -17,6 +17,7 @@
 #include "gpu/kernel_math.h"
 #include "gpu/launch_plan.h"
 #include "support/random_vector.h"
+#include "support/rel_err.h"
 
 using namespace maestro;
 namespace gm = maestro::gpu_math;
@@ -29,14 +30,7 @@ using test_support::random_normal;
 Vec randn(size_t n, uint32_t seed, float scale = 1.0f) { return random_normal(n, seed, scale); }
 
 // max |a − b| / max |b|
-double rel_err(const Vec& a, const Vec& b) {
-  double num = 0, den = 1e-30;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, std::abs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::abs(double(b[i])));
-  }
-  return num / den;
-}
+double rel_err(const Vec& a, const Vec& b) { return test_support::max_rel_err(a, b); }
 double rel_err(const Vec& a, const std::vector<double>& b) {
   return rel_err(a, Vec(b.begin(), b.end()));
 }

@@ -253,11 +253,7 @@ class CudaBackend final : public Backend {
     const float sc = 1.0f / std::sqrt(float(D));
     float* bufs[kAttnBuffers] = {const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v), out};
     void* bufs16[kAttnBuffers] = {};
-    if (b16) {
-      bufs16[kAttnQ] = rounded(kQ16, q, size_t(N * H * D));
-      bufs16[kAttnK] = rounded(kK16, k, size_t(N * KV * D));
-      bufs16[kAttnV] = rounded(kV16, v, size_t(N * KV * D));
-    }
+    if (b16) round_attention_inputs(bufs16, q, k, v, nullptr, N, H, KV, D);
     for (int64_t s = 0; s < n_seq; ++s) {
       const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
       if (L == 0) continue;
@@ -289,12 +285,7 @@ class CudaBackend final : public Backend {
     float* bufs[kAttnBuffers] = {const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v),
                                  const_cast<float*>(out), const_cast<float*>(dout), dq, dk, dv};
     void* bufs16[kAttnBuffers] = {};
-    if (b16) {
-      bufs16[kAttnQ] = rounded(kQ16, q, size_t(N * H * D));
-      bufs16[kAttnK] = rounded(kK16, k, size_t(N * KV * D));
-      bufs16[kAttnV] = rounded(kV16, v, size_t(N * KV * D));
-      bufs16[kAttnDOut] = rounded(kDO16, dout, size_t(N * H * D));
-    }
+    if (b16) round_attention_inputs(bufs16, q, k, v, dout, N, H, KV, D);
     for (int64_t s = 0; s < n_seq; ++s) {
       const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
       if (L == 0) continue;
@@ -408,6 +399,15 @@ class CudaBackend final : public Backend {
     auto* d = reinterpret_cast<AttentionTile*>(scratch(kTiles, tiles.size() * 4));
     copy_from_host(d, tiles.data(), tiles.size() * sizeof(AttentionTile));
     return {d, int64_t(tiles.size())};
+  }
+
+  // bf16 copies of q, k, v (and dout when given) for the tensor-core path.
+  void round_attention_inputs(void** bufs16, const float* q, const float* k, const float* v, const float* dout,
+                              int64_t N, int64_t H, int64_t KV, int64_t D) {
+    bufs16[kAttnQ] = rounded(kQ16, q, size_t(N * H * D));
+    bufs16[kAttnK] = rounded(kK16, k, size_t(N * KV * D));
+    bufs16[kAttnV] = rounded(kV16, v, size_t(N * KV * D));
+    if (dout) bufs16[kAttnDOut] = rounded(kDO16, dout, size_t(N * H * D));
   }
 
   // src[n] rounded to bf16 into a grow-only scratch slot.
