@@ -29,11 +29,11 @@ bool cuda_backend_built() {
 
 namespace {
 
-// "2 CUDA device(s) found", "no CUDA device found", "this build cannot see CUDA devices".
-std::string devices_seen() {
-  const std::optional<int> n = cuda_device_count();
-  if (!n) return "this build cannot see CUDA devices";
-  return *n > 0 ? fmt::format("{} CUDA device(s) found", *n) : std::string("no CUDA device found");
+// "2 CUDA device(s) found", "no CUDA device found", "this build cannot see
+// CUDA devices" (devices < 0).
+std::string devices_seen(int devices) {
+  if (devices < 0) return "this build cannot see CUDA devices";
+  return devices > 0 ? fmt::format("{} CUDA device(s) found", devices) : std::string("no CUDA device found");
 }
 
 std::mutex g_mu;
@@ -49,21 +49,23 @@ void set_gpu_settings(const GpuSettings& s) {
 }
 
 BackendChoice choose_backend(const std::string& configured) {
+  return resolve_backend(configured, cuda_backend_built(), cuda_device_count().value_or(-1));
+}
+
+BackendChoice resolve_backend(const std::string& configured, bool cuda_built, int devices) {
+  const std::string seen = devices_seen(devices);
   if (configured == "cpu") return {BackendKind::Cpu, "configured"};
-  const int devices = cuda_device_count().value_or(0);
   if (configured == "cuda") {
-    if (!cuda_backend_built())
+    if (!cuda_built)
       throw BackendUnavailable(fmt::format(
           "runtime.backend = \"cuda\": this build has no CUDA backend (built without nvcc; {}); use \"cpu\" or \"auto\"",
-          devices_seen()));
-    if (devices == 0)
-      throw BackendUnavailable(
-          fmt::format("runtime.backend = \"cuda\": {}; use \"cpu\" or \"auto\"", devices_seen()));
+          seen));
+    if (devices <= 0) throw BackendUnavailable(fmt::format("runtime.backend = \"cuda\": {}; use \"cpu\" or \"auto\"", seen));
     return {BackendKind::Cuda, "configured"};
   }
   if (configured == "auto") {
-    if (cuda_backend_built() && devices > 0) return {BackendKind::Cuda, devices_seen()};
-    return {BackendKind::Cpu, cuda_backend_built() ? devices_seen() : devices_seen() + "; this build has no CUDA backend"};
+    if (cuda_built && devices > 0) return {BackendKind::Cuda, seen};
+    return {BackendKind::Cpu, cuda_built ? seen : seen + "; this build has no CUDA backend"};
   }
   throw std::invalid_argument(fmt::format("runtime.backend = \"{}\": expected auto, cpu or cuda", configured));
 }
@@ -72,7 +74,7 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, int threads) {
   if (kind == BackendKind::Cpu) return make_cpu_backend(threads);
 #if MAESTRO_HAVE_CUDA_BACKEND
   const int devices = cuda_device_count().value_or(0);
-  if (devices == 0) throw BackendUnavailable(fmt::format("the CUDA backend needs a CUDA device: {}", devices_seen()));
+  if (devices == 0) throw BackendUnavailable(fmt::format("the CUDA backend needs a CUDA device: {}", devices_seen(0)));
   const int device = g_next_device.fetch_add(1) % devices;
   GpuSettings s;
   {

@@ -43,6 +43,9 @@ bool cuda_backend_built();
 // CUDA backend or device, and std::invalid_argument for a value that is
 // none of auto, cpu, cuda.
 BackendChoice choose_backend(const std::string& configured);
+// The same decision for a build with or without the CUDA backend and a
+// machine with `devices` CUDA devices (-1: this build cannot tell).
+BackendChoice resolve_backend(const std::string& configured, bool cuda_built, int devices);
 
 // Process-wide settings of the CUDA backends made from here on (the CLI sets
 // them once, before the run builds its replicas).
