@@ -122,11 +122,13 @@ for p in "${plan[@]}"; do
   out[$name]=$log
   verdict=PASS
   [ "$st" = 0 ] || verdict=FAIL
+  # Checks and figures drawn from the output (a brace group: verdict survives).
+  {
   case "$name" in
     "engine cuda vs cpu")
-      [ "$st" = 0 ] && { $py - <<PY || verdict=FAIL; }
-import json
-lines = [json.loads(l) for l in '''$log'''.splitlines() if l.startswith("{")]
+      [ "$st" = 0 ] && { $py - "$log" <<'PY' || verdict=FAIL; }
+import json, sys
+lines = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
 a, b = lines[0]["losses"], lines[1]["losses"]
 assert lines[0]["backend"] == "cuda" and lines[1]["backend"] == "cpu", lines
 err = max(abs(x - y) / abs(y) for x, y in zip(a, b))
@@ -155,16 +157,20 @@ print("PyTorch %.0f tokens/s, maestro %.0f tokens/s: maestro / torch = %.2f"
 PY
       ;;
   esac
+  } > "$cfg_dir/analysis" 2>&1
+  analysis=$(cat "$cfg_dir/analysis")
   [ "$verdict" = PASS ] || failures=$((failures + 1))
   {
     echo "## $name: $verdict ($(( $(date +%s) - start )) s)"
     echo
+    [ -n "$analysis" ] && printf '%s\n\n' "$analysis"
     echo '```'
     echo "\$ $cmd"
     echo "$log" | tail -c 4000
     echo '```'
     echo
   } >> "$report"
+  [ -n "$analysis" ] && echo "   $analysis"
   echo "   $verdict"
 done
 echo "report: $report ($failures failed)"
