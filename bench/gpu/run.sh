@@ -15,20 +15,22 @@
 #      $TORCH_PYTHON (default python3) has torch with CUDA, else SKIP
 # and writes one report (markdown, every step's JSON, PASS/FAIL).
 #
-# Usage: bench/gpu/run.sh [--dry-run] [--build DIR] [--report FILE] [--quick]
+# Usage: bench/gpu/run.sh [--dry-run] [--build DIR] [--report FILE] [--quick] [--no-build]
 #   --dry-run  checks the build here (no GPU needed) and prints the plan
 #   --quick    a 4-layer model instead of the 1.3B one in step 8
+#   --no-build uses DIR as it is (no cmake step)
 # Exit status: 0 all passed, 1 a check failed, 2 bad usage or no build.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-dry=0 build=build report="" quick=0
+dry=0 build=build report="" quick=0 no_build=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=1 ;;
     --quick) quick=1 ;;
+    --no-build) no_build=1 ;;
     --build) build=${2:?--build needs a folder}; shift ;;
     --report) report=${2:?--report needs a file}; shift ;;
-    *) echo "run.sh: error: unknown argument '$1' (usage: run.sh [--dry-run] [--build DIR] [--report FILE] [--quick])" >&2; exit 2 ;;
+    *) echo "run.sh: error: unknown argument '$1' (usage: run.sh [--dry-run] [--build DIR] [--report FILE] [--quick] [--no-build])" >&2; exit 2 ;;
   esac
   shift
 done
@@ -111,6 +113,7 @@ failures=0
 declare -A out
 for p in "${plan[@]}"; do
   name=${p%%|*} cmd=${p#*|}
+  [ "$name" = build ] && [ "$no_build" = 1 ] && continue
   echo "== $name: $cmd"
   if [ "$name" = "torch step" ] && ! $torch_py -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     echo "   SKIP ($torch_py has no torch with CUDA)"

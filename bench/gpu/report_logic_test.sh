@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The report logic of bench/gpu/run.sh, checked without a GPU: run.sh drives
+# stand-in programs (nvidia-smi, bench_gpu, maestro-run, test_gpu,
+# compute-sanitizer) that print canned JSON lines of the real programs'
+# shapes, so what is tested is run.sh's own plumbing — the step loop, the
+# checks it draws from each output (loss agreement, falling loss, MFU), the
+# PASS/FAIL/SKIP verdicts, the report and the exit status — never the GPU
+# code. Usage: report_logic_test.sh (from the repository root).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+fake=$(mktemp -d)
+trap 'rm -rf "$fake"' EXIT
+mkdir -p "$fake/bin" "$fake/build/bench" "$fake/build/tests/gpu"
+stub() { printf '#!/usr/bin/env bash\n%s\n' "$2" > "$1"; chmod +x "$1"; }
+stub "$fake/bin/nvidia-smi" 'case "$1" in -L) echo "GPU 0: stand-in";; *) echo "stand-in, 80 GiB, 0";; esac'
+stub "$fake/bin/compute-sanitizer" 'shift 4; exec "$@"'
+stub "$fake/bin/nopython" 'exit 1'  # TORCH_PYTHON without torch: the torch step is SKIP
+stub "$fake/build/tests/gpu/test_gpu" 'echo "*** No errors detected"'
+# falling losses unless FALLING=0; cuda and cpu agree unless AGREE=0
+stub "$fake/build/maestro-run" '
+backend=$(grep -o "\"[a-z]*\"" "${@: -1}" | tr -d \") ; for a; do [ "$prev" = --config ] && backend=$(grep -o "\"[a-z]*\"" "$a" | tr -d \"); prev=$a; done
+l2=1.5; [ "${FALLING:-1}" = 0 ] && l2=2.5; [ "$backend" = cpu ] && [ "${AGREE:-1}" = 0 ] && l2=1.0
+echo "{\"backend\": \"$backend\", \"first_loss\": 2.0, \"final_loss\": $l2, \"losses\": [2.0, $l2]}"'
+stub "$fake/build/bench/bench_gpu" '
+for a; do case "$a" in
+  gemm) echo "{\"check\": \"gemm\", \"peak_tflops\": 700.0, \"device\": \"stand-in\"}"; exit 0;;
+  step) echo "{\"check\": \"step\", \"tokens_per_s\": 20000.0, \"tflops\": 210.0}"; exit 0;;
+  ops|selfcheck|model) echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
+esac; done; exit 2'
+run() { PATH="$fake/bin:$PATH" TORCH_PYTHON="$fake/bin/nopython" bash bench/gpu/run.sh --no-build --build "$fake/build" --report "$fake/report.md" >"$fake/stdout" 2>&1; }
+fail=0
+check() { if eval "$1"; then echo "ok   $2"; else echo "FAIL $2"; fail=1; fi; }
+
+run; st=$?
+check '[ $st = 0 ]' "all stand-ins pass: status 0 ($st)"
+check 'grep -q "^## torch step: SKIP" "$fake/report.md"' "no torch with CUDA: the torch step is SKIP"
+check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBLASLt peak 700.0" "$fake/report.md"' "MFU against 989 and against the measured peak, in the report"
+check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 14 ]' "14 steps PASS (all but build, skipped, and torch)"
+
+FALLING=0 run; st=$?
+check '[ $st = 1 ]' "a loss that rises fails the run ($st)"
+check 'grep -q "^## train tiny_kd: FAIL" "$fake/report.md"' "... naming the step"
+
+AGREE=0 run; st=$?
+check 'grep -q "^## engine cuda vs cpu: FAIL" "$fake/report.md"' "cuda and cpu losses that differ fail the comparison"
+
+[ "$fail" = 0 ] || { echo "--- report headers:"; grep "^## " "$fake/report.md"; }
+exit $fail
