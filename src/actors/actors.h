@@ -50,6 +50,8 @@ struct CheckpointerConfig {
   int64_t global_batch = 0;
   std::string schedule;
   int64_t keep = 0;                     // step folders kept (CheckpointWriter); 0 = all
+  std::vector<caf::actor> gatherers;    // replicas 1.. of groups with a sharded optimizer: sent SaveSection{""}
+                                        // (they take part in gathering the state, write nothing)
 };
 caf::actor spawn_checkpointer(caf::actor_system& sys, CheckpointerConfig config, caf::actor tracer);
 

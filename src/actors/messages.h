@@ -94,7 +94,9 @@ struct Applied {
   std::string error;
 };
 
-// checkpointer -> replica 0 of a section: write parameters + AdamW state.
+// checkpointer -> replica 0 of a section: write parameters + AdamW state;
+// with a sharded optimizer, also -> the group's other replicas with path ""
+// (they take part in gathering the state, write nothing).
 struct SaveSection {
   std::string path;
 };

@@ -30,6 +30,13 @@ SectionRunner::SectionRunner(const Program& program, int section, int stage, int
       backend_(std::move(backend)),
       dp_group_(std::move(dp_group)) {
   model_ = std::make_unique<SectionModel>(program.sections[size_t(section)], *backend_, seed, stage, stages);
+  // ZeRO-1: this replica's shard of the flat buffer (the one reduce_scatter gives it).
+  if (program.train.optimizer.shard && model_->grads() && dp_group_ && dp_group_->size() > 1) {
+    const Shard sh = shard_of(model_->grad_count(), dp_group_->size(), dp_group_->rank());
+    Communicator* group = dp_group_.get();
+    model_->shard_optimizer(int64_t(sh.offset), int64_t(sh.count),
+                            [group](float* out, const float* in, size_t n) { group->all_gather(out, in, n); });
+  }
 }
 
 SectionRunner::~SectionRunner() {
@@ -198,7 +205,11 @@ SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
 SectionRunner::StepScalars SectionRunner::reduce_grads() {
   size_t norm_slot = 0;
   if (float* g = model_->grads()) {
-    if (dp_group_ && dp_group_->size() > 1) dp_group_->all_reduce(g, model_->grad_count());
+    const size_t n = model_->grad_count();
+    if (model_->optimizer_sharded())  // the sums of this replica's shard only, in place
+      dp_group_->reduce_scatter(g + shard_of(n, dp_group_->size(), dp_group_->rank()).offset, g, n);
+    else if (dp_group_ && dp_group_->size() > 1)
+      dp_group_->all_reduce(g, n);
     norm_slot = take_slots(1);
     model_->grad_sq_norm(slot(norm_slot));
   }
@@ -211,7 +222,8 @@ SectionRunner::StepScalars SectionRunner::reduce_grads() {
   for (const QueuedLoss& q : queued_losses_)
     out.losses.push_back(
         {q.task, SectionModel::loss_value(sec, std::span<const double>(host.data() + q.slot, sec.loss.size()), q.n_global)});
-  if (model_->grads()) out.grad_sq_norm = host[norm_slot];
+  if (model_->grads())
+    out.grad_sq_norm = model_->optimizer_sharded() ? group_sq_norm(host[norm_slot]) : host[norm_slot];
   queued_losses_.clear();
   used_ = 0;
   return out;
@@ -223,6 +235,32 @@ void SectionRunner::apply(double scale, double lr) {
   model_->adamw_step(program_.train.optimizer, lr);
   model_->zero_grads();
 }
+
+// Σ over the group of each replica's shard norm², in rank order, so every
+// replica gets the same global norm². The Communicator moves floats: each
+// double travels as its two floats' bits (all_gather copies, never adds).
+double SectionRunner::group_sq_norm(double mine) {
+  static_assert(sizeof(double) == 2 * sizeof(float));
+  const size_t ranks = size_t(dp_group_->size());
+  std::vector<double> host(ranks);
+  float* buf = backend_->allocate(2 * ranks + 2);  // [2·ranks] gathered, then [2] mine
+  backend_->copy_from_host(buf + 2 * ranks, &mine, sizeof(double));
+  try {
+    dp_group_->all_gather(buf, buf + 2 * ranks, 2 * ranks);
+  } catch (...) {
+    backend_->release(buf);
+    throw;
+  }
+  backend_->copy_to_host(host.data(), buf, ranks * sizeof(double));
+  backend_->release(buf);
+  double sum = 0;
+  for (double d : host) sum += d;
+  return sum;
+}
+
+size_t SectionRunner::optimizer_state_bytes() const { return model_->optimizer_state_bytes(); }
+size_t SectionRunner::unsharded_optimizer_state_bytes() const { return 2 * model_->grad_count() * sizeof(float); }
+bool SectionRunner::optimizer_sharded() const { return model_->optimizer_sharded(); }
 
 // Tensors keep their section prefix on every stage (their names differ by layer).
 void SectionRunner::save(const std::string& path) { model_->save(path, section_name()); }

@@ -56,8 +56,9 @@ class SectionRunner {
   Result backward(const RunTask& task);
 
   // End of step, on every replica of the group together: all-reduces the
-  // gradients over the data-parallel group (train sections), queues their
-  // norm², then reads the step's scalars (the forwards' losses, the norm²)
+  // gradients over the data-parallel group (train sections; with a sharded
+  // optimizer, reduce-scatters them: each replica sums its shard, and the
+  // norm² is the group's sum of shard norm²s), queues their norm², then reads the step's scalars (the forwards' losses, the norm²)
   // back — the replica's one wait for its backend in a step.
   struct StepScalars {
     std::vector<TaskLoss> losses;  // forward tasks of the step, in run order
@@ -67,8 +68,16 @@ class SectionRunner {
   // grads *= scale; AdamW step at lr; grads = 0.
   void apply(double scale, double lr);
 
-  void save(const std::string& path);  // parameters + AdamW state, under the section prefix
+  // Parameters + AdamW state, under the section prefix. Sharded optimizer:
+  // every replica of the group saves together (the state is gathered), and
+  // a replica given path "" writes nothing.
+  void save(const std::string& path);
   void load(const std::string& path);
+  // ZeRO-1 (program.train.optimizer.shard with dp > 1): the AdamW moments
+  // this replica holds, in bytes, and whether they are its shard only.
+  size_t optimizer_state_bytes() const;
+  size_t unsharded_optimizer_state_bytes() const;  // 2 moments × every parameter of this part
+  bool optimizer_sharded() const;
 
   const std::string& section_name() const;
   std::string part_name() const;  // part_name(section, stage, stages)
@@ -93,6 +102,7 @@ class SectionRunner {
   };
   std::vector<QueuedLoss> queued_losses_;
   size_t take_slots(size_t n);  // n consecutive slots in one chunk
+  double group_sq_norm(double mine);  // sharded: Σ_rank shard norm², in rank order
   double* slot(size_t i) { return chunks_[i / kSlots] + i % kSlots; }
 };
 

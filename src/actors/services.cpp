@@ -103,19 +103,23 @@ caf::behavior checkpointer(caf::stateful_actor<CheckpointerState>* self, Checkpo
           finish();
           return st.reply;
         }
-        for (size_t i = 0; i < cfg.replica0.size(); ++i) {
-          self->request(cfg.replica0[i], caf::infinite, SaveSection{st.writer->section_path(cfg.names[i])})
+        const size_t saves = cfg.replica0.size() + cfg.gatherers.size();
+        for (size_t i = 0; i < saves; ++i) {
+          const bool writes = i < cfg.replica0.size();
+          const std::string name = writes ? cfg.names[i] : "a gatherer";
+          self->request(writes ? cfg.replica0[i] : cfg.gatherers[i - cfg.replica0.size()], caf::infinite,
+                        SaveSection{writes ? st.writer->section_path(name) : ""})
               .then(
                   [=](const Saved& s) {
                     auto& st = self->state;
                     if (!s.error.empty() && st.error.empty()) st.error = s.error;
-                    if (++st.saved == cfg.replica0.size()) finish();
+                    if (++st.saved == saves) finish();
                   },
                   [=](caf::error& err) {
                     auto& st = self->state;
-                    if (st.error.empty()) st.error = fmt::format("section '{}' did not save: {}", cfg.names[i],
+                    if (st.error.empty()) st.error = fmt::format("section '{}' did not save: {}", name,
                                                                  caf::to_string(err));
-                    if (++st.saved == cfg.replica0.size()) finish();
+                    if (++st.saved == saves) finish();
                   });
         }
         if (cfg.replica0.empty()) finish();

@@ -37,6 +37,18 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
     result.plan_lines.push_back(fmt::format("{}: dp {}, pp {}, micro_batch {}{}", graph.nodes[s].name,
                                             plan.sections[s].dp, plan.sections[s].pp, plan.sections[s].micro_batch,
                                             graph.section(int(s)).mode == Mode::Frozen ? " (frozen)" : ""));
+  for (const auto& stages : setup.runners)
+    for (const auto& group : stages)
+      if (!group.empty() && group[0]->optimizer_state_bytes() > 0) {
+        const SectionRunner& r = *group[0];
+        TrainResult::OptimizerMemory m{r.part_name(), int64_t(group.size()), r.optimizer_sharded(),
+                                       r.optimizer_state_bytes(), r.unsharded_optimizer_state_bytes()};
+        result.optimizer_memory.push_back(m);
+        if (m.sharded)
+          result.plan_lines.push_back(fmt::format("{}: sharded optimizer over dp {}: {:.2f} MiB of AdamW state per replica "
+                                                  "(unsharded {:.2f} MiB)", m.part, m.dp, m.bytes_per_replica / 1048576.0,
+                                                  m.unsharded_bytes / 1048576.0));
+      }
   if (options.on_plan) options.on_plan(result.plan_lines);
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", size_t(setup.threads));

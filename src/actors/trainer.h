@@ -56,6 +56,16 @@ struct TrainResult {
   std::string transport = "local";
   std::vector<std::string> plan_lines;  // "llm: dp 2, micro_batch 8" per section
   std::vector<std::string> skipped_samples;  // manifest lines left out (on_bad_sample = "skip")
+  // Per train section part ("llm", "llm.stage1"): the AdamW moments each
+  // replica holds (replica 0's; the last shard may be one float smaller),
+  // and what it would hold unsharded — what ZeRO-1 saves is the difference.
+  struct OptimizerMemory {
+    std::string part;
+    int64_t dp = 1;
+    bool sharded = false;
+    size_t bytes_per_replica = 0, unsharded_bytes = 0;
+  };
+  std::vector<OptimizerMemory> optimizer_memory;
 };
 
 // `graph` (and the Program it refers to), `plan` and `inputs` outlive the call.

@@ -132,6 +132,8 @@ int run(int argc, char** argv) {
     }
     program = std::move(*loaded);
   }
+  // The TOML's switch wins over the .sect's adamw(shard: ...), for every command.
+  if (config.runtime.shard_optimizer) program.train.optimizer.shard = *config.runtime.shard_optimizer;
 
   return find_command(command_name(cli))(program, config, cli);
 }

@@ -41,6 +41,8 @@ int print_graph_command(const Program& program, const RuntimeConfig&, const CliO
     out += line + "\n";
   }
   out += fmt::format("\n{} sections, {} parameters\n", graph.nodes.size(), format_count(graph.total_params()));
+  if (program.train.optimizer.shard)
+    out += "optimizer: adamw, sharded (ZeRO-1: each train section's dp replicas keep 1/dp of its state)\n";
   out += fmt::format("\nflows ({}):\n", graph.edges.size());
   for (const GraphEdge& e : graph.edges)
     out += fmt::format("  {} -> {} : {}\n", graph.nodes[e.from].name, graph.nodes[e.to].name,

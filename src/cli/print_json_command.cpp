@@ -97,7 +97,7 @@ json to_json(const TrainSpec& t) {
           {"seed", t.seed},
           {"optimizer",
            {{"kind", "adamw"}, {"lr", o.lr}, {"betas", {o.beta1, o.beta2}}, {"eps", o.eps},
-            {"weight_decay", o.weight_decay}}},
+            {"weight_decay", o.weight_decay}, {"shard", o.shard}}},
           {"schedule",
            {{"kind", t.schedule.kind == LrSchedule::Kind::Constant ? "constant" : "cosine"},
             {"warmup", t.schedule.warmup}}},

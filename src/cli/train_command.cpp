@@ -186,6 +186,9 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
                         {"interrupted", r.interrupted},
                         {"skipped_samples", r.skipped_samples.size()},
                         {"losses", r.losses}};
+    for (const TrainResult::OptimizerMemory& m : r.optimizer_memory)
+      j["optimizer_state"][m.part] = {{"dp", m.dp}, {"sharded", m.sharded}, {"bytes_per_replica", m.bytes_per_replica},
+                                      {"unsharded_bytes", m.unsharded_bytes}};
     std::printf("%s\n", j.dump().c_str());
   }
   return g_signal != 0 ? 128 + int(g_signal) : 0;

@@ -53,6 +53,12 @@ class Reader {
     return value;
   }
 
+  bool boolean(const toml::node& node, const std::string& key) const {
+    const auto* v = node.as_boolean();
+    if (!v) fail(node.source(), fmt::format("'{}' must be true or false, not {}", key, type_name(node)));
+    return v->get();
+  }
+
   std::string string(const toml::node& node, const std::string& key) const {
     const auto* v = node.as_string();
     if (!v) fail(node.source(), fmt::format("'{}' must be a string, not {}", key, type_name(node)));
@@ -97,9 +103,10 @@ class Reader {
 };
 
 void read_runtime(const Reader& r, const toml::table& t, RuntimeConfig::Runtime& out) {
-  r.keys(t, "runtime", {"backend", "threads", "seed"}, [&](const std::string& k, const toml::node& v) {
+  r.keys(t, "runtime", {"backend", "threads", "seed", "shard_optimizer"}, [&](const std::string& k, const toml::node& v) {
     if (k == "backend") out.backend = r.one_of(v, k, {"auto", "cpu", "cuda"});
     else if (k == "threads") out.threads = r.integer(v, k, 0, kMaxThreads);
+    else if (k == "shard_optimizer") out.shard_optimizer = r.boolean(v, k);
     else out.seed = uint64_t(r.integer(v, k, 0));
   });
 }

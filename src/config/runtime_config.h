@@ -19,6 +19,7 @@ struct RuntimeConfig {
     std::string backend = "auto";   // auto | cpu | cuda
     int64_t threads = 0;            // CPU worker threads; 0 = all cores
     std::optional<uint64_t> seed;   // overrides train.seed when set
+    std::optional<bool> shard_optimizer;  // overrides train's adamw(shard: ...) when set (ZeRO-1)
   } runtime;
 
   struct Cluster {

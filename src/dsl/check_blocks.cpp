@@ -536,7 +536,9 @@ void Checker::read_train(const Stmt& s) {
   if (const Expr* e = value("optimizer")) {
     if (e->kind == Expr::Kind::Name && e->text == "adamw") {
     } else if (e->kind == Expr::Kind::Call && e->text == "adamw") {
-      if (auto a = args(*e, {"lr", "betas", "eps", "weight_decay"}, {})) {
+      if (auto a = args(*e, {"lr", "betas", "eps", "weight_decay", "shard"}, {})) {
+        if (const Expr* sh = a->get("shard"))
+          if (auto b = boolean(*sh, "'shard'")) t.optimizer.shard = *b;
         if (const Expr* lr = a->get("lr"))
           if (auto v = positive_real(*lr, "'lr'")) t.optimizer.lr = *v;
         if (const Expr* eps = a->get("eps"))
@@ -558,7 +560,7 @@ void Checker::read_train(const Stmt& s) {
       }
     } else {
       std::string name = e->kind == Expr::Kind::Call || e->kind == Expr::Kind::Name ? e->text : "";
-      error(e->span, fmt::format("'optimizer' takes adamw(lr: ..., betas: [..], eps: ..., weight_decay: ...), not {}{}",
+      error(e->span, fmt::format("'optimizer' takes adamw(lr: ..., betas: [..], eps: ..., weight_decay: ..., shard: true|false), not {}{}",
                                  kind_of(*e), did_you_mean(name, {"adamw"})));
     }
   }

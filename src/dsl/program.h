@@ -209,11 +209,16 @@ struct DataSpec {
 };
 
 // ---------------------------------------------------------------------- train
-struct OptimizerSpec {  // adamw(lr, betas, eps, weight_decay); PyTorch's defaults
+struct OptimizerSpec {  // adamw(lr, betas, eps, weight_decay, shard); PyTorch's defaults
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
+  // ZeRO-1 (Megatron's --use-distributed-optimizer): each of a section's dp
+  // replicas keeps 1/dp of the optimizer state and updates that shard of the
+  // parameters, then all-gathers them (docs/runtime.md, "Sharded optimizer").
+  // [runtime] shard_optimizer in the TOML overrides it.
+  bool shard = false;
 };
 
 struct LrSchedule {

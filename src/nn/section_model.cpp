@@ -54,6 +54,7 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
     grads_ = backend_.allocate(n_params_);
     adam_m_ = backend_.allocate(n_params_);
     adam_v_ = backend_.allocate(n_params_);
+    opt_count_ = n_params_;
   }
   std::vector<float> host;
   for (size_t i = 0; i < tensors_.size(); ++i) {
@@ -171,7 +172,7 @@ void SectionModel::zero_grads() {
 }
 
 void SectionModel::grad_sq_norm(double* out) {
-  if (grads_) backend_.sq_norm(out, grads_, n_params_);
+  if (grads_) backend_.sq_norm(out, grads_ + opt_offset_, size_t(opt_count_));
   else backend_.zero_scalars(out, 1);
 }
 
@@ -183,14 +184,29 @@ double SectionModel::grad_sq_norm() {
 }
 
 void SectionModel::scale_grads(float f) {
-  if (grads_) backend_.scale(grads_, f, n_params_);
+  if (grads_) backend_.scale(grads_ + opt_offset_, f, size_t(opt_count_));
 }
 
 void SectionModel::adamw_step(const OptimizerSpec& opt, double lr) {
   if (!grads_) input_error(section_, "an optimizer step on a frozen section");
   ++adam_t_;
-  backend_.adamw(params_, grads_, adam_m_, adam_v_, n_params_, float(lr), float(opt.beta1), float(opt.beta2),
-                 float(opt.eps), float(opt.weight_decay), adam_t_);
+  backend_.adamw(params_ + opt_offset_, grads_ + opt_offset_, adam_m_, adam_v_, size_t(opt_count_), float(lr),
+                 float(opt.beta1), float(opt.beta2), float(opt.eps), float(opt.weight_decay), adam_t_);
+  if (all_gather_) all_gather_(params_, params_ + opt_offset_, size_t(n_params_));
+}
+
+void SectionModel::shard_optimizer(int64_t offset, int64_t count, AllGather all_gather) {
+  if (!grads_) input_error(section_, "a sharded optimizer on a frozen section");
+  if (all_gather_ || offset < 0 || count < 0 || offset + count > n_params_)
+    throw std::logic_error(fmt::format("shard_optimizer({}, {}) of {} parameters", offset, count, n_params_));
+  // [count] each: this shard's slice of the moments (loaded or zero), the whole freed
+  for (float** moments : {&adam_m_, &adam_v_}) {
+    float* shard = backend_.allocate(size_t(std::max<int64_t>(count, 1)));
+    backend_.copy(shard, *moments + offset, size_t(count));
+    backend_.release(std::exchange(*moments, shard));
+  }
+  opt_offset_ = offset, opt_count_ = count;
+  all_gather_ = std::move(all_gather);
 }
 
 namespace {
@@ -214,30 +230,47 @@ void SectionModel::save(const std::string& path, const std::string& prefix) cons
     out.push_back({full_name(prefix, tensors_[i].name), host_copy(backend_, params_ + offsets_[i], tensors_[i].shape)});
   std::map<std::string, std::string> meta;
   if (grads_) {
-    for (size_t i = 0; i < tensors_.size(); ++i) {
+    // Host copies of the whole moments, per tensor: this replica's, or (sharded)
+    // every shard gathered into one temporary [n_params_] buffer at a time.
+    std::vector<Tensor> moments[2];
+    for (int k = 0; k < 2; ++k) {
+      struct Whole {  // released on every path, a failed collective included
+        Backend& backend;
+        float* data;
+        ~Whole() { if (data) backend.release(data); }
+      } whole{backend_, all_gather_ ? backend_.allocate(size_t(n_params_)) : nullptr};
+      const float* src = k == 0 ? adam_m_ : adam_v_;
+      if (whole.data) all_gather_(whole.data, src, size_t(n_params_)), src = whole.data;
+      for (size_t i = 0; i < tensors_.size() && !path.empty(); ++i)
+        moments[k].push_back(host_copy(backend_, src + offsets_[i], tensors_[i].shape));
+    }
+    for (size_t i = 0; i < tensors_.size() && !path.empty(); ++i) {
       const std::string n = full_name(prefix, tensors_[i].name);
-      out.push_back({n + ":exp_avg", host_copy(backend_, adam_m_ + offsets_[i], tensors_[i].shape)});
-      out.push_back({n + ":exp_avg_sq", host_copy(backend_, adam_v_ + offsets_[i], tensors_[i].shape)});
+      out.push_back({n + ":exp_avg", std::move(moments[0][i])});
+      out.push_back({n + ":exp_avg_sq", std::move(moments[1][i])});
     }
     meta["adamw_step"] = std::to_string(adam_t_);
   }
-  write_safetensors(path, out, meta);
+  if (!path.empty()) write_safetensors(path, out, meta);
 }
 
 void SectionModel::read_parameters(const std::string& path, const std::string& prefix, bool with_optimizer) {
   SafetensorsReader file(path);
   std::vector<float> host;
-  auto read = [&](const std::string& name, size_t i, float* dst) {
+  // Tensor i into dst, a buffer holding the flat range [first, first + count).
+  auto read = [&](const std::string& name, size_t i, float* dst, int64_t first = 0, int64_t count = INT64_MAX) {
     host.resize(tensors_[i].numel());
     file.read_f32(name, tensors_[i].shape, host.data());
-    backend_.copy_from_host(dst + offsets_[i], host.data(), host.size() * sizeof(float));
+    const int64_t begin = std::max(offsets_[i], first), end = std::min(offsets_[i] + tensors_[i].numel(), first + count);
+    if (begin < end)
+      backend_.copy_from_host(dst + (begin - first), host.data() + (begin - offsets_[i]), size_t(end - begin) * sizeof(float));
   };
   for (size_t i = 0; i < tensors_.size(); ++i) read(full_name(prefix, tensors_[i].name), i, params_);
   if (!with_optimizer) return;
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const std::string n = full_name(prefix, tensors_[i].name);
-    read(n + ":exp_avg", i, adam_m_);
-    read(n + ":exp_avg_sq", i, adam_v_);
+    read(n + ":exp_avg", i, adam_m_, opt_offset_, opt_count_);
+    read(n + ":exp_avg_sq", i, adam_v_, opt_offset_, opt_count_);
   }
   auto it = file.metadata().find("adamw_step");
   if (it == file.metadata().end()) throw std::runtime_error(path + ": no 'adamw_step' in the metadata");

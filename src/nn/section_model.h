@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -172,10 +173,27 @@ class SectionModel {
   void adamw_step(const OptimizerSpec& opt, double lr);
   int64_t adamw_steps() const { return adam_t_; }
 
+  // ---- ZeRO-1: a sharded optimizer (docs/runtime.md, "Sharded optimizer") --
+  // out[n] = every replica's in[count] at its offset: the data-parallel
+  // group's all_gather (transport/collectives.h), `in` may be out + offset.
+  using AllGather = std::function<void(float* out, const float* in, size_t n)>;
+  // From now on this replica keeps the AdamW moments of the flat buffer's
+  // [offset, offset + count) only (its shard; the rest is freed) and:
+  // scale_grads()/grad_sq_norm() act on that range of the gradients (which
+  // the caller has reduced there); adamw_step() updates that range of the
+  // parameters, then all_gathers the parameters; load() reads that slice of
+  // the moments; save() all_gathers the moments and writes them whole (so
+  // every replica of the group saves together, all but one with path "").
+  // Call once, after construction (or a load) and before any step.
+  void shard_optimizer(int64_t offset, int64_t count, AllGather all_gather);
+  bool optimizer_sharded() const { return bool(all_gather_); }
+  size_t optimizer_state_bytes() const { return grads_ ? size_t(2 * opt_count_) * sizeof(float) : 0; }
+
   // ---- files ----------------------------------------------------------------
   // Writes every parameter as "<prefix>.<name>" (F32), plus, in train mode,
   // the AdamW moments as "<prefix>.<name>:exp_avg" / ":exp_avg_sq" and the
   // step number in the metadata ("adamw_step"). Atomic (temp file + rename).
+  // Sharded: a collective (see shard_optimizer); path "" writes nothing.
   void save(const std::string& path, const std::string& prefix) const;
   // Reads a file written by save() with the same prefix (moments and step
   // too in train mode). Throws std::runtime_error naming file and tensor.
@@ -198,8 +216,10 @@ class SectionModel {
   int64_t n_params_ = 0;
   float* params_ = nullptr;  // [n_params_]
   float* grads_ = nullptr;   // [n_params_]  train only
-  float* adam_m_ = nullptr;  // [n_params_]  train only
-  float* adam_v_ = nullptr;  // [n_params_]  train only
+  float* adam_m_ = nullptr;  // [opt_count_]  train only: moments of params [opt_offset_, +opt_count_)
+  float* adam_v_ = nullptr;  // [opt_count_]  train only
+  int64_t opt_offset_ = 0, opt_count_ = 0;  // the whole buffer unless sharded
+  AllGather all_gather_;     // set when sharded
   double* scalars_ = nullptr;  // [max(1, loss terms)] for loss() and grad_sq_norm()
   int64_t adam_t_ = 0;
   std::unique_ptr<Impl> impl_;

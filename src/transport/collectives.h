@@ -15,7 +15,10 @@
 //
 // Shards: reduce-scatter and all-gather cut n elements into `size`
 // contiguous shards (shard_of), lower ranks taking the one extra element
-// when n is not a multiple of size.
+// when n is not a multiple of size. Both may run in place, as NCCL's and
+// MPI's do (the sharded optimizer does, docs/runtime.md): reduce_scatter
+// with out == in + this rank's shard offset, all_gather with in == out +
+// that offset.
 #pragma once
 
 #include <cstddef>

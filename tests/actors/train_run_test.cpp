@@ -94,6 +94,21 @@ BOOST_AUTO_TEST_CASE(data_parallel_and_monolithic_agree_with_the_default) {
   }
 }
 
+// ZeRO-1: the same rank-order gradient sums and an elementwise AdamW, so the
+// same losses bitwise; each llm replica holds half of the AdamW state.
+BOOST_AUTO_TEST_CASE(a_sharded_optimizer_gives_the_unsharded_losses) {
+  const std::string text = small_mllm("parallel { dp = 2; }");
+  Program sharded = parse(text);
+  sharded.train.optimizer.shard = true;
+  const TrainResult off = run(parse(text)), on = run(sharded);
+  BOOST_TEST_REQUIRE(on.exit_code == 0, on.error);
+  BOOST_TEST(on.losses == off.losses);
+  for (const TrainResult::OptimizerMemory& m : on.optimizer_memory) {
+    BOOST_TEST(m.sharded == (m.part == "llm"), m.part);  // vision and proj run at dp 1
+    if (m.sharded) BOOST_TEST(m.bytes_per_replica <= m.unsharded_bytes / 2 + sizeof(float));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(errors_name_the_section_and_set_the_exit_status) {
   Program p = parse(small_mllm("parallel { dp = 1; }"));
   p.sections[1].weights = "/nonexistent/proj.safetensors";

@@ -39,6 +39,7 @@ BOOST_AUTO_TEST_CASE(no_file_means_defaults) {
   BOOST_TEST(c.runtime.backend == "auto");
   BOOST_TEST(c.runtime.threads == 0);
   BOOST_TEST(!c.runtime.seed.has_value());
+  BOOST_TEST(!c.runtime.shard_optimizer.has_value());
   BOOST_TEST(c.cluster.devices == 0);
   BOOST_TEST(c.cluster.device == "auto");
   BOOST_TEST(c.cluster.devices_per_node == 8);
@@ -68,6 +69,7 @@ BOOST_AUTO_TEST_CASE(every_key_is_read) {
 backend = "cpu"
 threads = 3
 seed = 42
+shard_optimizer = true
 [cluster]
 devices = 16
 device = "h100"
@@ -89,6 +91,7 @@ dir = "ck"
   BOOST_TEST(c.runtime.backend == "cpu");
   BOOST_TEST(c.runtime.threads == 3);
   BOOST_TEST(c.runtime.seed.value() == 42u);
+  BOOST_TEST(c.runtime.shard_optimizer.value());
   BOOST_TEST(c.cluster.devices == 16);
   BOOST_TEST(c.cluster.device == "h100");
   BOOST_TEST(c.cluster.devices_per_node == 4);
@@ -130,6 +133,8 @@ BOOST_AUTO_TEST_CASE(wrong_types_and_ranges) {
   BOOST_TEST(e.find("range.toml:2:9: error: 'nodes' must be at least 1, got 0") != std::string::npos, e);
   e = error_of("gbps.toml", "[cluster]\ninter_node_gbps = true\n");
   BOOST_TEST(e.find("gbps.toml:2:19: error: 'inter_node_gbps' must be a number") != std::string::npos, e);
+  e = error_of("shard.toml", "[runtime]\nshard_optimizer = \"auto\"\n");
+  BOOST_TEST(e.find("shard.toml:2:19: error: 'shard_optimizer' must be true or false, not a string") != std::string::npos, e);
   e = error_of("notable.toml", "runtime = 3\n");
   BOOST_TEST(e.find("notable.toml:1:11: error: 'runtime' must be a table") != std::string::npos, e);
 }

@@ -190,6 +190,9 @@ BOOST_AUTO_TEST_CASE(train_checks_and_defaults) {
   expect_error(with("micro_batch = 4;", "micro_batch = 16;"), "'micro_batch' (16) of section 'vision' is larger than 'global_batch' (8)");
   expect_error(with("adamw(lr: 1e-3)", "adamw(lr: 1e-3, betas: [0.9])"), "'betas' takes two numbers");
   expect_error(with("adamw(lr: 1e-3)", "sgd(lr: 1e-3)"), "'optimizer' takes adamw(");
+  expect_error(with("adamw(lr: 1e-3)", "adamw(lr: 1e-3, shard: 1)"), "'shard' takes true or false, not a number");
+  expect_error(with("adamw(lr: 1e-3)", "adamw(lr: 1e-3, shard: \"yes\")"), "'shard' takes true or false");
+  BOOST_TEST(must_load(with("adamw(lr: 1e-3)", "adamw(lr: 1e-3, shard: true)")).train.optimizer.shard);
   expect_error(with("precision = fp32;", "schedule = linear;"), "'schedule' takes cosine(warmup: N) or constant");
   expect_error(with("precision = fp32;", "checkpoint { every = 10; }"), "'checkpoint' has no 'dir'");
   Program d = must_load(with("optimizer = adamw(lr: 1e-3);\n  precision = fp32;\n", ""));
@@ -197,6 +200,7 @@ BOOST_AUTO_TEST_CASE(train_checks_and_defaults) {
   BOOST_TEST(d.train.optimizer.beta1 == 0.9);
   BOOST_TEST(d.train.optimizer.beta2 == 0.999);
   BOOST_TEST(d.train.optimizer.weight_decay == 0.01);
+  BOOST_TEST(!d.train.optimizer.shard);
   BOOST_TEST((d.train.precision == Precision::BF16));
   BOOST_TEST(d.train.seed == 1u);
   BOOST_TEST(d.train.checkpoint_dir.empty());

@@ -167,6 +167,64 @@ def case_pipeline():
     assert "no 'vision'" in p.stderr and "same pipeline stages" in p.stderr, p.stderr
 
 
+def case_zero1():
+    """ZeRO-1 (adamw(shard: true) or [runtime] shard_optimizer): each dp
+    replica keeps 1/dp of the AdamW state; the losses are those of the
+    unsharded run (bitwise here: the reduced gradients are the same rank-order
+    sums and AdamW is elementwise; only the global norm is summed per shard),
+    the memory saved is reported, and a sharded dp=2 checkpoint holds the
+    whole (gathered) state: it resumes at dp=2 sharded and at dp=1 unsharded."""
+    steps = ["--steps", "4"]
+    dp2 = variant("models/tiny_mllm.sect", "dp2.sect", [
+        (r"(section llm \{.*?)parallel \{ dp = auto; \}", r"\1parallel { dp = 2; }\n  micro_batch = 5;"),
+        (r"(section audio \{.*?)micro_batch = auto;", r"\1micro_batch = 2;\n  parallel { dp = 2; }"),
+    ])
+    sharded = variant(dp2, "dp2_shard.sect", [(r"weight_decay: 0.01\)", "weight_decay: 0.01, shard: true)")])
+    off = train_json(dp2, *steps)
+    on = train_json(sharded, *steps)
+    assert_close(on["losses"], off["losses"], 1e-5, "tiny_mllm dp=2: sharded vs unsharded")
+    assert on["losses"] == off["losses"], ("bitwise expected", on["losses"], off["losses"])
+    for part in ["llm", "audio"]:
+        m, u = on["optimizer_state"][part], off["optimizer_state"][part]
+        assert m["sharded"] and m["dp"] == 2 and not u["sharded"], (m, u)
+        assert m["unsharded_bytes"] == u["bytes_per_replica"] == u["unsharded_bytes"], (m, u)
+        assert abs(m["bytes_per_replica"] - m["unsharded_bytes"] / 2) <= 8, m  # 1/dp (the odd float to rank 0)
+    assert not on["optimizer_state"]["vision"]["sharded"]  # dp = 1: nothing to shard
+    # The TOML switch wins over the .sect, both ways.
+    toml_on = os.path.join(TMP, "shard_on.toml")
+    with open(toml_on, "w") as f:
+        f.write("[runtime]\nshard_optimizer = true\n")
+    toml_off = os.path.join(TMP, "shard_off.toml")
+    with open(toml_off, "w") as f:
+        f.write("[runtime]\nshard_optimizer = false\n")
+    assert train_json(dp2, *steps, "--config", toml_on)["optimizer_state"]["llm"]["sharded"]
+    assert not train_json(sharded, *steps, "--config", toml_off)["optimizer_state"]["llm"]["sharded"]
+    # tiny_kd: the student (the only train section) at dp = 2.
+    kd = variant("models/tiny_kd.sect", "kd_dp2.sect", [(r"micro_batch = 4;", "micro_batch = 4;\n  parallel { dp = 2; }")])
+    kd_shard = variant(kd, "kd_dp2_shard.sect", [(r"adamw\(lr: 5e-4\)", "adamw(lr: 5e-4, shard: true)")])
+    kd_off, kd_on = train_json(kd, *steps), train_json(kd_shard, *steps)
+    assert_close(kd_on["losses"], kd_off["losses"], 1e-5, "tiny_kd dp=2: sharded vs unsharded")
+    assert kd_on["losses"] == kd_off["losses"], ("bitwise expected", kd_on["losses"], kd_off["losses"])
+    assert kd_on["optimizer_state"]["student"]["sharded"] and "teacher" not in kd_on["optimizer_state"]
+    # Checkpoints: gathered, so the same files as the unsharded run's.
+    ck_on, ck_off = os.path.join(TMP, "ck-on"), os.path.join(TMP, "ck-off")
+    first = train_json(sharded, *steps, "--stop-after", "2", "--config", write_config("on.toml", ck_on))
+    ref = train_json(dp2, *steps, "--stop-after", "2", "--config", write_config("off.toml", ck_off))
+    assert_same_checkpoint(first["checkpoint"], ref["checkpoint"])
+    # Resume the sharded dp=2 checkpoint at dp=2 sharded and at dp=1 unsharded.
+    again = train_json(sharded, *steps, "--resume", ck_on)
+    assert again["losses"] == on["losses"][2:], ("resumed dp=2 sharded vs uninterrupted", again["losses"], on["losses"])
+    dp1 = variant("models/tiny_mllm.sect", "dp1.sect", [
+        (r"(section llm \{.*?)parallel \{ dp = auto; \}", r"\1parallel { dp = 1; }\n  micro_batch = 5;"),
+        (r"(section audio \{.*?)micro_batch = auto;", r"\1micro_batch = 2;\n  parallel { dp = 1; }"),
+    ])
+    at_dp1 = train_json(dp1, *steps, "--resume", ck_on)
+    assert not at_dp1["optimizer_state"]["llm"]["sharded"]
+    assert_close(at_dp1["losses"], on["losses"][2:], 1e-5, "resumed at dp=1 unsharded vs dp=2 sharded")
+    resumed_off = train_json(dp1, *steps, "--resume", ck_off)
+    assert at_dp1["losses"] == resumed_off["losses"], (at_dp1["losses"], resumed_off["losses"])
+
+
 KAT_TRAIN = {"global_batch": 4, "steps": 3, "lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1,
              "grad_clip": 0.25}
 

@@ -122,6 +122,24 @@ BOOST_AUTO_TEST_CASE(all_gather_assembles_the_shards) {
     }
 }
 
+// In place, as the sharded optimizer calls them: reduce_scatter into the
+// rank's own shard of its input, all_gather from the rank's shard of its output.
+BOOST_AUTO_TEST_CASE(reduce_scatter_and_all_gather_in_place) {
+  for (int size : kSizes)
+    for (size_t n : kLengths) {
+      const std::vector<F> xs = group_values(size, n, 9);
+      const F expect = fold(xs);
+      std::vector<F> bufs = xs;
+      on_ranks(size, 9, [&](int r, Communicator& c) {
+        float* b = bufs[size_t(r)].data();
+        const Shard s = shard_of(n, size, r);
+        c.reduce_scatter(b + s.offset, b, n);
+        c.all_gather(b, b + s.offset, n);
+      });
+      for (int r = 0; r < size; ++r) BOOST_TEST(bufs[size_t(r)] == expect, "size " << size << " n " << n << " rank " << r);
+    }
+}
+
 BOOST_AUTO_TEST_CASE(broadcast_from_every_root) {
   for (int size : kSizes)
     for (size_t n : kLengths)
