@@ -36,7 +36,7 @@ RunActors spawn_run(caf::actor_system& sys, RunSetup& setup, const SectionGraph&
   const std::string ckpt_root = options.checkpoint_dir.empty() ? train.checkpoint_dir : options.checkpoint_dir;
   if (!ckpt_root.empty()) {
     CheckpointerConfig cc{ckpt_root, {}, {}, {}, setup.seed, inputs.data_seed(), train.global_batch, options.schedule,
-                          options.checkpoint_keep};
+                          options.checkpoint_keep, {}};
     for (size_t s = 0; s < graph.nodes.size(); ++s)
       for (int64_t k = 0; k < plan.sections[s].pp && graph.section(int(s)).mode == Mode::Train; ++k) {
         cc.sections.push_back(int(s));

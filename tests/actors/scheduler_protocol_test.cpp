@@ -190,7 +190,7 @@ RunOutcome run_two_sections(unsigned seed, int steps, int fail_at_step = -1, std
   caf::actor checkpointer;
   if (!ckpt_root.empty())
     checkpointer = spawn_checkpointer(sys, CheckpointerConfig{ckpt_root, {0, 1}, {"enc", "head"},
-                                                              {replicas[0][0], replicas[1][0]}, 1, 2, 8, "wavefront"},
+                                                              {replicas[0][0], replicas[1][0]}, 1, 2, 8, "wavefront", 0, {}},
                                       tracer);
   SchedulerConfig sc;
   sc.graph = &graph;
