@@ -12,7 +12,8 @@ fake=$(mktemp -d)
 trap 'rm -rf "$fake"' EXIT
 mkdir -p "$fake/bin" "$fake/build/bench" "$fake/build/tests/gpu"
 stub() { printf '#!/usr/bin/env bash\n%s\n' "$2" > "$1"; chmod +x "$1"; }
-stub "$fake/bin/nvidia-smi" 'case "$1" in -L) echo "GPU 0: stand-in";; *) echo "stand-in, 80 GiB, 0";; esac'
+# one GPU unless GPUS says how many
+stub "$fake/bin/nvidia-smi" 'case "$1" in -L) for i in $(seq 0 $((${GPUS:-1} - 1))); do echo "GPU $i: stand-in"; done;; *) echo "stand-in, 80 GiB, 0";; esac'
 stub "$fake/bin/compute-sanitizer" 'shift 4; exec "$@"'
 stub "$fake/bin/nopython" 'exit 1'  # TORCH_PYTHON without torch: the torch step is SKIP
 stub "$fake/build/tests/gpu/test_gpu" 'echo "*** No errors detected"'
@@ -37,6 +38,12 @@ check 'grep -q "^## torch step: SKIP" "$fake/report.md"' "no torch with CUDA: th
 check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBLASLt peak 700.0" "$fake/report.md"' "MFU against 989 and against the measured peak, in the report"
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
 check '[ $(grep -c ": PASS" "$fake/report.md") = 14 ]' "14 steps PASS (all but build, skipped, and torch)"
+check 'grep -q "^## dp 2 over NCCL: SKIP" "$fake/report.md"' "one GPU: the dp 2 step is SKIP"
+
+GPUS=2 run; st=$?
+check '[ $st = 0 ] && grep -q "^## dp 2 over NCCL: PASS" "$fake/report.md"' "two GPUs: the dp 2 step runs and passes ($st)"
+GPUS=2 AGREE=0 run; st=$?
+check 'grep -q "^## dp 2 over NCCL: FAIL" "$fake/report.md"' "two GPUs: dp 2 cuda and cpu losses that differ fail it"
 
 FALLING=0 run; st=$?
 check '[ $st = 1 ]' "a loss that rises fails the run ($st)"

@@ -7,6 +7,8 @@
 #   4. a transformer's loss and all gradients, CUDA vs CPU engine (fp32, bf16)
 #   5. maestro-run: tiny_mllm 3 steps, backend cuda vs cpu (fp32 losses agree)
 #   6. maestro-run: tiny_mllm and tiny_kd on cuda, the loss falls
+#   6b. tiny_mllm with its llm section at dp = 2 (gradients all-reduced
+#      over NCCL), 3 steps cuda vs cpu (fp32 losses agree); SKIP on < 2 GPUs
 #   7. compute-sanitizer (memcheck) on the op check and a 2-step run
 #   8. cuBLASLt bf16 GEMM peak, then the 1.3B transformer section (layers 24,
 #      hidden 2048, heads 16, ffn 5504, vocab 32000, seq 2048, bf16):
@@ -47,6 +49,8 @@ cfg_dir=$(mktemp -d)
 trap 'rm -rf "$cfg_dir"' EXIT
 printf '[runtime]\nbackend = "cuda"\n' > "$cfg_dir/cuda.toml"
 printf '[runtime]\nbackend = "cpu"\n' > "$cfg_dir/cpu.toml"
+# tiny_mllm with its llm section's dp = auto pinned to 2: two NCCL ranks on cuda
+sed 's/parallel { dp = auto; }/parallel { dp = 2; }/' models/tiny_mllm.sect > "$cfg_dir/tiny_mllm_dp2.sect"
 
 # The plan: name | command (the checks read each command's last stdout line).
 plan=(
@@ -61,6 +65,7 @@ plan=(
   "engine cuda vs cpu|$run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "train tiny_mllm|$run models/tiny_mllm.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
   "train tiny_kd|$run models/tiny_kd.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
+  "dp 2 over NCCL|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "sanitizer ops|$sanitizer --tool memcheck --error-exitcode 1 $bench --fp32 ops"
   "sanitizer run|$sanitizer --tool memcheck --error-exitcode 1 $run models/tiny_kd.sect --steps 2 --quiet --config $cfg_dir/cuda.toml"
   "gemm peak|$bench gemm"
@@ -92,6 +97,8 @@ if [ "$dry" = 1 ]; then
   for m in models/tiny_mllm.sect models/tiny_kd.sect; do
     [ -f "$m" ] && echo "  ok  $m" || { echo "  MISSING $m"; fail=1; }
   done
+  grep -q "dp = 2" "$cfg_dir/tiny_mllm_dp2.sect" && echo "  ok  tiny_mllm at dp = 2 for 'dp 2 over NCCL'" ||
+    { echo "  FAIL models/tiny_mllm.sect no longer has the llm's 'parallel { dp = auto; }' that run.sh pins to 2"; fail=1; }
   echo "plan (on a machine with an NVIDIA GPU; report: $report):"
   i=1
   for p in "${plan[@]}"; do echo "  $i. ${p%%|*}: ${p#*|}"; i=$((i + 1)); done
@@ -120,6 +127,11 @@ for p in "${plan[@]}"; do
     printf '## %s: SKIP\n\n%s has no torch with CUDA (set TORCH_PYTHON)\n\n' "$name" "$torch_py" >> "$report"
     continue
   fi
+  if [ "$name" = "dp 2 over NCCL" ] && [ "$(nvidia-smi -L | grep -c '^GPU')" -lt 2 ]; then
+    echo "   SKIP (one GPU: a dp group needs a GPU per NCCL rank)"
+    printf '## %s: SKIP\n\none GPU here; dp = 2 on cuda needs two\n\n' "$name" >> "$report"
+    continue
+  fi
   start=$(date +%s)
   log=$(bash -c "$cmd" 2>&1); st=$?
   out[$name]=$log
@@ -128,7 +140,7 @@ for p in "${plan[@]}"; do
   # Checks and figures drawn from the output (a brace group: verdict survives).
   {
   case "$name" in
-    "engine cuda vs cpu")
+    "engine cuda vs cpu"|"dp 2 over NCCL")
       [ "$st" = 0 ] && { $py - "$log" <<'PY' || verdict=FAIL; }
 import json, sys
 lines = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
@@ -136,7 +148,7 @@ a, b = lines[0]["losses"], lines[1]["losses"]
 assert lines[0]["backend"] == "cuda" and lines[1]["backend"] == "cpu", lines
 err = max(abs(x - y) / abs(y) for x, y in zip(a, b))
 print("per-step loss rel err cuda vs cpu: %.3g" % err)
-assert err <= 1e-2, err  # tiny_kd trains in fp32; the GPU's atomics reorder sums
+assert err <= 1e-2, err  # tiny_kd and tiny_mllm train in fp32; the GPU's atomics reorder sums
 PY
       ;;
     "train tiny_mllm"|"train tiny_kd")

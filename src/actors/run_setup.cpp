@@ -78,12 +78,19 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
     const int pool_threads = int(std::max<int64_t>(1, setup.threads / (pp * plan.sections[s].dp)));
     for (int64_t k = 0; k < pp; ++k) {
       setup.runners[s].emplace_back();
-      const std::vector<std::shared_ptr<Communicator>> group = make_local_group(int(plan.sections[s].dp));
+      // In-process group on the CPU, NCCL over the plan's devices on cuda (backend_factory.h).
+      std::vector<std::shared_ptr<Communicator>> group;
+      try {
+        group = make_dp_group(options.backend, plan, int(s), k);
+      } catch (const std::exception& e) {
+        throw TrainFailure(1, fmt::format("section '{}', stage {}: dp group: {}", graph.nodes[s].name, k, e.what()));
+      }
       setup.dp_groups.push_back(group[0]);
       for (int64_t r = 0; r < plan.sections[s].dp; ++r) {
         try {
           auto runner = std::make_shared<SectionRunner>(program, int(s), int(k), int(pp), setup.seed, *setup.transport,
-                                                        make_backend(options.backend, pool_threads),
+                                                        make_backend(options.backend, pool_threads,
+                                                                     replica_device(options.backend, plan, int(s), k, r)),
                                                         group[size_t(r)]);
           if (!resume.dir.empty() && graph.section(int(s)).mode == Mode::Train)
             runner->load(fmt::format("{}/{}.safetensors", resume.dir, runner->part_name()));

@@ -22,6 +22,8 @@
 #include "actors/trainer.h"
 #include "cli/command.h"
 #include "data/manifest.h"
+#include "gpu/device_query.h"
+#include "gpu/nccl_layout.h"
 
 namespace maestro {
 
@@ -131,13 +133,12 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     // so `auto` resolves to dp = 1 (see below).
     const int64_t slots = backend.kind == BackendKind::Cuda ? 1 : cpu_slots(opt.threads);
     plan = plan_cpu_run(graph, slots, inputs->step(0)->batch);  // sized on step 0, as --print plan
-    if (backend.kind == BackendKind::Cuda)
-      for (size_t s = 0; s < plan.sections.size(); ++s)
-        if (plan.sections[s].dp > 1)
-          throw std::invalid_argument(fmt::format(
-              "section '{}': dp = {} on the CUDA backend: the runtime's gradient reduction runs on host memory and the "
-              "NCCL communicators (gpu/cuda/nccl_communicator.h) are not wired into it yet; use dp = 1",
-              graph.nodes[s].name, plan.sections[s].dp));
+    if (backend.kind == BackendKind::Cuda) {  // dp > 1 reduces over NCCL, one GPU per rank of a dp group
+      std::vector<std::string> names;
+      for (const auto& node : graph.nodes) names.push_back(node.name);
+      const std::string refusal = nccl_dp_refusal(plan, names, cuda_device_count().value_or(0), nccl_built());
+      if (!refusal.empty()) throw std::invalid_argument(refusal);
+    }
   } catch (const DataError& e) {
     print_error(e.what());
     return 2;

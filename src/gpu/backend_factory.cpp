@@ -9,10 +9,14 @@
 
 #include "cpu/cpu_backend.h"
 #include "gpu/device_query.h"
+#include "gpu/nccl_layout.h"
 
 #if MAESTRO_HAVE_CUDA_BACKEND
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/self_check.h"
+#endif
+#if MAESTRO_HAVE_NCCL
+#include "gpu/cuda/nccl_communicator.h"
 #endif
 
 namespace maestro {
@@ -70,12 +74,38 @@ BackendChoice resolve_backend(const std::string& configured, bool cuda_built, in
   throw std::invalid_argument(fmt::format("runtime.backend = \"{}\": expected auto, cpu or cuda", configured));
 }
 
-std::unique_ptr<Backend> make_backend(BackendKind kind, int threads) {
+bool nccl_built() {
+#if MAESTRO_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+int replica_device(BackendKind kind, const Plan& plan, int section, int64_t stage, int64_t replica) {
+  if (kind == BackendKind::Cpu) return -1;
+  const int devices = cuda_device_count().value_or(0);
+  if (devices <= 0) throw BackendUnavailable(fmt::format("the CUDA backend needs a CUDA device: {}", devices_seen(devices)));
+  return physical_device(section_device(plan.sections.at(size_t(section)), stage, replica, 0), devices);
+}
+
+std::vector<std::shared_ptr<Communicator>> make_dp_group(BackendKind kind, const Plan& plan, int section,
+                                                         int64_t stage) {
+  const int dp = int(plan.sections.at(size_t(section)).dp);
+  if (kind == BackendKind::Cpu || dp == 1) return make_local_group(dp);  // one rank: nothing is ever sent
+#if MAESTRO_HAVE_NCCL
+  return make_nccl_group(dp_group_devices(plan, section, stage, cuda_device_count().value_or(0)));
+#else
+  throw BackendUnavailable(fmt::format("dp = {} on the CUDA backend: this build has no NCCL", dp));
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, int device) {
   if (kind == BackendKind::Cpu) return make_cpu_backend(threads);
 #if MAESTRO_HAVE_CUDA_BACKEND
   const int devices = cuda_device_count().value_or(0);
   if (devices == 0) throw BackendUnavailable(fmt::format("the CUDA backend needs a CUDA device: {}", devices_seen(0)));
-  const int device = g_next_device.fetch_add(1) % devices;
+  if (device < 0) device = g_next_device.fetch_add(1) % devices;
   GpuSettings s;
   {
     std::lock_guard lock(g_mu);
@@ -90,6 +120,7 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, int threads) {
   o.bf16_gemm = s.bf16_gemm;
   return make_cuda_backend(o);
 #else
+  (void)device;
   throw BackendUnavailable("this build has no CUDA backend (built without nvcc)");
 #endif
 }

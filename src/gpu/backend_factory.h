@@ -8,10 +8,17 @@
 // (`reason` says why). "cuda" without either is BackendUnavailable (exit
 // status 2 at the CLI), never a silent CPU run.
 //
-// CUDA backends go round-robin over the devices (each replica's compute
-// worker owns one device and its own stream); the first backend on a
-// device runs the start-up self-check (gpu/cuda/self_check.h) unless
-// GpuSettings::self_check is off (`--gpu-selfcheck=off`).
+// CUDA backends go on the device the caller names (the runtime: the plan's
+// device of the replica, gpu/nccl_layout.h) or round-robin over the devices
+// (each replica's compute worker owns one device and its own stream); the
+// first backend on a device runs the start-up self-check
+// (gpu/cuda/self_check.h) unless GpuSettings::self_check is off
+// (`--gpu-selfcheck=off`).
+//
+// make_dp_group gives a section stage's dp replicas their Communicator
+// (transport/collectives.h): the in-process group on the CPU backend
+// (host memory), NCCL over the plan's devices on the CUDA backend (device
+// memory; gpu/cuda/nccl_communicator.h).
 #pragma once
 
 #include <memory>
@@ -19,6 +26,8 @@
 #include <string>
 
 #include "nn/backend.h"
+#include "plan/plan.h"
+#include "transport/collectives.h"
 
 namespace maestro {
 
@@ -58,6 +67,18 @@ void set_gpu_settings(const GpuSettings& s);
 // A backend of that kind; threads: the CPU pool's size (0 = all cores).
 // Cuda: throws BackendUnavailable when not built, CudaError for a device
 // fault, GpuSelfCheckFailed when the self-check refuses the device.
-std::unique_ptr<Backend> make_backend(BackendKind kind, int threads);
+// device: the CUDA device (< 0: round-robin); ignored by the CPU backend.
+std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, int device = -1);
+
+// Whether this binary has the NCCL communicators.
+bool nccl_built();
+// The CUDA device of a replica of section `section`, stage `stage`
+// (physical_device of the plan's device, tp rank 0); -1 for the CPU backend.
+int replica_device(BackendKind kind, const Plan& plan, int section, int64_t stage, int64_t replica);
+// The dp group of section `section`, stage `stage`: plan.sections[section].dp
+// communicators, [replica]. Cuda: NCCL over dp_group_devices (the caller
+// has checked nccl_dp_refusal); throws BackendUnavailable without NCCL.
+std::vector<std::shared_ptr<Communicator>> make_dp_group(BackendKind kind, const Plan& plan, int section,
+                                                         int64_t stage);
 
 }  // namespace maestro

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <set>
 #include <stdexcept>
 
 namespace maestro {
@@ -39,6 +40,39 @@ std::vector<CommGroup> plan_comm_groups(const Plan& plan) {
     }
   }
   return groups;
+}
+
+int physical_device(int64_t plan_device, int gpus) {
+  if (gpus <= 0) throw std::invalid_argument("no CUDA device to place a rank on");
+  return int(plan_device % gpus);
+}
+
+std::vector<int> dp_group_devices(const Plan& plan, int section, int64_t stage, int gpus) {
+  const SectionPlan& s = plan.sections.at(size_t(section));
+  std::vector<int> devices;
+  for (int64_t r = 0; r < s.dp; ++r) devices.push_back(physical_device(section_device(s, stage, r, 0), gpus));
+  return devices;
+}
+
+std::string nccl_dp_refusal(const Plan& plan, const std::vector<std::string>& section_names, int gpus,
+                            bool nccl_built) {
+  for (size_t si = 0; si < plan.sections.size(); ++si) {
+    const SectionPlan& s = plan.sections[si];
+    if (s.dp <= 1) continue;
+    const std::string& name = section_names.at(si);
+    if (!nccl_built)
+      return fmt::format("section '{}': dp = {} on the CUDA backend needs NCCL, and this build has none (nccl.h and "
+                         "libnccl not found in the CUDA prefix); use dp = 1",
+                         name, s.dp);
+    for (int64_t k = 0; k < s.pp; ++k) {
+      const std::vector<int> d = dp_group_devices(plan, int(si), k, gpus);
+      if (std::set<int>(d.begin(), d.end()).size() != d.size())
+        return fmt::format("section '{}': dp = {} on the CUDA backend needs {} distinct GPUs for each dp group (one "
+                           "NCCL rank per GPU), {} CUDA device(s) found; use dp <= {}",
+                           name, s.dp, s.dp, gpus, gpus);
+    }
+  }
+  return "";
 }
 
 }  // namespace maestro

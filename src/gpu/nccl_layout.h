@@ -33,4 +33,18 @@ int64_t section_device(const SectionPlan& s, int64_t stage, int64_t replica, int
 // Throws std::invalid_argument for a section whose devices count differs from tp·pp·dp.
 std::vector<CommGroup> plan_comm_groups(const Plan& plan);
 
+// On a machine with `gpus` CUDA devices the plan's device numbers wrap
+// around (a CPU-sized plan may number more devices than there are; sections
+// numbered on the same device share that GPU, each replica on its own stream).
+int physical_device(int64_t plan_device, int gpus);
+// The CUDA devices of section `section`'s stage-`stage` dp group (tp rank 0),
+// NCCL rank order, on `gpus` devices.
+std::vector<int> dp_group_devices(const Plan& plan, int section, int64_t stage, int gpus);
+// Why the plan's dp groups cannot run over NCCL on `gpus` devices ("" when
+// they can): NCCL missing from the build, or a group whose ranks would share
+// a GPU (one process cannot hold two ranks of a communicator on one device).
+// Names the section by section_names[s].
+std::string nccl_dp_refusal(const Plan& plan, const std::vector<std::string>& section_names, int gpus,
+                            bool nccl_built);
+
 }  // namespace maestro

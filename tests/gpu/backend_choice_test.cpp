@@ -4,6 +4,8 @@
 // BackendUnavailable naming why.
 #include <boost/test/unit_test.hpp>
 
+#include <string>
+
 #include "gpu/backend_factory.h"
 
 using namespace maestro;
@@ -34,6 +36,26 @@ BOOST_AUTO_TEST_CASE(cuda_needs_the_backend_and_a_device) {
   refused(false, 2, "this build has no CUDA backend");
   refused(false, -1, "this build cannot see CUDA devices");
   BOOST_CHECK_THROW(resolve_backend("gpu", true, 1), std::invalid_argument);
+}
+
+// The runtime's dp groups come from make_dp_group: the in-process group on
+// the CPU (dp ranks in replica order), and on cuda a one-replica section
+// needs no NCCL at all; replicas of the CPU backend name no device.
+BOOST_AUTO_TEST_CASE(the_cpu_backend_gets_the_in_process_dp_group) {
+  Plan plan;
+  plan.sections.push_back({0, 6, 1, 2, 3, 1});
+  plan.sections.push_back({0, 1, 1, 1, 1, 1});
+  const auto group = make_dp_group(BackendKind::Cpu, plan, 0, 1);
+  BOOST_TEST_REQUIRE(group.size() == 3u);
+  for (int r = 0; r < 3; ++r) {
+    BOOST_TEST(std::string(group[size_t(r)]->name()) == "local");
+    BOOST_TEST(group[size_t(r)]->rank() == r);
+    BOOST_TEST(group[size_t(r)]->size() == 3);
+  }
+  const auto single = make_dp_group(BackendKind::Cuda, plan, 1, 0);
+  BOOST_TEST_REQUIRE(single.size() == 1u);
+  BOOST_TEST(std::string(single[0]->name()) == "local");
+  BOOST_TEST(replica_device(BackendKind::Cpu, plan, 0, 1, 2) == -1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -44,4 +44,34 @@ BOOST_AUTO_TEST_CASE(a_section_with_the_wrong_device_count_is_refused) {
   BOOST_CHECK_THROW(plan_comm_groups(plan), std::invalid_argument);
 }
 
+BOOST_AUTO_TEST_CASE(dp_groups_wrap_onto_the_gpus_of_the_machine) {
+  BOOST_TEST(physical_device(5, 4) == 1);
+  BOOST_TEST(physical_device(3, 4) == 3);
+  BOOST_CHECK_THROW(physical_device(0, 0), std::invalid_argument);
+  Plan plan;  // as plan_cpu_run makes it: every section from device 0, tp 1
+  plan.sections.push_back({0, 4, 1, /*pp*/ 2, /*dp*/ 2, 1});
+  plan.sections.push_back({0, 1, 1, 1, 1, 1});
+  BOOST_TEST((dp_group_devices(plan, 0, 0, 8) == std::vector<int>{0, 1}));
+  BOOST_TEST((dp_group_devices(plan, 0, 1, 8) == std::vector<int>{2, 3}));
+  BOOST_TEST((dp_group_devices(plan, 0, 1, 2) == std::vector<int>{0, 1}));  // stage 1 wraps onto GPUs 0, 1
+  BOOST_TEST((dp_group_devices(plan, 1, 0, 2) == std::vector<int>{0}));
+}
+
+BOOST_AUTO_TEST_CASE(nccl_dp_groups_need_nccl_and_one_gpu_per_rank) {
+  Plan plan;
+  plan.sections.push_back({0, 1, 1, 1, 1, 1});
+  plan.sections.push_back({0, 4, 1, 2, 2, 1});  // dp 2, pp 2
+  const std::vector<std::string> names{"vision", "llm"};
+  BOOST_TEST(nccl_dp_refusal(plan, names, 2, true) == "");  // each stage's group on GPUs 0 and 1
+  BOOST_TEST(nccl_dp_refusal(plan, names, 4, true) == "");
+  const std::string one_gpu = nccl_dp_refusal(plan, names, 1, true);
+  BOOST_TEST(one_gpu.find("section 'llm': dp = 2") != std::string::npos, one_gpu);
+  BOOST_TEST(one_gpu.find("1 CUDA device(s) found; use dp <= 1") != std::string::npos, one_gpu);
+  const std::string no_nccl = nccl_dp_refusal(plan, names, 4, false);
+  BOOST_TEST(no_nccl.find("section 'llm'") != std::string::npos, no_nccl);
+  BOOST_TEST(no_nccl.find("needs NCCL") != std::string::npos, no_nccl);
+  plan.sections[1] = {0, 1, 1, 1, 1, 1};  // dp 1 everywhere: nothing to refuse, whatever the machine
+  BOOST_TEST(nccl_dp_refusal(plan, names, 1, false) == "");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

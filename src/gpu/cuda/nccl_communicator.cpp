@@ -6,6 +6,9 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "gpu/cuda/cuda_check.h"
 
@@ -19,16 +22,27 @@ void nccl_check(ncclResult_t st, const char* what, const char* file, int line) {
 }
 #define NCCL_OK(call) nccl_check((call), #call, __FILE__, __LINE__)
 
+// What the ranks of one group share: abort() on any rank ends every rank's
+// communicator, so a rank blocked in a collective wakes (the runtime aborts
+// one member of each dp group when a run ends, transport/collectives.h).
+struct NcclGroupState {
+  std::vector<ncclComm_t> comms;
+  std::atomic<bool> aborted{false};
+  std::mutex mu;
+  std::string reason;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size, int device)
-      : comm_(comm), rank_(rank), size_(size), device_(device) {
+  NcclCommunicator(std::shared_ptr<NcclGroupState> group, int rank, int device)
+      : group_(std::move(group)), comm_(group_->comms[size_t(rank)]), rank_(rank), size_(int(group_->comms.size())),
+        device_(device) {
     MAESTRO_CUDA_CHECK(cudaSetDevice(device_));
     MAESTRO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
-    if (!aborted_) ncclCommDestroy(comm_);
+    if (!group_->aborted) ncclCommDestroy(comm_);
     cudaStreamDestroy(stream_);
   }
   const char* name() const override { return "nccl"; }
@@ -74,37 +88,49 @@ class NcclCommunicator final : public Communicator {
     finish();
   }
   void abort(const std::string& reason) override {
-    if (aborted_.exchange(true)) return;
-    reason_ = reason;
-    ncclCommAbort(comm_);  // wakes a rank blocked in a collective
+    {
+      std::lock_guard lock(group_->mu);
+      if (group_->aborted) return;
+      group_->reason = reason.empty() ? "collective group aborted" : reason;
+      group_->aborted = true;
+    }
+    for (ncclComm_t c : group_->comms) ncclCommAbort(c);  // wakes every rank blocked in a collective
   }
 
  private:
+  // The buffers were written by the rank's backend on its own stream, which
+  // this communicator does not know: wait for the device's queued work
+  // (every stream of the device — sections sharing the GPU wait too; an
+  // event handed over by the backend would wait for less).
   void begin() {
-    if (aborted_) throw CollectiveError(reason_);
+    if (group_->aborted) throw CollectiveError(reason());
     MAESTRO_CUDA_CHECK(cudaSetDevice(device_));
+    MAESTRO_CUDA_CHECK(cudaDeviceSynchronize());
   }
   void finish() {
     const cudaError_t st = cudaStreamSynchronize(stream_);
-    if (aborted_) throw CollectiveError(reason_);
+    if (group_->aborted) throw CollectiveError(reason());
     if (st != cudaSuccess) throw CollectiveError(fmt::format("NCCL collective on device {}: {}", device_, cudaGetErrorString(st)));
   }
+  std::string reason() {
+    std::lock_guard lock(group_->mu);
+    return group_->reason;
+  }
 
+  std::shared_ptr<NcclGroupState> group_;
   ncclComm_t comm_;
   int rank_, size_, device_;
   cudaStream_t stream_ = nullptr;
-  std::atomic<bool> aborted_{false};
-  std::string reason_;
 };
 
 }  // namespace
 
 std::vector<std::shared_ptr<Communicator>> make_nccl_group(const std::vector<int>& devices) {
-  std::vector<ncclComm_t> comms(devices.size());
-  NCCL_OK(ncclCommInitAll(comms.data(), int(devices.size()), devices.data()));
+  auto state = std::make_shared<NcclGroupState>();
+  state->comms.resize(devices.size());
+  NCCL_OK(ncclCommInitAll(state->comms.data(), int(devices.size()), devices.data()));
   std::vector<std::shared_ptr<Communicator>> group;
-  for (size_t i = 0; i < devices.size(); ++i)
-    group.push_back(std::make_shared<NcclCommunicator>(comms[i], int(i), int(devices.size()), devices[i]));
+  for (size_t i = 0; i < devices.size(); ++i) group.push_back(std::make_shared<NcclCommunicator>(state, int(i), devices[i]));
   return group;
 }
 

@@ -6,7 +6,10 @@
 // sum of the in-process group. Uneven shards (n not a multiple of size) go
 // through grouped ncclReduce / ncclBroadcast per shard, even ones through
 // ncclReduceScatter / ncclAllGather. Every NCCL status is checked; a
-// failure is a CollectiveError naming the call, file and line.
+// failure is a CollectiveError naming the call, file and line. Each call
+// first waits for its device's queued work (the rank's backend wrote the
+// buffer on its own stream); abort() on one rank aborts the whole group.
+// The runtime gets these through make_dp_group (gpu/backend_factory.h).
 #pragma once
 
 #include <memory>
