@@ -42,6 +42,12 @@ struct ScheduleLevers {
   // the link. Off (the default; docs/PERFORMANCE.md §3 shows why): after the
   // section's last task, on the compute devices.
   bool overlap_grad_sync = false;
+  // Devices shared by several tasks run, among those ready for them, the one
+  // with the longest remaining path to the step's end first (its duration
+  // plus its longest chain of dependents), and a task takes its devices only
+  // when all of them are free. Off: first ready, first served, a task
+  // holding its devices from the moment it is ready.
+  bool critical_path_first = true;
 };
 
 struct Plan {

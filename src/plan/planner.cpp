@@ -499,13 +499,21 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   Plan plan = search(g, cl, cost, batch, options);
   // Token micro-batches are not always faster (a section whose samples are
   // all alike gains nothing, and count-cut micro-batches may pack GEMMs
-  // better): where the search is affordable it is run both ways, and the
-  // faster plan on this batch kept.
-  if (options.levers.token_micro_batches && simulated_alternatives(g, batch) > 0) {
-    PlannerOptions by_count = options;
-    by_count.levers.token_micro_batches = false;
-    Plan other = search(g, cl, cost, batch, by_count);
-    if (simulated_s(g, cl, other, cost, batch) < simulated_s(g, cl, plan, cost, batch)) plan = std::move(other);
+  // better), nor is running the longest path first (a producer on devices
+  // its consumer does not hold waits behind their own work while its
+  // consumer idles): where the search is affordable it is run with each
+  // lever off too, and the fastest plan on this batch kept.
+  if (simulated_alternatives(g, batch) > 0) {
+    double best_s = simulated_s(g, cl, plan, cost, batch);
+    auto also = [&](bool ScheduleLevers::*lever) {
+      if (!(options.levers.*lever)) return;
+      PlannerOptions off = options;
+      off.levers.*lever = false;
+      Plan other = search(g, cl, cost, batch, off);
+      if (const double t = simulated_s(g, cl, other, cost, batch); t < best_s) best_s = t, plan = std::move(other);
+    };
+    also(&ScheduleLevers::token_micro_batches);
+    also(&ScheduleLevers::critical_path_first);
   }
   return plan;
 }
