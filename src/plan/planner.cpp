@@ -284,6 +284,29 @@ std::optional<Plan> proportional_co_located_plan(const Cluster& cl, const std::v
   return plan;
 }
 
+// A shared plan with every section whose dp is auto spread over the whole
+// cluster (same tp, pp and micro-batch, the largest dp): a producer then has
+// replicas inside every consumer replica and runs its samples there
+// (wavefront_schedule), instead of loading the first devices only. nullopt
+// when no section changes.
+std::optional<Plan> spread_plan(const SectionGraph& g, const Cluster& cl, const std::vector<std::vector<Shape>>& ranked,
+                                Plan plan) {
+  bool changed = false;
+  for (size_t s = 0; s < ranked.size(); ++s) {
+    const SectionPlan& p = plan.sections[s];
+    if (g.section(int(s)).parallel.dp || p.devices == cl.devices) continue;
+    for (const Shape& x : ranked[s])
+      if (x.plan.tp == p.tp && x.plan.pp == p.pp && x.plan.micro_batch == p.micro_batch && x.plan.devices == cl.devices) {
+        plan.sections[s] = x.plan;
+        changed = true;
+        break;
+      }
+  }
+  if (!changed) return std::nullopt;
+  finish_plan(plan);
+  return plan;
+}
+
 // Bytes per device of a shared plan: every section's state and activations.
 int64_t co_located_memory(const std::vector<std::vector<Shape>>& ranked, const Plan& plan) {
   int64_t total = 0;
@@ -472,7 +495,10 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
     if (std::optional<Plan> even = proportional_co_located_plan(cl, ranked);
         even && co_located_memory(ranked, *even) != co_located_memory(ranked, *shared))
       consider(*even);
-    // From the faster start (or, when neither fits in the simulation, the
+    if (std::optional<Plan> spread = spread_plan(g, cl, ranked, best ? *best : *shared);
+        spread && co_located_memory(ranked, *spread) <= cl.device.memory_bytes)
+      consider(*spread);
+    // From the fastest start (or, when none fits in the simulation, the
     // first) the search may still find shapes that fit.
     Plan refined = refine_co_located(g, cl, cost, batch, ranked, best ? *best : prepare(*shared), best_s,
                                      options.raise_in_flight_cap);
