@@ -112,23 +112,8 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
   }
   const bool by_priority = plan.levers.critical_path_first;
   if (by_priority) {
-    // Every task on a device precedes the grad sync and optimizer step of
-    // each train section on it (they wait for the device): the longest of
-    // those is the least a task leaves to the step's end.
-    std::vector<double> tail(size_t(devices), 0.0);
-    for (size_t s = 0; s < g.nodes.size(); ++s)
-      if (sch.sections[s].backward) {
-        const SectionPlan& sp = plan.sections[s];
-        const double end_of_step = cost.grad_sync_s(int(s), sp) + cost.optimizer_s(int(s), sp);
-        for (int64_t d = sp.first_device; d < sp.first_device + sp.devices; ++d)
-          tail[size_t(d)] = std::max(tail[size_t(d)], end_of_step);
-      }
     for (size_t i = n_tasks; i-- > 0;) {
-      const Task& t = sch.tasks[i];
-      const SectionPlan& sp = plan.sections[size_t(t.section)];
       double after = 0;
-      for (int64_t d = stage_first_device(sp, t.replica, t.stage), e = d + sp.tp; d < e; ++d)
-        after = std::max(after, tail[size_t(d)]);
       for (int64_t c : dependents[i]) after = std::max(after, priority[size_t(c)]);
       priority[i] = task_s[i] + after;
     }
