@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 #include <stdexcept>
@@ -143,19 +144,30 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
   std::vector<int64_t> touched;
   // The waiting tasks on devices [lo, hi), best first: each starts when all
   // its devices are free and no better task waits on any of them.
+  std::vector<std::set<Waiting>::iterator> at;  // dispatch's cursor per device
   auto dispatch = [&](double now, int64_t lo, int64_t hi) {
-    std::vector<Waiting> candidates;
-    for (int64_t d = lo; d < hi; ++d) candidates.insert(candidates.end(), waiting[size_t(d)].begin(), waiting[size_t(d)].end());
-    std::sort(candidates.begin(), candidates.end());
-    candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
-    for (const Waiting& w : candidates) {
-      const auto [first, last] = devices_of(sch.tasks[size_t(w.second)]);
+    // The devices' queues merged best first; done once every device of
+    // [lo, hi) is taken or promised to a better task.
+    at.clear();
+    for (int64_t d = lo; d < hi; ++d) at.push_back(waiting[size_t(d)].begin());
+    for (int64_t closed = 0; closed < hi - lo;) {
+      std::optional<Waiting> best;
+      for (int64_t k = 0; k < hi - lo; ++k)
+        if (at[size_t(k)] != waiting[size_t(lo + k)].end() && (!best || *at[size_t(k)] < *best)) best = *at[size_t(k)];
+      if (!best) break;
+      for (int64_t k = 0; k < hi - lo; ++k)
+        if (at[size_t(k)] != waiting[size_t(lo + k)].end() && *at[size_t(k)] == *best) ++at[size_t(k)];
+      const auto [first, last] = devices_of(sch.tasks[size_t(best->second)]);
       bool free = true;
-      for (int64_t d = first; d < last; ++d) free = free && !blocked[size_t(d)] && device_free[size_t(d)] <= now;
-      for (int64_t d = first; d < last; ++d) blocked[size_t(d)] = 1, touched.push_back(d);
+      for (int64_t d = first; d < last; ++d) {
+        free = free && !blocked[size_t(d)] && device_free[size_t(d)] <= now;
+        if (blocked[size_t(d)]) continue;
+        blocked[size_t(d)] = 1, touched.push_back(d);
+        closed += d >= lo && d < hi ? 1 : 0;
+      }
       if (!free) continue;
-      for (int64_t d = first; d < last; ++d) waiting[size_t(d)].erase(w);
-      starting.push_back(w.second);
+      for (int64_t d = first; d < last; ++d) waiting[size_t(d)].erase(*best);
+      starting.push_back(best->second);
     }
     for (int64_t d : touched) blocked[size_t(d)] = 0;
     touched.clear();
@@ -167,7 +179,6 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     const SectionPlan& sp = plan.sections[size_t(t.section)];
     const MicroBatch& mb = sch.micro_batch_of(t);
     const int64_t first = stage_first_device(sp, t.replica, t.stage);
-    const auto ptrs = pointers(sch.batch, mb.samples);
     double start = now;
     for (int64_t d = first; d < first + sp.tp; ++d) start = std::max(start, device_free[size_t(d)]);
     const double duration = task_s[size_t(id)];
@@ -193,7 +204,7 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     // Activations: held from a forward's start until its backward ends
     // (train) or its own end (frozen).
     if (t.kind == Task::Kind::Forward) {
-      act_bytes[size_t(id)] = cost.activation_bytes(t.section, ptrs, sp);
+      act_bytes[size_t(id)] = cost.activation_bytes(t.section, pointers(sch.batch, mb.samples), sp);
       for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({start, act_bytes[size_t(id)], d});
       if (!sch.sections[size_t(t.section)].backward)
         for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({end, -act_bytes[size_t(id)], d});
