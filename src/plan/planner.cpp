@@ -307,33 +307,40 @@ std::optional<Plan> spread_plan(const SectionGraph& g, const Cluster& cl, const 
   return plan;
 }
 
-// A shared plan with every section whose tp and pp are free laid out like
+// Shared plans with every section whose tp and pp are free laid out like
 // the section with the longest estimated step (its tp, pp and dp; the best
-// ranked micro-batch): each device then holds the same stage of every
-// section, so a stage never waits for part of its devices while another
-// section's narrower stage holds the rest (internvl_20b on 64 H100: ViT
-// `tp 2, pp 8` under an LLM `tp 4, pp 8`, devices 74 % busy). nullopt when
-// no section changes.
-std::optional<Plan> aligned_plan(const SectionGraph& g, const std::vector<std::vector<Shape>>& ranked, Plan plan) {
+// ranked micro-batch), for its shape in `from` and then each of its ranked
+// shapes, best first (distinct tp, pp, dp):
+// each device then holds the same stage of every section, so a stage never
+// waits for part of its devices while another section's narrower stage
+// holds the rest (internvl_20b on 64 H100: ViT `tp 2, pp 8` under an LLM
+// `tp 4, pp 8`, devices 74 % busy).
+std::vector<Plan> aligned_plans(const SectionGraph& g, const std::vector<std::vector<Shape>>& ranked, const Plan& from) {
   size_t lead = 0;
   for (size_t s = 1; s < ranked.size(); ++s)
     if (ranked[s].front().score > ranked[lead].front().score) lead = s;
-  const SectionPlan target = plan.sections[lead];
-  bool changed = false;
-  for (size_t s = 0; s < ranked.size(); ++s) {
-    const ParallelSpec& par = g.section(int(s)).parallel;
-    const SectionPlan& p = plan.sections[s];
-    if (s == lead || par.tp || par.pp || (p.tp == target.tp && p.pp == target.pp && p.dp == target.dp)) continue;
-    for (const Shape& x : ranked[s])  // best first
-      if (x.plan.tp == target.tp && x.plan.pp == target.pp && x.plan.dp == target.dp) {
-        plan.sections[s] = x.plan;
-        changed = true;
-        break;
-      }
+  std::vector<Plan> out;
+  for (size_t k = 0; k <= ranked[lead].size(); ++k) {
+    const SectionPlan& target = k == 0 ? from.sections[lead] : ranked[lead][k - 1].plan;
+    Plan plan = from;
+    plan.sections[lead] = target;
+    bool aligned = false;  // some other section follows the lead (one that cannot keeps its shape)
+    for (size_t s = 0; s < ranked.size(); ++s) {
+      const ParallelSpec& par = g.section(int(s)).parallel;
+      if (s == lead || par.tp || par.pp) continue;
+      const auto it = std::find_if(ranked[s].begin(), ranked[s].end(), [&](const Shape& x) {
+        return x.plan.tp == target.tp && x.plan.pp == target.pp && x.plan.dp == target.dp;
+      });
+      if (it != ranked[s].end()) plan.sections[s] = it->plan, aligned = true;
+    }
+    if (!aligned || std::any_of(out.begin(), out.end(), [&](const Plan& p) {
+          return p.sections[lead].tp == target.tp && p.sections[lead].pp == target.pp && p.sections[lead].dp == target.dp;
+        }))
+      continue;
+    finish_plan(plan);
+    out.push_back(std::move(plan));
   }
-  if (!changed) return std::nullopt;
-  finish_plan(plan);
-  return plan;
+  return out;
 }
 
 // Bytes per device of a shared plan: every section's state and activations.
@@ -545,9 +552,9 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
     if (std::optional<Plan> spread = spread_plan(g, cl, ranked, best ? *best : *shared);
         spread && co_located_memory(ranked, *spread) <= cl.device.memory_bytes)
       consider(*spread);
-    if (std::optional<Plan> aligned = aligned_plan(g, ranked, best ? *best : *shared);
-        aligned && co_located_memory(ranked, *aligned) <= cl.device.memory_bytes)
-      consider(*aligned);
+    int aligned_left = 2;  // the first that fit the device
+    for (const Plan& aligned : aligned_plans(g, ranked, best ? *best : *shared))
+      if (aligned_left > 0 && co_located_memory(ranked, aligned) <= cl.device.memory_bytes) consider(aligned), --aligned_left;
     // From the fastest start (or, when none fits in the simulation, the
     // first) the search may still find shapes that fit.
     Plan refined = refine_co_located(g, cl, cost, batch, ranked, best ? *best : prepare(*shared), best_s,
