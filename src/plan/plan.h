@@ -20,6 +20,11 @@ struct SectionPlan {
   int64_t devices = 1;
   int64_t tp = 1, pp = 1, dp = 1;
   int64_t micro_batch = 1;
+  // ZeRO-1 (Megatron's --use-distributed-optimizer): each of the dp replicas
+  // keeps 1/dp of the fp32 master weights and Adam moments; the gradients are
+  // reduce-scattered and the updated weights all-gathered instead of one
+  // all-reduce. Only meaningful for a train section with dp > 1.
+  bool shard_optimizer = false;
 };
 
 // How the wavefront scheduler packs each step (docs/scheduler.md); each

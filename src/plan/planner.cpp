@@ -81,7 +81,8 @@ struct Shape {
 // The shapes of one section that fit `memory` bytes per device, best first:
 // explicit values kept; tp, pp, micro_batch over the planner's choices; with
 // no device budget, dp = 1 (or the explicit dp) ranked by device-seconds per
-// step (section_step_s × tp·pp·dp); with a budget, dp = budget / (tp·pp),
+// step (section_step_s × tp·pp·dp) — more replicas only when the state
+// fits no other way (ZeRO-1); with a budget, dp = budget / (tp·pp),
 // and when dp is auto also every smaller power of two (a smaller dp may
 // sync gradients inside a node), ranked by section_step_s. Fewer devices
 // first on a tie. Throws PlanError naming what ran out when none fits.
@@ -113,18 +114,34 @@ std::vector<Shape> ranked_shapes(const SectionGraph& g, const Cluster& cl, const
     std::vector<int64_t> dps{sec.parallel.dp.value_or(budget > 0 ? budget / c.devices : 1)};
     if (budget > 0 && !sec.parallel.dp)
       for (int64_t d = 1; d < dps.front(); d *= 2) dps.push_back(d);
-    for (int64_t dp : dps) {
+    for (size_t i = 0; i < dps.size(); ++i) {
+      const int64_t dp = dps[i];
       if (dp < 1) continue;
       SectionPlan p = c;
       p.dp = dp;
       p.devices = c.devices * dp;
-      const Fit f{cost.weights_bytes_per_device(s, p), in_flight_micro_batches(p.pp) * cost.activation_bytes(s, worst, p)};
-      if (f.total() > memory) {
-        if (!first_miss) first_miss = Shape{p, f, 0};
-        continue;
+      // ZeRO-1 is the planner's choice (a train section with dp > 1): kept
+      // when it fits where the unsharded state does not, or is no slower.
+      std::optional<Shape> pick, miss;  // miss: the last (smallest) that did not fit
+      for (bool shard : {false, true}) {
+        if (shard && (sec.mode != Mode::Train || dp <= 1)) continue;
+        p.shard_optimizer = shard;
+        const Fit f{cost.weights_bytes_per_device(s, p),
+                    in_flight_micro_batches(p.pp) * cost.activation_bytes(s, worst, p)};
+        if (f.total() > memory) {
+          miss = Shape{p, f, 0};
+          continue;
+        }
+        const double step = step_s(cost, s, p, work);
+        const Shape x{p, f, budget > 0 ? step : step * double(p.devices)};
+        if (!pick || x.score <= pick->score) pick = x;
       }
-      const double step = step_s(cost, s, p, work);
-      shapes.push_back({p, f, budget > 0 ? step : step * double(p.devices)});
+      if (pick) shapes.push_back(*pick);
+      else if (!first_miss) first_miss = miss;
+      // No budget: the fewest replicas that fit, which may be more than one
+      // when only the sharded optimizer state fits.
+      if (!pick && budget == 0 && !sec.parallel.dp && sec.mode == Mode::Train && 2 * p.devices <= cl.devices)
+        dps.push_back(2 * dp);
     }
   }
   std::stable_sort(shapes.begin(), shapes.end(), [](const Shape& a, const Shape& b) {
@@ -519,7 +536,7 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
                                   g.section(s).name, par.tp.value_or(1), par.pp.value_or(1), par.dp.value_or(1), n,
                                   cl.devices));
     SectionPlan p = shape_section(g, cl, cost, s, batch, 0);
-    p.dp = g.section(s).parallel.dp.value_or(1);
+    p.dp = g.section(s).parallel.dp.value_or(p.dp);  // 1, or the fewest replicas whose sharded state fits
     p.devices = p.tp * p.pp * p.dp;
     if (p.devices > cl.devices)
       throw PlanError(fmt::format("section '{}': tp={} × pp={} × dp={} needs {} devices; the cluster has {}",
