@@ -2,7 +2,8 @@
 // (docs/PERFORMANCE.md §3): for one model and cluster, the mean simulated
 // iteration of the full plan, of the plan with sample reordering off, with
 // per-step token micro-batches off, with disjoint placement off, with the
-// in-flight cap left at the largest pp, all of them off, with the grad sync
+// in-flight cap left at the largest pp, all of them off, with devices
+// serving tasks first ready first served (not longest path first), with the grad sync
 // overlapped (against the sequential baseline under the same rule), and the
 // sequential baseline (each section alone on all devices). Each variant is
 // planned with its lever off, so the planner adapts to it.
@@ -64,13 +65,14 @@ int main(int argc, char** argv) {
       const char* name;
       PlannerOptions options;
     };
-    std::vector<Variant> variants{{"full", {}},         {"reorder off", {}}, {"token mb off", {}},
-                                  {"disjoint off", {}}, {"cap = pp", {}},    {"all off", {}}};
+    std::vector<Variant> variants{{"full", {}},     {"reorder off", {}}, {"token mb off", {}},       {"disjoint off", {}},
+                                  {"cap = pp", {}}, {"all off", {}},     {"critical path off", {}}};
     variants[1].options.levers.reorder = false;
     variants[2].options.levers.token_micro_batches = false;
     variants[3].options.disjoint_placement = false;
     variants[4].options.raise_in_flight_cap = false;
-    variants[5].options = {false, false, {false, false, false}};
+    variants[5].options = {false, false, {false, false, false, false}};
+    variants[6].options.levers.critical_path_first = false;
     fmt::print("{} on {} × {}, mean of {} steps; sequential {:.4f} s ({:.4f} s with grad sync overlap)\n", argv[1],
                cl.devices, cl.device.name, steps, sequential, sequential_overlapped);
     // Off by default (docs/PERFORMANCE.md §3): the full plan with the grad
@@ -86,7 +88,7 @@ int main(int argc, char** argv) {
         lower += r.lower_bound_s / double(steps);
       }
       const double baseline = v.options.levers.overlap_grad_sync ? sequential_overlapped : sequential;
-      fmt::print("  {:<16} {:.4f} s  lower bound {:.4f} s  vs sequential {:.3f}x  [{}]\n", v.name, iteration, lower,
+      fmt::print("  {:<18} {:.4f} s  lower bound {:.4f} s  vs sequential {:.3f}x  [{}]\n", v.name, iteration, lower,
                  baseline / iteration, layout(g, plan));
     }
   } catch (const std::exception& e) {

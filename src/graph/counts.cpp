@@ -135,7 +135,8 @@ ActivationKind activation_kind(const Section& section) {
 }
 
 SectionMemory memory_per_device(const Section& section, int64_t tp, int64_t pp,
-                                const std::vector<int64_t>& micro_batch_seq_lens, Precision precision) {
+                                const std::vector<int64_t>& micro_batch_seq_lens, Precision precision,
+                                int64_t optimizer_shards) {
   const int64_t split = tp * pp;
   const int64_t params = parameter_count(section.model);
   SectionMemory m;
@@ -143,7 +144,7 @@ SectionMemory memory_per_device(const Section& section, int64_t tp, int64_t pp,
   if (section.mode == Mode::Train) {
     m.gradients = params * 4 / split;
     const int64_t master = precision == Precision::BF16 ? 4 : 0;
-    m.optimizer = params * (master + 8) / split;
+    m.optimizer = params * (master + 8) / split / std::max<int64_t>(1, optimizer_shards);
   }
   m.activations =
       activation_bytes(section.model, micro_batch_seq_lens, precision, activation_kind(section)) / split;

@@ -65,8 +65,12 @@ struct SectionMemory {
 
 // Memory of one device of a section split tp·pp ways, running a micro-batch
 // of these sequence lengths: parameter state / (tp·pp) plus the micro-batch's
-// activations / (tp·pp).
+// activations / (tp·pp). optimizer_shards > 1 (ZeRO-1 over that many dp
+// replicas): the optimizer state (master copy, Adam m, v) is further split
+// that many ways; weights and gradients stay whole (bf16 train: 6 + 12/dp
+// bytes per parameter, Megatron's distributed optimizer).
 SectionMemory memory_per_device(const Section& section, int64_t tp, int64_t pp,
-                                const std::vector<int64_t>& micro_batch_seq_lens, Precision precision);
+                                const std::vector<int64_t>& micro_batch_seq_lens, Precision precision,
+                                int64_t optimizer_shards = 1);
 
 }  // namespace maestro

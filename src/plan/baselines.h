@@ -24,7 +24,8 @@ namespace maestro {
 
 struct MegatronConfig {
   int64_t tp = 1, pp = 1, dp = 1, micro_batch = 1;
-  std::string str() const;  // "tp=2 pp=1 dp=4 micro_batch=2"
+  bool distributed_optimizer = false;  // --use-distributed-optimizer (ZeRO-1) for the train sections
+  std::string str() const;  // "tp=2 pp=1 dp=4 micro_batch=2[ distributed_optimizer]"
 };
 
 // Every section on devices [0, tp·pp·dp) with the same degrees. Encoders and
@@ -51,7 +52,7 @@ struct BaselineResult {
 
 // Searches the planner's grid (planner.h): tp ∈ kDegreeChoices (within a
 // node), pp ∈ kDegreeChoices, micro_batch ∈ kMicroBatchChoices, dp filling
-// the devices, on batches[0]; reports the fastest
+// the devices, the distributed optimizer off and (dp > 1) on, on batches[0]; reports the fastest
 // feasible one's mean over all batches. Throws PlanError when none fits.
 BaselineResult tuned_megatron(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost,
                               const std::vector<Batch>& batches);

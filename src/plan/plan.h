@@ -20,6 +20,11 @@ struct SectionPlan {
   int64_t devices = 1;
   int64_t tp = 1, pp = 1, dp = 1;
   int64_t micro_batch = 1;
+  // ZeRO-1 (Megatron's --use-distributed-optimizer): each of the dp replicas
+  // keeps 1/dp of the fp32 master weights and Adam moments; the gradients are
+  // reduce-scattered and the updated weights all-gathered instead of one
+  // all-reduce. Only meaningful for a train section with dp > 1.
+  bool shard_optimizer = false;
 };
 
 // How the wavefront scheduler packs each step (docs/scheduler.md); each
@@ -42,6 +47,12 @@ struct ScheduleLevers {
   // the link. Off (the default; docs/PERFORMANCE.md §3 shows why): after the
   // section's last task, on the compute devices.
   bool overlap_grad_sync = false;
+  // Devices shared by several tasks run, among those ready for them, the one
+  // with the longest remaining path to the step's end first (its duration
+  // plus its longest chain of dependents), and a task takes its devices only
+  // when all of them are free. Off: first ready, first served, a task
+  // holding its devices from the moment it is ready.
+  bool critical_path_first = true;
 };
 
 struct Plan {

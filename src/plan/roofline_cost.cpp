@@ -35,6 +35,11 @@ double ring_all_reduce_s(double bytes, int64_t n, double bytes_per_s) {
   return 2.0 * double(n - 1) / double(n) * bytes / bytes_per_s;
 }
 
+double ring_reduce_scatter_s(double bytes, int64_t n, double bytes_per_s) {
+  if (n <= 1) return 0.0;
+  return double(n - 1) / double(n) * bytes / bytes_per_s;
+}
+
 RooflineCost::RooflineCost(const SectionGraph& graph, const Cluster& cluster) : graph_(graph), cluster_(cluster) {}
 
 int64_t RooflineCost::element_bytes() const {
@@ -115,22 +120,35 @@ double RooflineCost::transfer_s(const Flow& flow, const std::vector<const Sample
   return double(tokens * width * element_bytes()) / (links * cluster_.link_bytes_per_s(first, last - first));
 }
 
+SectionMemory RooflineCost::parameter_state(int s, const SectionPlan& p) const {
+  return memory_per_device(graph_.section(s), p.tp, p.pp, {}, graph_.program->train.precision,
+                           p.shard_optimizer ? p.dp : 1);
+}
+
 double RooflineCost::grad_sync_s(int s, const SectionPlan& p) const {
   if (graph_.section(s).mode == Mode::Frozen || p.dp <= 1) return 0.0;
-  const SectionMemory m = memory_per_device(graph_.section(s), p.tp, p.pp, {}, graph_.program->train.precision);
-  return ring_all_reduce_s(double(m.gradients), p.dp, cluster_.link_bytes_per_s(p.first_device, p.devices));
+  const SectionMemory m = parameter_state(s, p);
+  const double link = cluster_.link_bytes_per_s(p.first_device, p.devices);
+  // ZeRO-1: reduce-scatter the fp32 gradients to the shard owners, all-gather
+  // the updated working-precision weights (Megatron's distributed optimizer;
+  // bf16: 4 + 2 bytes per parameter on the wire instead of the all-reduce's 2 × 4).
+  if (p.shard_optimizer)
+    return ring_reduce_scatter_s(double(m.gradients), p.dp, link) + ring_reduce_scatter_s(double(m.weights), p.dp, link);
+  return ring_all_reduce_s(double(m.gradients), p.dp, link);
 }
 
 double RooflineCost::optimizer_s(int s, const SectionPlan& p) const {
   if (graph_.section(s).mode == Mode::Frozen) return 0.0;
-  // AdamW is memory-bound: it reads and writes the whole parameter state.
-  const SectionMemory m = memory_per_device(graph_.section(s), p.tp, p.pp, {}, graph_.program->train.precision);
-  const double bytes = 2.0 * double(m.weights + m.gradients + m.optimizer);
+  // AdamW is memory-bound: it reads and writes the whole parameter state, or
+  // with ZeRO-1 its 1/dp shard of it (m.optimizer is already that shard).
+  const SectionMemory m = parameter_state(s, p);
+  const int64_t shards = p.shard_optimizer ? p.dp : 1;
+  const double bytes = 2.0 * (double(m.weights + m.gradients) / double(shards) + double(m.optimizer));
   return bytes / cluster_.device.memory_bytes_per_s;
 }
 
 int64_t RooflineCost::weights_bytes_per_device(int s, const SectionPlan& p) const {
-  return memory_per_device(graph_.section(s), p.tp, p.pp, {}, graph_.program->train.precision).total();
+  return parameter_state(s, p).total();
 }
 
 int64_t RooflineCost::activation_bytes(int s, const std::vector<const Sample*>& samples, const SectionPlan& p) const {

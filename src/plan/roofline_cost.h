@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "graph/counts.h"
 #include "graph/section_graph.h"
 #include "plan/cluster.h"
 #include "plan/cost_model.h"
@@ -18,6 +19,9 @@ namespace maestro {
 
 // Ring all-reduce of `bytes` over n participants: 2(n-1)/n · bytes / bandwidth.
 double ring_all_reduce_s(double bytes, int64_t n, double bytes_per_s);
+// Ring reduce-scatter or all-gather (each half of the all-reduce):
+// (n-1)/n · bytes / bandwidth, `bytes` the whole (unsharded) buffer.
+double ring_reduce_scatter_s(double bytes, int64_t n, double bytes_per_s);
 
 class RooflineCost : public CostModel {
  public:
@@ -50,6 +54,9 @@ class RooflineCost : public CostModel {
   // One stage's hand-off of its output to the next stage (pp > 1).
   double stage_send_s(int section, int64_t tokens, const SectionPlan& plan) const;
   int64_t element_bytes() const;
+  // memory_per_device's parameter state for the plan (ZeRO-1 shards when
+  // plan.shard_optimizer and dp > 1).
+  SectionMemory parameter_state(int section, const SectionPlan& plan) const;
 
   const SectionGraph& graph_;
   Cluster cluster_;

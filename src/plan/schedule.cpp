@@ -195,29 +195,38 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
       std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
         return a.cost != b.cost ? a.cost > b.cost : a.sample < b.sample;
       });
-      // On a consumer's own devices, with replicas nested in the consumer's
-      // (tp·pp devices dividing the consumer's), a sample goes to one of the
-      // replicas inside the consumer replica that runs it: its output stays
-      // on that replica's devices and no other replica waits for it.
+      // On (part of) a consumer's devices, a sample goes to one of the
+      // replicas inside the consumer replica that runs it, when there is one
+      // (the first consumer carrying it, whose devices hold all of this
+      // section's): its output stays on that replica's devices and no other
+      // replica waits for it. Samples whose consumer replica holds none of
+      // this section's replicas go to the least loaded.
       // (Not the other way round: a producer replica spanning several
       // consumer replicas would inherit their grouping, not its own balance.)
-      int nest = -1;
-      int64_t group = 1;  // replicas per consumer replica
-      for (int e : g.nodes[s].consumers) {
-        const SectionPlan& cp = plan.sections[size_t(g.edges[e].to)];
-        if (nest < 0 && cp.first_device == sp.first_device && cp.devices == sp.devices &&
-            (cp.tp * cp.pp) % (sp.tp * sp.pp) == 0)
-          nest = g.edges[e].to, group = cp.tp * cp.pp / (sp.tp * sp.pp);
-      }
+      const int64_t width = sp.tp * sp.pp;
+      auto nested = [&](const Key& k) -> std::pair<int64_t, int64_t> {  // replicas [first, last)
+        for (int e : g.nodes[s].consumers) {
+          const int c = g.edges[e].to;
+          const int32_t home = replica_of[size_t(c)][size_t(k.sample)];
+          if (home < 0 || !g.carries(e, samples[size_t(k.sample)].modalities)) continue;
+          const SectionPlan& cp = plan.sections[size_t(c)];
+          if (sp.first_device < cp.first_device || sp.first_device + sp.devices > cp.first_device + cp.devices) continue;
+          const int64_t begin = cp.first_device + home * cp.tp * cp.pp - sp.first_device, end = begin + cp.tp * cp.pp;
+          const int64_t first = std::max<int64_t>(0, (begin + width - 1) / width),
+                        last = std::min<int64_t>(sp.dp, end >= 0 ? end / width : 0);
+          if (first < last) return {first, last};
+        }
+        return {0, 0};
+      };
       using Load = std::pair<double, int64_t>;  // (cost so far, replica)
       std::priority_queue<Load, std::vector<Load>, std::greater<>> least;
       std::vector<double> load(size_t(sp.dp), 0.0);
       for (int64_t r = 0; r < sp.dp; ++r) least.push({0.0, r});
       for (const Key& k : keys) {
-        const int32_t home = nest >= 0 ? replica_of[size_t(nest)][size_t(k.sample)] : -1;
+        const auto [first, last] = nested(k);
         int64_t r = -1;
-        if (home >= 0) {
-          for (int64_t q = home * group; q < (home + 1) * group; ++q)
+        if (first < last) {
+          for (int64_t q = first; q < last; ++q)
             if (r < 0 || load[size_t(q)] < load[size_t(r)]) r = q;
         } else {
           // Least loaded; heap entries whose load is stale are dropped.

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <queue>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -99,63 +101,141 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
   for (const Task& t : sch.tasks)
     for (int64_t d : t.deps) dependents[size_t(d)].push_back(t.id);
 
-  // Events in time order; at equal times task ends come before task starts
-  // (a completion may free what a start needs), then by task id.
-  enum EventKind { kEnd = 0, kReady = 1 };
+  // Each task's duration, and with critical_path_first its priority: the
+  // duration plus the longest chain of dependents after it (dependents
+  // come later in issue order).
+  std::vector<double> task_s(n_tasks), priority(n_tasks, 0.0);
+  for (const Task& t : sch.tasks) {
+    const auto ptrs = pointers(sch.batch, sch.micro_batch_of(t).samples);
+    const SectionPlan& sp = plan.sections[size_t(t.section)];
+    task_s[size_t(t.id)] =
+        t.kind == Task::Kind::Forward ? cost.forward_s(t.section, ptrs, sp) : cost.backward_s(t.section, ptrs, sp);
+  }
+  const bool by_priority = plan.levers.critical_path_first;
+  if (by_priority) {
+    for (size_t i = n_tasks; i-- > 0;) {
+      double after = 0;
+      for (int64_t c : dependents[i]) after = std::max(after, priority[size_t(c)]);
+      priority[i] = task_s[i] + after;
+    }
+  }
+
+  // Events in time order; at equal times task ends come before tasks
+  // becoming ready (a completion may free what a start needs), then the
+  // devices choose among the ready (kDispatch), then by task id.
+  enum EventKind { kEnd = 0, kReady = 1, kDispatch = 2 };
   using Event = std::tuple<double, int, int64_t>;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
   Frontier frontier(sch);
   auto release = [&](double now) {
     for (int64_t id : frontier.take_ready()) events.push({std::max(now, data_ready[size_t(id)]), kReady, id});
   };
-  release(0.0);
-  while (!events.empty()) {
-    const auto [now, kind, id] = events.top();
-    events.pop();
+  // critical_path_first: the ready tasks waiting for each device, highest
+  // priority first (a task waits on each of its tp devices).
+  using Waiting = std::pair<double, int64_t>;  // (-priority, task id)
+  std::vector<std::set<Waiting>> waiting(by_priority ? size_t(devices) : 0);
+  auto devices_of = [&](const Task& t) {
+    const SectionPlan& sp = plan.sections[size_t(t.section)];
+    const int64_t first = stage_first_device(sp, t.replica, t.stage);
+    return std::pair<int64_t, int64_t>{first, first + sp.tp};
+  };
+  std::vector<int64_t> starting;  // tasks that take their devices now
+  std::vector<char> blocked(by_priority ? size_t(devices) : 0, 0);
+  std::vector<int64_t> touched;
+  // The waiting tasks on devices [lo, hi), best first: each starts when all
+  // its devices are free and no better task waits on any of them.
+  std::vector<std::set<Waiting>::iterator> at;  // dispatch's cursor per device
+  auto dispatch = [&](double now, int64_t lo, int64_t hi) {
+    // The devices' queues merged best first; done once every device of
+    // [lo, hi) is taken or promised to a better task.
+    at.clear();
+    for (int64_t d = lo; d < hi; ++d) at.push_back(waiting[size_t(d)].begin());
+    for (int64_t closed = 0; closed < hi - lo;) {
+      std::optional<Waiting> best;
+      for (int64_t k = 0; k < hi - lo; ++k)
+        if (at[size_t(k)] != waiting[size_t(lo + k)].end() && (!best || *at[size_t(k)] < *best)) best = *at[size_t(k)];
+      if (!best) break;
+      for (int64_t k = 0; k < hi - lo; ++k)
+        if (at[size_t(k)] != waiting[size_t(lo + k)].end() && *at[size_t(k)] == *best) ++at[size_t(k)];
+      const auto [first, last] = devices_of(sch.tasks[size_t(best->second)]);
+      bool free = true;
+      for (int64_t d = first; d < last; ++d) {
+        free = free && !blocked[size_t(d)] && device_free[size_t(d)] <= now;
+        if (blocked[size_t(d)]) continue;
+        blocked[size_t(d)] = 1, touched.push_back(d);
+        closed += d >= lo && d < hi ? 1 : 0;
+      }
+      if (!free) continue;
+      for (int64_t d = first; d < last; ++d) waiting[size_t(d)].erase(*best);
+      starting.push_back(best->second);
+    }
+    for (int64_t d : touched) blocked[size_t(d)] = 0;
+    touched.clear();
+  };
+  // A task takes its devices: at `now`, or when they are free (first
+  // ready, first served).
+  auto start_task = [&](double now, int64_t id) {
     const Task& t = sch.tasks[size_t(id)];
     const SectionPlan& sp = plan.sections[size_t(t.section)];
     const MicroBatch& mb = sch.micro_batch_of(t);
     const int64_t first = stage_first_device(sp, t.replica, t.stage);
-    if (kind == kReady) {
-      const auto ptrs = pointers(sch.batch, mb.samples);
-      const double duration =
-          t.kind == Task::Kind::Forward ? cost.forward_s(t.section, ptrs, sp) : cost.backward_s(t.section, ptrs, sp);
-      double start = now;
-      for (int64_t d = first; d < first + sp.tp; ++d) start = std::max(start, device_free[size_t(d)]);
-      const double end = start + duration;
-      r.task_start_s[size_t(id)] = start;
-      r.task_end_s[size_t(id)] = end;
-      for (int64_t d = first; d < first + sp.tp; ++d) {
-        device_free[size_t(d)] = end;
-        r.device_busy_s[size_t(d)] += duration;
-        if (options.trace)
-          r.spans.push_back(TraceSpan{
-              fmt::format("{} {} mb{} r{} s{}", g.nodes[size_t(t.section)].name, t.kind == Task::Kind::Forward ? "F" : "B",
-                          t.micro_batch, t.replica, t.stage),
-              kind_name(t.kind), d, start, duration,
-              nlohmann::json{{"section", g.nodes[size_t(t.section)].name}, {"micro_batch", t.micro_batch},
-                             {"replica", t.replica}, {"stage", t.stage}, {"samples", mb.samples.size()}, {"task", id}}});
-      }
-      section_busy[size_t(t.section)] += duration * double(sp.tp);
-      if (end >= section_end[size_t(t.section)]) {
-        section_end[size_t(t.section)] = end;
-        section_last_backward_s[size_t(t.section)] = t.kind == Task::Kind::Backward ? duration : 0.0;
-      }
-      // Activations: held from a forward's start until its backward ends
-      // (train) or its own end (frozen).
-      if (t.kind == Task::Kind::Forward) {
-        act_bytes[size_t(id)] = cost.activation_bytes(t.section, ptrs, sp);
-        for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({start, act_bytes[size_t(id)], d});
-        if (!sch.sections[size_t(t.section)].backward)
-          for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({end, -act_bytes[size_t(id)], d});
-      } else {
-        for (int64_t d = first; d < first + sp.tp; ++d)
-          memory.push_back({end, -act_bytes[size_t(forward_of_backward[size_t(id)])], d});
-      }
-      events.push({end, kEnd, id});
-      continue;
+    double start = now;
+    for (int64_t d = first; d < first + sp.tp; ++d) start = std::max(start, device_free[size_t(d)]);
+    const double duration = task_s[size_t(id)];
+    const double end = start + duration;
+    r.task_start_s[size_t(id)] = start;
+    r.task_end_s[size_t(id)] = end;
+    for (int64_t d = first; d < first + sp.tp; ++d) {
+      device_free[size_t(d)] = end;
+      r.device_busy_s[size_t(d)] += duration;
+      if (options.trace)
+        r.spans.push_back(TraceSpan{
+            fmt::format("{} {} mb{} r{} s{}", g.nodes[size_t(t.section)].name, t.kind == Task::Kind::Forward ? "F" : "B",
+                        t.micro_batch, t.replica, t.stage),
+            kind_name(t.kind), d, start, duration,
+            nlohmann::json{{"section", g.nodes[size_t(t.section)].name}, {"micro_batch", t.micro_batch},
+                           {"replica", t.replica}, {"stage", t.stage}, {"samples", mb.samples.size()}, {"task", id}}});
     }
-    // A task ended: its outputs travel to its dependents, then the frontier moves.
+    section_busy[size_t(t.section)] += duration * double(sp.tp);
+    if (end >= section_end[size_t(t.section)]) {
+      section_end[size_t(t.section)] = end;
+      section_last_backward_s[size_t(t.section)] = t.kind == Task::Kind::Backward ? duration : 0.0;
+    }
+    // Activations: held from a forward's start until its backward ends
+    // (train) or its own end (frozen).
+    if (t.kind == Task::Kind::Forward) {
+      act_bytes[size_t(id)] = cost.activation_bytes(t.section, pointers(sch.batch, mb.samples), sp);
+      for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({start, act_bytes[size_t(id)], d});
+      if (!sch.sections[size_t(t.section)].backward)
+        for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({end, -act_bytes[size_t(id)], d});
+    } else {
+      for (int64_t d = first; d < first + sp.tp; ++d)
+        memory.push_back({end, -act_bytes[size_t(forward_of_backward[size_t(id)])], d});
+    }
+    events.push({end, kEnd, id});
+  };
+  release(0.0);
+  while (!events.empty()) {
+    const auto [now, kind, id] = events.top();
+    events.pop();
+    if (kind == kDispatch) {
+      const auto [lo, hi] = devices_of(sch.tasks[size_t(id)]);
+      dispatch(now, lo, hi);
+    } else if (kind == kReady && by_priority) {
+      const auto [lo, hi] = devices_of(sch.tasks[size_t(id)]);
+      for (int64_t d = lo; d < hi; ++d) waiting[size_t(d)].insert({-priority[size_t(id)], id});
+      events.push({now, kDispatch, id});
+    } else if (kind == kReady) {
+      starting.push_back(id);
+    }
+    for (const int64_t started : starting) start_task(now, started);
+    starting.clear();
+    if (kind != kEnd) continue;
+    const Task& t = sch.tasks[size_t(id)];
+    const MicroBatch& mb = sch.micro_batch_of(t);
+    // A task ended: its outputs travel to its dependents, then the frontier
+    // moves and its devices choose their next task.
+    if (by_priority) events.push({now, kDispatch, id});
     for (int64_t c : dependents[size_t(id)]) {
       const Task& u = sch.tasks[size_t(c)];
       double arrival = now;

@@ -2,7 +2,8 @@
 // CostModel. A task starts when its deps are done (plus the transfer of the
 // flow's tensors, on the link between the two replicas) and all its devices
 // are free: a replica's stage occupies its tp devices, and sections sharing
-// devices serialise on them (first ready, first served). Tasks are released
+// devices serialise on them (first ready, first served, or longest remaining
+// path first with ScheduleLevers::critical_path_first). Tasks are released
 // by the same Frontier as the runtime's, in-flight cap included. Gradient
 // sync and the optimizer step of each train section follow its last task on
 // its devices (the sync on their communication link, overlapping its last

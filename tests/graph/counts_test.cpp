@@ -152,8 +152,16 @@ BOOST_AUTO_TEST_CASE(one_plan_by_hand) {
   BOOST_TEST(m.weights + m.gradients + m.optimizer == 18 * 760);
   m = memory_per_device(s, 2, 1, {3}, Precision::BF16);
   BOOST_TEST(m.total() == (1520 + 3040 + 9120 + 816) / 2);
+  // ZeRO-1 over 4 replicas: master copy and Adam moments a quarter each
+  // (12 B / 4 per parameter), weights and gradients whole: 6 + 3 = 9 B.
+  m = memory_per_device(s, 1, 1, {3}, Precision::BF16, 4);
+  BOOST_TEST(m.weights == 1520);
+  BOOST_TEST(m.gradients == 3040);
+  BOOST_TEST(m.optimizer == 9120 / 4);
+  BOOST_TEST(m.weights + m.gradients + m.optimizer == 9 * 760);
   // fp32 train: 16 B per parameter
   m = memory_per_device(s, 1, 1, {3}, Precision::FP32);
+  BOOST_TEST(memory_per_device(s, 1, 1, {3}, Precision::FP32, 2).optimizer == 8 * 760 / 2);
   BOOST_TEST(m.weights + m.gradients + m.optimizer == 16 * 760);
   // frozen: weights only; activations of one layer plus the output, probabilities of one layer
   s.mode = Mode::Frozen;

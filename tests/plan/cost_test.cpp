@@ -116,6 +116,16 @@ BOOST_AUTO_TEST_CASE(grad_sync_and_memory_hand_case) {
   BOOST_TEST(cost.grad_sync_s(0, across) == 2.0 * 1 / 2 * (4 * params / 4) / 400e9, boost::test_tools::tolerance(1e-3));
   // Train bf16: 18 B per parameter over tp·pp = 4.
   BOOST_TEST(double(cost.weights_bytes_per_device(0, in_node)) == 18 * params / 4, boost::test_tools::tolerance(1e-3));
+  // ZeRO-1 on the same devices: 2 + 4 B per parameter whole, 12 B split
+  // over dp = 2; the fp32 gradients reduce-scattered and the bf16 weights
+  // all-gathered, each (dp-1)/dp of the buffer over the ring.
+  SectionPlan sharded = in_node;
+  sharded.shard_optimizer = true;
+  BOOST_TEST(double(cost.weights_bytes_per_device(0, sharded)) == (6 + 12.0 / 2) * params / 4,
+             boost::test_tools::tolerance(1e-3));
+  BOOST_TEST(cost.grad_sync_s(0, sharded) == 1.0 / 2 * (4 * params / 4) / 900e9 + 1.0 / 2 * (2 * params / 4) / 900e9,
+             boost::test_tools::tolerance(1e-3));
+  BOOST_TEST(cost.optimizer_s(0, sharded) < cost.optimizer_s(0, in_node));
   // Activations of a micro-batch of two 4096-token sequences: counts.h's
   // per-token bytes (fused attention on an H100) over tp·pp.
   const Sample a = text(0, 4096), b = text(1, 4096);

@@ -228,7 +228,7 @@ BOOST_AUTO_TEST_CASE(single_section_wavefront_equals_megatron) {
   const SectionPlan& p = plan.sections[0];
   BOOST_REQUIRE(p.devices == cl.devices);
   const double wavefront = simulate(g, plan, wavefront_schedule(g, plan, cost, batches[0]), cost).iteration_s;
-  const MegatronConfig same{p.tp, p.pp, p.dp, p.micro_batch};
+  const MegatronConfig same{p.tp, p.pp, p.dp, p.micro_batch, p.shard_optimizer};
   const double megatron = megatron_iteration_s(g, cl, cost, same, batches);
   BOOST_TEST_MESSAGE("wavefront " << wavefront << " s, megatron " << megatron << " s at " << same.str());
   BOOST_TEST(wavefront == megatron, boost::test_tools::tolerance(0.01));
@@ -306,7 +306,7 @@ BOOST_AUTO_TEST_CASE(single_section_within_3_percent_of_grid_search_random) {
 }
 
 // PlannerOptions::disjoint_placement: a frozen 70B teacher (tp 8) and a
-// 7B student (tp 2) do not fit one H100 together, side by side they do: the
+// 7B student (tp 2, one replica: no ZeRO-1) do not fit one H100 together, side by side they do: the
 // planner places them on disjoint devices; with the lever off it cannot.
 BOOST_AUTO_TEST_CASE(disjoint_placement_when_sharing_does_not_fit) {
   const Program program = parse(
@@ -314,7 +314,7 @@ BOOST_AUTO_TEST_CASE(disjoint_placement_when_sharing_does_not_fit) {
       "vocab: 32000)"
       ";\n  mode = frozen;\n  consumes = [text];\n  parallel { tp = 8; pp = 1; }\n}\n"
       "section student {\n  model = " + std::string(kLlama7b) +
-      ";\n  consumes = [text];\n  parallel { tp = 2; pp = 1; }\n  loss = cross_entropy + 1.0 * kl(temperature: 1.0);\n}\n"
+      ";\n  consumes = [text];\n  parallel { tp = 2; pp = 1; dp = 1; }\n  loss = cross_entropy + 1.0 * kl(temperature: 1.0);\n}\n"
       "flow teacher -> student : logits;\n"
       "data {\n  source = synthetic(seed: 1);\n  mix { text = 1.0; }\n  text_tokens = 1024;\n}\n"
       "train {\n  global_batch = 64;\n  steps = 1;\n  optimizer = adamw(lr: 1e-4);\n  precision = bf16;\n}\n");

@@ -448,6 +448,45 @@ BOOST_AUTO_TEST_CASE(replicas_balanced_by_cost) {
   BOOST_CHECK_LE(std::abs(load[0] - load[1]), largest);
 }
 
+// A producer on part of its consumer's devices: llava15_7b's vision and
+// projector (tp 1, dp 8) on devices 0-7, its LLM (tp 4, dp 4) on 0-15. Every
+// sample whose LLM replica holds projector replicas (replicas 0 and 1) is
+// projected, and encoded, on a device of that LLM replica; the others are
+// spread over all 8 (least loaded). Before issue 17 only equal device ranges
+// nested, and these samples went to any replica.
+BOOST_AUTO_TEST_CASE(producers_nest_in_a_consumer_on_more_devices) {
+  const Program p = load("models/llava15_7b.sect");
+  const SectionGraph g = build_graph(p);
+  Plan plan;
+  plan.sections = {{0, 8, 1, 1, 8, 1}, {0, 8, 1, 1, 8, 1}, {0, 16, 4, 1, 4, 1}};
+  const Batch batch = Sampler(p.data, 64).batch(0);
+  test::TokenCost cost(g);
+  const Schedule sch = wavefront_schedule(g, plan, cost, batch);
+  BOOST_REQUIRE(validate(g, plan, sch).empty());
+  std::vector<int64_t> llm_device(batch.samples.size(), -1), vision_device(batch.samples.size(), -1);
+  for (const MicroBatch& mb : sch.sections[2].micro_batches)
+    for (int32_t i : mb.samples) llm_device[size_t(i)] = stage_first_device(plan.sections[2], mb.replica, 0);
+  for (const MicroBatch& mb : sch.sections[0].micro_batches)
+    for (int32_t i : mb.samples) vision_device[size_t(i)] = mb.replica;
+  int64_t nested = 0, spread = 0;
+  std::vector<int64_t> used(8, 0);
+  for (const MicroBatch& mb : sch.sections[1].micro_batches)
+    for (int32_t i : mb.samples) {
+      const int64_t home = llm_device[size_t(i)];
+      ++used[size_t(mb.replica)];
+      BOOST_TEST(vision_device[size_t(i)] == mb.replica);  // the encoder runs it on the projector's device
+      if (home < 8) {
+        BOOST_TEST((mb.replica >= home && mb.replica < home + 4));
+        ++nested;
+      } else {
+        ++spread;
+      }
+    }
+  BOOST_TEST(nested > 0);
+  BOOST_TEST(spread > 0);
+  for (int64_t n : used) BOOST_TEST(n > 0);
+}
+
 // ScheduleLevers::reorder off: loader order, micro_batch consecutive
 // samples to the replicas in turn (the ablation's baseline). On: the
 // replicas' loads are balanced by LPT (replicas_balanced_by_cost).

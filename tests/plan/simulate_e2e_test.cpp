@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -102,13 +103,32 @@ BOOST_AUTO_TEST_CASE(sequential_baseline_and_trace) {
   std::filesystem::remove(trace);
 }
 
+BOOST_AUTO_TEST_CASE(kd_70b_fits_64_h100s_with_the_sharded_optimizer) {
+  // Unsharded the student's 18 B per parameter over tp = 2 is 72.3 GB per
+  // device; the planner shards its optimizer state over its dp replicas.
+  const Run r = run("models/kd_70b_to_8b.sect --simulate --json --steps 1 --config configs/h100x64.toml");
+  BOOST_REQUIRE(r.status == 0);
+  const nlohmann::json j = last_line_json(r.out);
+  BOOST_TEST(j["plan"]["student"]["shard_optimizer"] == true);
+  BOOST_TEST(j["plan"]["teacher"]["shard_optimizer"] == false);  // frozen: no optimizer state
+}
+
 BOOST_AUTO_TEST_CASE(infeasible_plans_exit_2_with_the_reason) {
-  const Run r = run("models/kd_70b_to_8b.sect --simulate --json --config configs/h100x64.toml");
+  // The student pinned to one replica cannot shard its optimizer state.
+  std::ifstream in("models/kd_70b_to_8b.sect");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string from = "parallel { tp = 2; dp = auto; }";
+  BOOST_REQUIRE(text.find(from) != std::string::npos);
+  text.replace(text.find(from), from.size(), "parallel { tp = 2; dp = 1; }");
+  const std::string model = (std::filesystem::temp_directory_path() / "maestro_kd_one_replica.sect").string();
+  std::ofstream(model) << text;
+  const Run r = run(model + " --simulate --json --config configs/h100x64.toml");
   BOOST_TEST(r.status == 2, r.out);
-  BOOST_TEST(r.out.find("section 'student': ") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("section 'student': 72.3 GB of weights") != std::string::npos, r.out);
   BOOST_TEST(r.out.find("exceeds h100's 80 GB") != std::string::npos, r.out);
-  const Run p = run("models/kd_70b_to_8b.sect --print plan --config configs/h100x64.toml");
+  const Run p = run(model + " --print plan --config configs/h100x64.toml");
   BOOST_TEST(p.status == 2, p.out);
+  std::filesystem::remove(model);
 }
 
 BOOST_AUTO_TEST_CASE(print_plan_and_schedule) {

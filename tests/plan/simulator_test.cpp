@@ -93,6 +93,46 @@ BOOST_AUTO_TEST_CASE(two_sections_wavefront_by_hand) {
   }
 }
 
+// llm's forward and backward grow with the sample's tokens (6 and 8 s per
+// 10 tokens): a long sample's chain outweighs a short one's.
+class LongChainCost : public FixedCost {
+ public:
+  static double tokens(const std::vector<const Sample*>& mb) {
+    double n = 0;
+    for (const Sample* x : mb) n += x->text_tokens;
+    return n;
+  }
+  double forward_s(int s, const std::vector<const Sample*>& mb, const SectionPlan& p) const override {
+    return s == 0 ? FixedCost::forward_s(s, mb, p) : 0.6 * tokens(mb);
+  }
+  double backward_s(int s, const std::vector<const Sample*>& mb, const SectionPlan& p) const override {
+    return s == 0 ? FixedCost::backward_s(s, mb, p) : 0.8 * tokens(mb);
+  }
+};
+
+// ScheduleLevers::critical_path_first, by hand: enc on device 0, llm dp 2
+// on devices 0 and 1; sample 0 has 5 tokens (llm F 3, B 4), sample 1 has 50
+// (F 30, B 40). The long sample's llm replica is device 0, so enc runs both
+// samples there, sample 0 first. First ready, first served: enc F0 [0,1],
+// F1 [1,2] (held from 0); llm F1 [2.5,32.5] on device 0; enc B0, ready at 9,
+// holds device 0 [32.5,34.5], so llm B1 [34.5,74.5] and enc B1 [75,77].
+// Longest path first: enc F1 (path 1+30+40+2) [0,1] before F0 [1,2]; llm F1
+// [2,32]; at 32 llm B1 (path 42) beats the waiting enc B0 (2): [32,72], enc
+// B0 [72,74], enc B1 [74,76].
+BOOST_AUTO_TEST_CASE(critical_path_first_runs_the_long_chain_first) {
+  TwoSections t;
+  t.plan.sections[1] = {0, 2, 1, 1, 2, 1};
+  t.batch.samples[1].text_tokens = 50;
+  LongChainCost cost;
+  t.plan.levers.critical_path_first = false;
+  const SimResult fifo = simulate(t.graph, t.plan, wavefront_schedule(t.graph, t.plan, cost, t.batch), cost);
+  BOOST_CHECK_CLOSE(fifo.compute_end_s, 77.0, 1e-9);
+  t.plan.levers.critical_path_first = true;
+  const SimResult longest = simulate(t.graph, t.plan, wavefront_schedule(t.graph, t.plan, cost, t.batch), cost);
+  BOOST_CHECK_CLOSE(longest.compute_end_s, 76.0, 1e-9);
+  BOOST_CHECK_GE(longest.iteration_s, longest.lower_bound_s);
+}
+
 // ScheduleLevers::overlap_grad_sync, by hand: the same tasks; llm's sync on
 // device 1's link from its last backward's start, [11.5,11.75], its step
 // after that backward, [15.5,15.625]; enc's sync [16,16.25] on device 0's
