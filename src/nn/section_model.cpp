@@ -11,9 +11,11 @@
 #include <stdexcept>
 #include <utility>
 
+#include "graph/tensor_parallel.h"
 #include "nn/init.h"
 #include "nn/model_impl.h"
 #include "nn/safetensors.h"
+#include "nn/vocab_parallel_loss.h"
 
 namespace maestro {
 
@@ -29,25 +31,57 @@ void copy_stage_grad(const Section& s, Backend& b, float* dst, std::span<const f
   b.copy_from_host(dst, grad.data(), size_t(rows * cols) * sizeof(float));
 }
 
+namespace {
+
+// Σ over the tp ranks of a double, through the float all-reduce: each value
+// as hi + lo floats (hi = float(x), lo = float(x − hi)), ~48 bits kept;
+// the same on every rank.
+double tp_sum(Communicator& comm, double x) {
+  float parts[2] = {float(x), 0.0f};
+  parts[1] = float(x - double(parts[0]));
+  comm.all_reduce(parts, 2);
+  return double(parts[0]) + double(parts[1]);
+}
+
+}  // namespace
+
 struct SectionModel::Impl {
   explicit Impl(Backend& b) : pool(b) {}
   ActivationPool pool;  // declared first: contexts give buffers back to it, the model below may hold some
   std::unique_ptr<ModelImpl> model;
 };
 
-SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t seed, int64_t stage, int64_t stages)
-    : section_(section), backend_(backend), stage_(stage), stages_(stages) {
+SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t seed, int64_t stage, int64_t stages,
+                           TensorParallel tp)
+    : section_(section), backend_(backend), stage_(stage), stages_(stages), tp_(tp) {
   LayerRange layers;
   try {
     layers = stage_layers(section.model, stage, stages);
-    tensors_ = stage_tensors(section.model, stage, stages);
+    whole_ = stage_tensors(section.model, stage, stages);
   } catch (const std::invalid_argument& e) {
     input_error(section_, e.what());
   }
-  for (const auto& t : tensors_) {
-    offsets_.push_back(n_params_);
-    n_params_ += t.numel();
+  if (tp_.size < 1 || tp_.rank < 0 || tp_.rank >= tp_.size)
+    input_error(section_, fmt::format("tensor-parallel rank {} of {}", tp_.rank, tp_.size));
+  if (tp_.size > 1) {
+    if (!tp_.comm || tp_.comm->size() != tp_.size || tp_.comm->rank() != tp_.rank)
+      input_error(section_, fmt::format("tp = {} needs a communicator of {} ranks at rank {}", tp_.size, tp_.size,
+                                        tp_.rank));
+    if (const std::string e = tp_divisibility_error(section.model, tp_.size); !e.empty())
+      input_error(section_, "tensor parallelism: " + e);
   }
+  // Flat layout: the split tensors, then (tp > 1) the replicated ones.
+  offsets_.assign(whole_.size(), 0);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < whole_.size(); ++i) {
+      const bool split = tp_.size > 1 && tp_split(section.model, whole_[i].name) != TpSplit::Replicated;
+      if ((pass == 0) != (split || tp_.size == 1)) continue;
+      offsets_[i] = n_params_;
+      n_params_ += tp_shard_shape(section.model, whole_[i], tp_.size).numel();
+    }
+    if (pass == 0) n_split_ = n_params_;
+  }
+  for (const auto& t : whole_) tensors_.push_back(tp_shard_shape(section.model, t, tp_.size));
   params_ = backend_.allocate(n_params_);
   scalars_ = backend_.allocate_scalars(std::max<size_t>(1, section_.loss.size()));
   if (section_.mode == Mode::Train) {
@@ -55,11 +89,13 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
     adam_m_ = backend_.allocate(n_params_);
     adam_v_ = backend_.allocate(n_params_);
   }
-  std::vector<float> host;
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    host.resize(tensors_[i].numel());
-    init_tensor(host.data(), tensors_[i], section_.name + "." + tensors_[i].name, seed);
-    backend_.copy_from_host(params_ + offsets_[i], host.data(), host.size() * sizeof(float));
+  std::vector<float> whole, shard;
+  for (size_t i = 0; i < tensors_.size(); ++i) {  // the whole tensor's values, so every tp agrees
+    whole.resize(whole_[i].numel());
+    shard.resize(tensors_[i].numel());
+    init_tensor(whole.data(), whole_[i], section_.name + "." + whole_[i].name, seed);
+    tp_slice(shard.data(), whole.data(), section_.model, whole_[i], tp_.size, tp_.rank);
+    backend_.copy_from_host(params_ + offsets_[i], shard.data(), shard.size() * sizeof(float));
   }
   if (!section_.weights.empty()) {
     try {
@@ -77,11 +113,11 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
   };
   impl_ = std::make_unique<Impl>(backend_);
   const std::string kind = section_.model.builtin();
-  const StagePart part{stage == 0, stage == stages - 1, layers.first, layers.last};
+  const StagePart part{stage == 0, stage == stages - 1, layers.first, layers.last, tp_};
   if (kind == "transformer") impl_->model = make_transformer(section_, backend_, lookup, part);
   else if (kind == "vit") impl_->model = make_vit(section_, backend_, lookup, part);
   else if (kind == "audio_encoder") impl_->model = make_audio_encoder(section_, backend_, lookup, part);
-  else impl_->model = make_mlp(section_, backend_, lookup);
+  else impl_->model = make_mlp(section_, backend_, lookup, part);
 }
 
 SectionModel::~SectionModel() {
@@ -114,6 +150,7 @@ void SectionModel::loss_terms(ForwardContext& ctx, const std::vector<std::span<c
     input_error(section_, fmt::format("loss normaliser N_global = {} with {} target positions", n_global, positions));
   ctx.dlogits = ctx.take_zeroed(Nt * V);
   if (positions == 0) return backend_.zero_scalars(raw, section_.loss.size());
+  if (tp_.size > 1) return vocab_parallel_loss(backend_, *tp_.comm, section_, ctx, teacher_logits, n_global, raw);
   const float* teacher = nullptr;
   for (size_t k = 0; k < section_.loss.size(); ++k) {
     const LossTerm& term = section_.loss[k];
@@ -171,7 +208,7 @@ void SectionModel::zero_grads() {
 }
 
 void SectionModel::grad_sq_norm(double* out) {
-  if (grads_) backend_.sq_norm(out, grads_, n_params_);
+  if (grads_) backend_.sq_norm(out, grads_, tp_.rank == 0 ? n_params_ : n_split_);
   else backend_.zero_scalars(out, 1);
 }
 
@@ -179,6 +216,7 @@ double SectionModel::grad_sq_norm() {
   grad_sq_norm(scalars_);
   double host = 0;
   backend_.copy_to_host(&host, scalars_, sizeof(double));
+  if (tp_.size > 1) host = tp_sum(*tp_.comm, host);
   return host;
 }
 
@@ -208,34 +246,48 @@ Tensor host_copy(Backend& b, const float* src, const std::vector<int64_t>& shape
 
 }  // namespace
 
+Tensor SectionModel::whole_tensor(const float* buffer, size_t i) const {
+  Tensor shard = host_copy(backend_, buffer + offsets_[i], tensors_[i].shape);
+  if (tp_.size == 1) return shard;
+  // Every rank's shard (all the same size), rank after rank, then unsliced.
+  Tensor gathered = Tensor::host(DType::F32, {tp_.size, tensors_[i].numel()});
+  tp_.comm->all_gather(gathered.f32(), shard.f32(), size_t(tp_.size * tensors_[i].numel()));
+  Tensor whole = Tensor::host(DType::F32, whole_[i].shape);
+  for (int64_t r = 0; r < tp_.size; ++r)
+    tp_unslice(whole.f32(), gathered.f32() + r * tensors_[i].numel(), section_.model, whole_[i], tp_.size, r);
+  return whole;
+}
+
 void SectionModel::save(const std::string& path, const std::string& prefix) const {
   std::vector<NamedTensor> out;
   for (size_t i = 0; i < tensors_.size(); ++i)
-    out.push_back({full_name(prefix, tensors_[i].name), host_copy(backend_, params_ + offsets_[i], tensors_[i].shape)});
+    out.push_back({full_name(prefix, whole_[i].name), whole_tensor(params_, i)});
   std::map<std::string, std::string> meta;
   if (grads_) {
     for (size_t i = 0; i < tensors_.size(); ++i) {
-      const std::string n = full_name(prefix, tensors_[i].name);
-      out.push_back({n + ":exp_avg", host_copy(backend_, adam_m_ + offsets_[i], tensors_[i].shape)});
-      out.push_back({n + ":exp_avg_sq", host_copy(backend_, adam_v_ + offsets_[i], tensors_[i].shape)});
+      const std::string n = full_name(prefix, whole_[i].name);
+      out.push_back({n + ":exp_avg", whole_tensor(adam_m_, i)});
+      out.push_back({n + ":exp_avg_sq", whole_tensor(adam_v_, i)});
     }
     meta["adamw_step"] = std::to_string(adam_t_);
   }
-  write_safetensors(path, out, meta);
+  if (tp_.rank == 0) write_safetensors(path, out, meta);
 }
 
 void SectionModel::read_parameters(const std::string& path, const std::string& prefix, bool with_optimizer) {
   SafetensorsReader file(path);
-  std::vector<float> host;
-  auto read = [&](const std::string& name, size_t i, float* dst) {
-    host.resize(tensors_[i].numel());
-    file.read_f32(name, tensors_[i].shape, host.data());
-    backend_.copy_from_host(dst + offsets_[i], host.data(), host.size() * sizeof(float));
+  std::vector<float> whole, shard;
+  auto read = [&](const std::string& name, size_t i, float* dst) {  // the whole tensor, then this rank's slice
+    whole.resize(whole_[i].numel());
+    shard.resize(tensors_[i].numel());
+    file.read_f32(name, whole_[i].shape, whole.data());
+    tp_slice(shard.data(), whole.data(), section_.model, whole_[i], tp_.size, tp_.rank);
+    backend_.copy_from_host(dst + offsets_[i], shard.data(), shard.size() * sizeof(float));
   };
-  for (size_t i = 0; i < tensors_.size(); ++i) read(full_name(prefix, tensors_[i].name), i, params_);
+  for (size_t i = 0; i < tensors_.size(); ++i) read(full_name(prefix, whole_[i].name), i, params_);
   if (!with_optimizer) return;
   for (size_t i = 0; i < tensors_.size(); ++i) {
-    const std::string n = full_name(prefix, tensors_[i].name);
+    const std::string n = full_name(prefix, whole_[i].name);
     read(n + ":exp_avg", i, adam_m_);
     read(n + ":exp_avg_sq", i, adam_v_);
   }
