@@ -260,3 +260,85 @@ BOOST_AUTO_TEST_CASE(a_model_that_does_not_split_is_an_error) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// Checkpoints and `weights =` files hold whole tensors: a tp = 2 run's
+// checkpoint resumes at tp = 1 and at tp = 4 with the losses the tp = 2 run
+// goes on to have.
+BOOST_AUTO_TEST_SUITE(tensor_parallel_files)
+
+namespace {
+
+const OptimizerSpec kAdam{};
+
+// `steps` optimizer steps of every rank of a tp group on one micro-batch;
+// before the first, rank models load `load_path` (prefix "llm"), after the
+// last they save to `save_path` (collective) when given. Returns the losses.
+std::vector<double> train_at_tp(const Section& sec, int64_t tp, const std::string& load_path, bool load_weights,
+                                int steps, const std::string& save_path,
+                                const std::vector<std::vector<int32_t>>& tokens) {
+  auto group = make_local_group(int(tp));
+  std::vector<std::vector<double>> losses(static_cast<size_t>(tp));
+  std::vector<std::string> errors(static_cast<size_t>(tp));
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < tp; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        auto backend = make_cpu_backend(1);
+        SectionModel m(sec, *backend, 5, 0, 1, TensorParallel{r, tp, tp > 1 ? group[size_t(r)].get() : nullptr});
+        if (load_weights) m.load_weights(load_path);
+        else m.load(load_path, "llm");
+        std::vector<SampleInput> in(tokens.size());
+        for (size_t i = 0; i < tokens.size(); ++i) in[i].tokens = tokens[i];
+        for (int s = 0; s < steps; ++s) {
+          m.zero_grads();
+          ForwardOutput f = m.forward(in);
+          losses[size_t(r)].push_back(m.loss(*f.context, {}, 30));
+          m.backward(*f.context, {});
+          m.adamw_step(kAdam, 1e-2);
+        }
+        if (!save_path.empty()) m.save(save_path, "llm");
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+        group[size_t(r)]->abort(e.what());
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (int64_t r = 0; r < tp; ++r) BOOST_REQUIRE_MESSAGE(errors[size_t(r)].empty(), errors[size_t(r)]);
+  for (int64_t r = 1; r < tp; ++r) BOOST_CHECK(losses[size_t(r)] == losses[0]);  // every rank has the loss
+  return losses[0];
+}
+
+void check_losses(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  BOOST_REQUIRE_EQUAL(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    BOOST_CHECK_MESSAGE(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]),
+                        what << ": step " << i << " loss " << got[i] << " vs " << want[i]);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_tp2_checkpoint_resumes_at_tp1_and_tp4) {
+  const Section sec = make_section("llm", llama(2, 32, 8, 4, 48, 37), Mode::Train, false,
+                                   {{LossKind::CrossEntropy, 1.0, 1.0}});
+  const std::vector<std::vector<int32_t>> tokens{random_tokens(9, 1, 37), random_tokens(13, 2, 37)};
+  const std::string dir = temp_dir("tp-ckpt");
+  {  // the weights file: a randomised whole model
+    SectionModel whole(sec, cpu(), 5);
+    randomize(whole, 23);
+    whole.save(dir + "/weights.safetensors", "");
+  }
+  // tp = 1 and tp = 2 from the same weights agree; tp = 2 saves after 2 steps, then goes on for 3.
+  const auto base = train_at_tp(sec, 1, dir + "/weights.safetensors", true, 2, "", tokens);
+  const auto first = train_at_tp(sec, 2, dir + "/weights.safetensors", true, 2, dir + "/ckpt.safetensors", tokens);
+  check_losses(first, base, "tp 2 vs tp 1 from the weights file");
+  const auto go_on = train_at_tp(sec, 2, dir + "/ckpt.safetensors", false, 3, "", tokens);
+  // The file holds whole HF-named tensors (not shards) and the AdamW state.
+  SafetensorsReader file(dir + "/ckpt.safetensors");
+  std::vector<float> embed(37 * 32);
+  BOOST_CHECK_NO_THROW(file.read_f32("llm.model.embed_tokens.weight", {37, 32}, embed.data()));
+  BOOST_CHECK_NO_THROW(file.read_f32("llm.lm_head.weight:exp_avg", {37, 32}, embed.data()));
+  check_losses(train_at_tp(sec, 1, dir + "/ckpt.safetensors", false, 3, "", tokens), go_on, "resumed at tp 1");
+  check_losses(train_at_tp(sec, 4, dir + "/ckpt.safetensors", false, 3, "", tokens), go_on, "resumed at tp 4");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
