@@ -40,11 +40,13 @@ struct RunSetup {
   int64_t threads = 1;                    // CAF scheduler threads and each CPU backend's
   std::vector<double> past_losses;        // steps before first_step (resume)
   std::unique_ptr<LocalTransport> transport;  // the runners allocate from it: it outlives them
-  // The data-parallel group of each section × stage (rank 0's handle): the
-  // replicas all-reduce their gradients through it; aborted at the end.
+  // The data-parallel group of each section × stage × tp rank, and the
+  // tensor-parallel group of each replica (rank 0's handles): the replicas
+  // all-reduce their gradients, a replica's tp ranks their activations
+  // through them; aborted at the end.
   std::vector<std::shared_ptr<Communicator>> dp_groups;
-  // [section][pp stage][dp replica]; handed to the compute workers at spawn.
-  std::vector<std::vector<std::vector<std::shared_ptr<SectionRunner>>>> runners;
+  // [section][pp stage][dp replica][tp rank]; handed to the compute workers at spawn.
+  std::vector<std::vector<std::vector<std::vector<std::shared_ptr<SectionRunner>>>>> runners;
   std::shared_ptr<const StepSchedules> schedules;
 };
 

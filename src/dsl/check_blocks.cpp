@@ -242,7 +242,7 @@ void Checker::read_section(const Stmt& s) {
     };
     degree("tp", sec.parallel.tp), degree("pp", sec.parallel.pp), degree("dp", sec.parallel.dp);
     if (auto d = degrees.find("tp"); d != degrees.end() && ok && sec.parallel.tp)
-      if (const std::string e = tp_divisibility_error(sec.model, *sec.parallel.tp); !e.empty())
+      if (const std::string e = tp_divisibility_error(sec.model, *sec.parallel.tp, /*heads_only=*/true); !e.empty())
         error(d->second->value->span, fmt::format("section '{}' cannot be split over tp = {} ranks: {}", s.name,
                                                   *sec.parallel.tp, e));
   }

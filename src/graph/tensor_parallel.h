@@ -50,8 +50,10 @@ void tp_unslice(float* whole, const float* shard, const ModelSpec& model, const 
 
 // Why the model cannot be split over tp ranks ("" when it can): the heads,
 // GQA kv heads, ffn width (or the mlp's hidden width) must be multiples of
-// tp. Inline: the front end's checker uses it without linking maestro_graph.
-inline std::string tp_divisibility_error(const ModelSpec& model, int64_t tp) {
+// tp. heads_only: the heads and kv heads only — the front end's check (the
+// planner may still cost a tp the engine can't run; the runtime checks all).
+// Inline: the front end's checker uses it without linking maestro_graph.
+inline std::string tp_divisibility_error(const ModelSpec& model, int64_t tp, bool heads_only = false) {
   if (tp <= 1) return "";
   auto need = [&](const char* what, int64_t n) {
     return n % tp == 0 ? std::string() : fmt::format("'{}' ({}) must be a multiple of tp ({})", what, n, tp);
@@ -59,15 +61,15 @@ inline std::string tp_divisibility_error(const ModelSpec& model, int64_t tp) {
   std::string e;
   if (const auto* t = std::get_if<TransformerSpec>(&model.spec)) {
     for (auto [what, n] : {std::pair{"heads", t->heads}, {"kv_heads", t->kv_heads}, {"ffn", t->ffn}})
-      if (e.empty()) e = need(what, n);
+      if (e.empty() && !(heads_only && what[0] == 'f')) e = need(what, n);
   } else if (const auto* v = std::get_if<VitSpec>(&model.spec)) {
     e = need("heads", v->heads);
-    if (e.empty()) e = need("ffn", v->ffn);
+    if (e.empty() && !heads_only) e = need("ffn", v->ffn);
   } else if (const auto* a = std::get_if<AudioEncoderSpec>(&model.spec)) {
     e = need("heads", a->heads);
-    if (e.empty()) e = need("ffn", a->ffn);
+    if (e.empty() && !heads_only) e = need("ffn", a->ffn);
   } else if (const auto* m = std::get_if<MlpSpec>(&model.spec)) {
-    if (m->layers >= 2) e = need("hidden", m->hidden);
+    if (m->layers >= 2 && !heads_only) e = need("hidden", m->hidden);
   }
   return e;
 }

@@ -167,6 +167,38 @@ def case_pipeline():
     assert "no 'vision'" in p.stderr and "same pipeline stages" in p.stderr, p.stderr
 
 
+def case_tensor_parallel():
+    """Megatron tensor parallelism in the runtime (tp rank actors, one compute
+    worker each): tiny_mllm with tp = 2 on the LLM, tiny_kd with tp = 2 on
+    teacher and student, and tp = 2 x pp = 2 x dp = 2 on the LLM train with
+    the tp = 1 losses (1e-5); a tp = 2 checkpoint resumes at tp = 1 with the
+    losses the tp = 2 run goes on to have; an unsplittable tp is a located error."""
+    steps = ["--steps", "4"]
+    base = train_json("models/tiny_mllm.sect", *steps)
+    for name, parallel in [("tp2", "tp = 2; dp = auto;"), ("tp2pp2dp2", "tp = 2; pp = 2; dp = 2;")]:
+        model = variant("models/tiny_mllm.sect", name + ".sect",
+                        [(r"(section llm \{.*?)parallel \{ dp = auto; \}", r"\1parallel { " + parallel + " }")])
+        assert_close(train_json(model, *steps)["losses"], base["losses"], 1e-5, f"tiny_mllm llm {parallel} vs tp 1")
+    kd = variant("models/tiny_kd.sect", "kd_tp2.sect", [
+        (r"micro_batch = 16;", "micro_batch = 16;\n  parallel { tp = 2; }"),
+        (r"micro_batch = 4;", "micro_batch = 4;\n  parallel { tp = 2; }"),
+    ])
+    assert_close(train_json(kd, *steps)["losses"], train_json("models/tiny_kd.sect", *steps)["losses"], 1e-5,
+                 "tiny_kd teacher and student at tp = 2 vs tp = 1")
+    # A checkpoint written at tp = 2 holds whole tensors: it resumes at tp = 1.
+    tp2 = os.path.join(TMP, "tp2.sect")
+    full = train_json(tp2, *steps)
+    ckpt = os.path.join(TMP, "tp-ckpt")
+    first = train_json(tp2, *steps, "--stop-after", "2", "--config", write_config("tp-ckpt.toml", ckpt))
+    assert first["losses"] == full["losses"][:2], (first["losses"], full["losses"])
+    rest = train_json("models/tiny_mllm.sect", *steps, "--resume", ckpt)
+    assert_close(rest["losses"], full["losses"][2:], 1e-5, "tp 2 checkpoint resumed at tp 1")
+    bad = variant("models/tiny_mllm.sect", "tp3.sect", [(r"(section llm \{.*?)parallel \{ dp = auto; \}",
+                                                         r"\1parallel { tp = 3; }")])
+    p = maestro(bad, *steps, expect=2)
+    assert "tp3.sect:31:" in p.stderr and "'heads' (4) must be a multiple of tp (3)" in p.stderr, p.stderr
+
+
 KAT_TRAIN = {"global_batch": 4, "steps": 3, "lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1,
              "grad_clip": 0.25}
 
