@@ -7,6 +7,7 @@
 
 #include "actors/checkpoint.h"
 #include "actors/train_phases.h"
+#include "transport/counted_communicator.h"
 
 namespace maestro {
 
@@ -85,8 +86,13 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
         setup.dp_groups.push_back(dp_group.back()[0]);
       }
       for (int64_t r = 0; r < plan.sections[s].dp; ++r) {
-        const std::vector<std::shared_ptr<Communicator>> tp_group = make_local_group(int(tp));
+        std::vector<std::shared_ptr<Communicator>> tp_group = make_local_group(int(tp));
         setup.dp_groups.push_back(tp_group[0]);
+        if (tp > 1) {  // rank 0 counts the replica's all-reduce volume
+          auto counted = std::make_shared<CountedCommunicator>(tp_group[0]);
+          setup.tp_counters.push_back(counted);
+          tp_group[0] = std::move(counted);
+        }
         setup.runners[s][size_t(k)].emplace_back();
         try {
           for (int64_t t = 0; t < tp; ++t) {

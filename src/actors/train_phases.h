@@ -24,6 +24,7 @@
 #include "actors/section_runner.h"
 #include "actors/step_inputs.h"
 #include "actors/trainer.h"
+#include "transport/counted_communicator.h"
 #include "transport/local_transport.h"
 
 namespace maestro {
@@ -45,6 +46,9 @@ struct RunSetup {
   // all-reduce their gradients, a replica's tp ranks their activations
   // through them; aborted at the end.
   std::vector<std::shared_ptr<Communicator>> dp_groups;
+  // Rank 0 of each replica's tp group (tp > 1): its all-reduce bytes, summed
+  // into TrainResult::tp_all_reduce_bytes.
+  std::vector<std::shared_ptr<const CountedCommunicator>> tp_counters;
   // [section][pp stage][dp replica][tp rank]; handed to the compute workers at spawn.
   std::vector<std::vector<std::vector<std::vector<std::shared_ptr<SectionRunner>>>>> runners;
   std::shared_ptr<const StepSchedules> schedules;

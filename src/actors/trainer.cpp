@@ -8,6 +8,7 @@
 
 #include "actors/messages.h"
 #include "actors/train_phases.h"
+#include "transport/counted_communicator.h"
 
 namespace maestro {
 
@@ -34,7 +35,8 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   result.first_step = setup.first_step;
   result.skipped_samples = inputs.skipped_samples();
   for (size_t s = 0; s < graph.nodes.size(); ++s)
-    result.plan_lines.push_back(fmt::format("{}: dp {}, pp {}, micro_batch {}{}", graph.nodes[s].name,
+    result.plan_lines.push_back(fmt::format("{}: {}dp {}, pp {}, micro_batch {}{}", graph.nodes[s].name,
+                                            plan.sections[s].tp > 1 ? fmt::format("tp {}, ", plan.sections[s].tp) : "",
                                             plan.sections[s].dp, plan.sections[s].pp, plan.sections[s].micro_batch,
                                             graph.section(int(s)).mode == Mode::Frozen ? " (frozen)" : ""));
   if (options.on_plan) options.on_plan(result.plan_lines);
@@ -48,6 +50,7 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   caf::actor_system sys{cfg};
   const RunActors actors = spawn_run(sys, setup, graph, plan, inputs, train, options);
   drive_run(sys, actors, setup, options, on_step, result);
+  for (const auto& c : setup.tp_counters) result.tp_all_reduce_bytes += c->all_reduce_bytes();
   return result;  // ~actor_system waits for every actor
 }
 

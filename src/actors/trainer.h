@@ -56,6 +56,9 @@ struct TrainResult {
   std::string transport = "local";
   std::vector<std::string> plan_lines;  // "llm: dp 2, micro_batch 8" per section
   std::vector<std::string> skipped_samples;  // manifest lines left out (on_bad_sample = "skip")
+  // Bytes all-reduced by the tensor-parallel groups (one rank's payload per
+  // call, summed over every replica of every tp > 1 section) in this run.
+  uint64_t tp_all_reduce_bytes = 0;
 };
 
 // `graph` (and the Program it refers to), `plan` and `inputs` outlive the call.

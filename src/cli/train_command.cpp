@@ -174,6 +174,7 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
                         {"checkpoint", r.checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.checkpoint)},
                         {"interrupted", r.interrupted},
                         {"skipped_samples", r.skipped_samples.size()},
+                        {"tp_all_reduce_bytes", r.tp_all_reduce_bytes},
                         {"losses", r.losses}};
     std::printf("%s\n", j.dump().c_str());
   }

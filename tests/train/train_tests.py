@@ -193,6 +193,15 @@ def case_tensor_parallel():
     assert first["losses"] == full["losses"][:2], (first["losses"], full["losses"])
     rest = train_json("models/tiny_mllm.sect", *steps, "--resume", ckpt)
     assert_close(rest["losses"], full["losses"][2:], 1e-5, "tp 2 checkpoint resumed at tp 1")
+    # --print plan shows each rank's shards, and the planner's tp all-reduce
+    # volume of step 0 is what the runtime counts in step 0 (within 5 %).
+    for model in [tp2, os.path.join(TMP, "tp2pp2dp2.sect"), kd]:
+        plan = maestro(model, "--print", "plan").stdout
+        assert "llm per tp rank (tp 2):" in plan or "student per tp rank (tp 2):" in plan, plan
+        planned = sum(int(b) for b in re.findall(r"tp all-reduce per step \(step 0[^)]*\): (\d+) bytes", plan))
+        counted = train_json(model, "--steps", "1")["tp_all_reduce_bytes"]
+        assert planned > 0 and abs(counted - planned) <= 0.05 * planned, (model, planned, counted)
+    assert "self_attn.q_proj.weight [64, 128]" in maestro(tp2, "--print", "plan").stdout
     bad = variant("models/tiny_mllm.sect", "tp3.sect", [(r"(section llm \{.*?)parallel \{ dp = auto; \}",
                                                          r"\1parallel { tp = 3; }")])
     p = maestro(bad, *steps, expect=2)
