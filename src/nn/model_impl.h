@@ -119,6 +119,14 @@ std::unique_ptr<ModelImpl> make_mlp(const Section& s, Backend& b, const ParamLoo
 
 [[noreturn]] void input_error(const Section& s, const std::string& what);  // std::invalid_argument naming the section
 
+// The teacher's logits of ctx's kept text rows, packed like the student's
+// logits [Nt, ctx.vocab]: columns [ctx.vocab_first, + ctx.vocab_valid) of each
+// sample's whole-vocabulary rows teacher_logits[i] [rows >= n_text, vocab]
+// (a tp rank's shard; all of them at tp = 1), padding columns zero. Checks
+// the count and sizes (std::invalid_argument naming the section).
+float* pack_teacher_logits(const Section& s, Backend& b, ForwardContext& ctx,
+                           const std::vector<std::span<const float>>& teacher_logits, int64_t vocab);
+
 // dst[rows, cols] = a stage's output gradient, checked for its size.
 void copy_stage_grad(const Section& s, Backend& b, float* dst, std::span<const float> grad, int64_t rows, int64_t cols);
 

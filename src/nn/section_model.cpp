@@ -23,6 +23,29 @@ void input_error(const Section& s, const std::string& what) {
   throw std::invalid_argument(fmt::format("section '{}': {}", s.name, what));
 }
 
+float* pack_teacher_logits(const Section& s, Backend& b, ForwardContext& ctx,
+                           const std::vector<std::span<const float>>& teacher_logits, int64_t vocab) {
+  const size_t samples = ctx.text_offsets.size() - 1;
+  if (teacher_logits.size() != samples)
+    input_error(s, fmt::format("kl needs teacher logits for each of the {} samples, got {}", samples,
+                               teacher_logits.size()));
+  const int64_t V = ctx.vocab, first = ctx.vocab_first, width = ctx.vocab_valid;
+  float* packed = V == width ? ctx.take(ctx.text_offsets.back() * V) : ctx.take_zeroed(ctx.text_offsets.back() * V);
+  for (size_t i = 0; i < samples; ++i) {
+    const int64_t rows = ctx.text_offsets[i + 1] - ctx.text_offsets[i];
+    const std::span<const float> t = teacher_logits[i];
+    if (int64_t(t.size()) % vocab != 0 || int64_t(t.size()) < rows * vocab)
+      input_error(s, fmt::format("sample {}: teacher logits of {} floats, expected at least [{}, {}]", i, t.size(),
+                                 rows, vocab));
+    float* dst = packed + ctx.text_offsets[i] * V;
+    if (V == vocab) b.copy_from_host(dst, t.data(), size_t(rows * V) * sizeof(float));  // whole rows
+    else
+      for (int64_t r = 0; r < rows && width > 0; ++r)
+        b.copy_from_host(dst + r * V, t.data() + r * vocab + first, size_t(width) * sizeof(float));
+  }
+  return packed;
+}
+
 void copy_stage_grad(const Section& s, Backend& b, float* dst, std::span<const float> grad, int64_t rows,
                      int64_t cols) {
   if (int64_t(grad.size()) != rows * cols)
@@ -159,21 +182,7 @@ void SectionModel::loss_terms(ForwardContext& ctx, const std::vector<std::span<c
       backend_.cross_entropy(raw + k, ctx.dlogits, ctx.logits, ctx.targets.data(), Nt, V, scale);
       continue;
     }
-    if (!teacher) {  // the teacher's logits of the kept text rows, packed like ours   [Nt, V]
-      const size_t samples = ctx.text_offsets.size() - 1;
-      if (teacher_logits.size() != samples)
-        input_error(section_, fmt::format("kl needs teacher logits for each of the {} samples, got {}", samples,
-                                          teacher_logits.size()));
-      float* packed = ctx.take(Nt * V);
-      for (size_t i = 0; i < samples; ++i) {
-        const int64_t rows = ctx.text_offsets[i + 1] - ctx.text_offsets[i];
-        if (int64_t(teacher_logits[i].size()) % V != 0 || int64_t(teacher_logits[i].size()) < rows * V)
-          input_error(section_, fmt::format("sample {}: teacher logits of {} floats, expected at least [{}, {}]", i,
-                                            teacher_logits[i].size(), rows, V));
-        backend_.copy_from_host(packed + ctx.text_offsets[i] * V, teacher_logits[i].data(), (rows * V) * sizeof(float));
-      }
-      teacher = packed;
-    }
+    if (!teacher) teacher = pack_teacher_logits(section_, backend_, ctx, teacher_logits, V);
     backend_.kl_divergence(raw + k, ctx.dlogits, ctx.logits, teacher, ctx.targets.data(), Nt, V,
                            float(term.temperature), scale);
   }

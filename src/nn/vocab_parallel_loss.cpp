@@ -40,24 +40,8 @@ void vocab_parallel_loss(Backend& b, Communicator& comm, const Section& s, Forwa
       b.shard_cross_entropy(raw + k, ctx.dlogits, x, targets, mx, se_tx, se_tx + Nt, Nt, V, valid, v0, scale);
       continue;
     }
-    if (!teacher) {  // this rank's columns of the teacher's kept text rows, packed like ours   [Nt, V]
-      const size_t samples = ctx.text_offsets.size() - 1;
-      if (teacher_logits.size() != samples)
-        input_error(s, fmt::format("kl needs teacher logits for each of the {} samples, got {}", samples,
-                                   teacher_logits.size()));
-      const int64_t full = std::get<TransformerSpec>(s.model.spec).vocab;
-      float* packed = ctx.take_zeroed(Nt * V);
-      for (size_t i = 0; i < samples; ++i) {
-        const int64_t rows = ctx.text_offsets[i + 1] - ctx.text_offsets[i];
-        if (int64_t(teacher_logits[i].size()) % full != 0 || int64_t(teacher_logits[i].size()) < rows * full)
-          input_error(s, fmt::format("sample {}: teacher logits of {} floats, expected at least [{}, {}]", i,
-                                     teacher_logits[i].size(), rows, full));
-        for (int64_t r = 0; r < rows && valid > 0; ++r)
-          b.copy_from_host(packed + (ctx.text_offsets[i] + r) * V, teacher_logits[i].data() + r * full + v0,
-                           size_t(valid) * sizeof(float));
-      }
-      teacher = packed;
-    }
+    if (!teacher)  // this rank's columns of the teacher's kept text rows   [Nt, V]
+      teacher = pack_teacher_logits(s, b, ctx, teacher_logits, std::get<TransformerSpec>(s.model.spec).vocab);
     const float inv_t = float(1.0 / term.temperature);
     float* local = ctx.take(2 * Nt);  // [2, Nt] student, teacher
     float* mx = ctx.take(2 * Nt);

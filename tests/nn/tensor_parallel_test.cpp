@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <thread>
 
 #include "cpu/cpu_backend.h"
@@ -40,6 +41,27 @@ std::vector<float> columns(const std::vector<float>& m, int64_t cols, int64_t c0
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < n && c0 + j < cols; ++j) out[size_t(r * n + j)] = m[size_t(r * cols + c0 + j)];
   return out;
+}
+
+// Runs body(rank, communicator) on `tp` threads over one make_local_group,
+// each rank with its own CPU backend; a rank that throws aborts the group
+// (so no peer waits forever) and fails the test with its message.
+void on_ranks(int64_t tp, const std::function<void(int64_t rank, Backend& backend, Communicator* comm)>& body) {
+  auto group = make_local_group(int(tp));
+  std::vector<std::string> errors(static_cast<size_t>(tp));
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < tp; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        auto backend = make_cpu_backend(1);
+        body(r, *backend, tp > 1 ? group[size_t(r)].get() : nullptr);
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+        group[size_t(r)]->abort(e.what());
+      }
+    });
+  for (auto& th : ranks) th.join();
+  for (int64_t r = 0; r < tp; ++r) BOOST_REQUIRE_MESSAGE(errors[size_t(r)].empty(), "rank " << r << ": " << errors[size_t(r)]);
 }
 
 struct Case {
@@ -93,25 +115,13 @@ void check_tp(const Case& c, int64_t tp) {
     const int64_t V = t ? t->vocab : 0, Vs = t ? tp_padded_vocab(V, tp) / tp : 0;
     const Result want = run(whole, c, [](const std::vector<float>& g) { return g; });
 
-    auto group = make_local_group(int(tp));
     std::vector<Result> got(static_cast<size_t>(tp));
-    std::vector<std::string> errors(static_cast<size_t>(tp));
-    std::vector<std::thread> ranks;
-    for (int64_t r = 0; r < tp; ++r)
-      ranks.emplace_back([&, r] {
-        try {
-          auto backend = make_cpu_backend(1);
-          SectionModel m(c.sec, *backend, 5, 0, 1, TensorParallel{r, tp, group[size_t(r)].get()});
-          for (size_t i = 0; i < m.tensors().size(); ++i)
-            tp_slice(m.params() + m.offset(i), whole_params[i].data(), c.sec.model, whole.tensors()[i], tp, r);
-          got[size_t(r)] = run(m, c, [&](const std::vector<float>& g) { return t ? columns(g, V, r * Vs, Vs) : g; });
-        } catch (const std::exception& e) {
-          errors[size_t(r)] = e.what();
-          group[size_t(r)]->abort(e.what());
-        }
-      });
-    for (auto& th : ranks) th.join();
-    for (int64_t r = 0; r < tp; ++r) BOOST_REQUIRE_MESSAGE(errors[size_t(r)].empty(), "rank " << r << ": " << errors[size_t(r)]);
+    on_ranks(tp, [&](int64_t r, Backend& backend, Communicator* comm) {
+      SectionModel m(c.sec, backend, 5, 0, 1, TensorParallel{r, tp, comm});
+      for (size_t i = 0; i < m.tensors().size(); ++i)
+        tp_slice(m.params() + m.offset(i), whole_params[i].data(), c.sec.model, whole.tensors()[i], tp, r);
+      got[size_t(r)] = run(m, c, [&](const std::vector<float>& g) { return t ? columns(g, V, r * Vs, Vs) : g; });
+    });
 
     for (int64_t r = 0; r < tp; ++r) {
       const Result& g = got[size_t(r)];
@@ -276,34 +286,22 @@ const OptimizerSpec kAdam{};
 std::vector<double> train_at_tp(const Section& sec, int64_t tp, const std::string& load_path, bool load_weights,
                                 int steps, const std::string& save_path,
                                 const std::vector<std::vector<int32_t>>& tokens) {
-  auto group = make_local_group(int(tp));
   std::vector<std::vector<double>> losses(static_cast<size_t>(tp));
-  std::vector<std::string> errors(static_cast<size_t>(tp));
-  std::vector<std::thread> ranks;
-  for (int64_t r = 0; r < tp; ++r)
-    ranks.emplace_back([&, r] {
-      try {
-        auto backend = make_cpu_backend(1);
-        SectionModel m(sec, *backend, 5, 0, 1, TensorParallel{r, tp, tp > 1 ? group[size_t(r)].get() : nullptr});
-        if (load_weights) m.load_weights(load_path);
-        else m.load(load_path, "llm");
-        std::vector<SampleInput> in(tokens.size());
-        for (size_t i = 0; i < tokens.size(); ++i) in[i].tokens = tokens[i];
-        for (int s = 0; s < steps; ++s) {
-          m.zero_grads();
-          ForwardOutput f = m.forward(in);
-          losses[size_t(r)].push_back(m.loss(*f.context, {}, 30));
-          m.backward(*f.context, {});
-          m.adamw_step(kAdam, 1e-2);
-        }
-        if (!save_path.empty()) m.save(save_path, "llm");
-      } catch (const std::exception& e) {
-        errors[size_t(r)] = e.what();
-        group[size_t(r)]->abort(e.what());
-      }
-    });
-  for (auto& t : ranks) t.join();
-  for (int64_t r = 0; r < tp; ++r) BOOST_REQUIRE_MESSAGE(errors[size_t(r)].empty(), errors[size_t(r)]);
+  on_ranks(tp, [&](int64_t r, Backend& backend, Communicator* comm) {
+    SectionModel m(sec, backend, 5, 0, 1, TensorParallel{r, tp, comm});
+    if (load_weights) m.load_weights(load_path);
+    else m.load(load_path, "llm");
+    std::vector<SampleInput> in(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) in[i].tokens = tokens[i];
+    for (int s = 0; s < steps; ++s) {
+      m.zero_grads();
+      ForwardOutput f = m.forward(in);
+      losses[size_t(r)].push_back(m.loss(*f.context, {}, 30));
+      m.backward(*f.context, {});
+      m.adamw_step(kAdam, 1e-2);
+    }
+    if (!save_path.empty()) m.save(save_path, "llm");
+  });
   for (int64_t r = 1; r < tp; ++r) BOOST_CHECK(losses[size_t(r)] == losses[0]);  // every rank has the loss
   return losses[0];
 }

@@ -296,9 +296,9 @@ def case_errors():
                       [(r"mode     = frozen;", 'mode = frozen;\n  weights = "nope.safetensors";')])
     p = maestro(missing, "--steps", "1", expect=1)
     assert "teacher" in p.stderr and "nope.safetensors" in p.stderr, p.stderr
-    tp = variant("models/tiny_mllm.sect", "tp.sect", [(r"parallel \{ dp = 1; \}", "parallel { dp = 1; tp = 2; }")])
+    tp = variant("models/tiny_mllm.sect", "tp.sect", [(r"parallel \{ dp = 1; \}", "parallel { dp = 1; tp = 3; }")])
     p = maestro(tp, "--steps", "1", expect=2)
-    assert "vision" in p.stderr and "tp" in p.stderr, p.stderr
+    assert "vision" in p.stderr and "must be a multiple of tp (3)" in p.stderr, p.stderr
     pp = variant("models/tiny_mllm.sect", "pp.sect", [(r"parallel \{ dp = auto; \}", "parallel { dp = auto; pp = 3; }")])
     p = maestro(pp, "--steps", "1", expect=2)
     assert "'llm': pp = 3: 2 layers cannot be split into 3 pipeline stages" in p.stderr, p.stderr
