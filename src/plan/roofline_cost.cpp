@@ -88,12 +88,14 @@ int64_t RooflineCost::tp_all_reduce_bytes(int s, const std::vector<const Sample*
               graph_.tokens(s, {x->modalities, 0, x->images, x->audio_frames});
     forward = 2 * t->layers * tokens * t->hidden + text * t->hidden;
     for (const LossTerm& term : section.loss) forward += (term.kind == LossKind::CrossEntropy ? 2 : 3) * text;
-    backward = 2 * t->layers * tokens * t->hidden + text * t->hidden;
+    backward = 2 * t->layers * tokens * t->hidden * (section.recompute ? 2 : 1) + text * t->hidden;
   } else if (const auto* v = std::get_if<VitSpec>(&section.model.spec)) {
     const int64_t rows = tokens + tokens / v->patches_per_image();  // + a class token per image
-    forward = backward = 2 * v->layers * rows * v->hidden;
+    forward = 2 * v->layers * rows * v->hidden;
+    backward = forward * (section.recompute ? 2 : 1);
   } else if (const auto* a = std::get_if<AudioEncoderSpec>(&section.model.spec)) {
-    forward = backward = 2 * a->layers * tokens * a->hidden;
+    forward = 2 * a->layers * tokens * a->hidden;
+    backward = forward * (section.recompute ? 2 : 1);
   } else if (const auto* m = std::get_if<MlpSpec>(&section.model.spec)) {
     for (int64_t i = 0; i + 1 < m->layers; i += 2) {  // pairs (column, row): graph/tensor_parallel.h
       forward += tokens * (i + 1 == m->layers - 1 ? m->out : m->hidden);

@@ -50,6 +50,7 @@ class RooflineCost : public CostModel {
   // (2 floats per text row for cross-entropy, 3 for kl); a vit's sequences
   // carry a class token each; an mlp all-reduces each row-parallel layer's
   // output forward and each column-parallel layer's input gradient backward.
+  // A recomputed layer stack runs its forward's all-reduces again in backward.
   // 0 at tp = 1. At the working precision's element size.
   int64_t tp_all_reduce_bytes(int section, const std::vector<const Sample*>& samples, const SectionPlan& plan) const;
   const Cluster& cluster() const { return cluster_; }

@@ -163,9 +163,9 @@ void check_tp(const Case& c, int64_t tp) {
 
 Case transformer_case(const ModelSpec& m, std::vector<LossTerm> loss, const std::vector<std::vector<int32_t>>& tokens,
                       const std::vector<float>& splice, const std::vector<std::vector<float>>& teacher,
-                      std::vector<std::vector<float>> out_grads) {
+                      std::vector<std::vector<float>> out_grads, bool recompute = false) {
   Case c;
-  c.sec = make_section("llm", m, Mode::Train, false, std::move(loss));
+  c.sec = make_section("llm", m, Mode::Train, recompute, std::move(loss));
   c.in.resize(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) c.in[i].tokens = tokens[i];
   c.in[1].spliced = {span_of(splice)};
@@ -213,6 +213,7 @@ BOOST_AUTO_TEST_CASE(transformer_equals_tp1) {
     Case c = transformer_case(llama(2, 32, 8, 4, 48, 37), loss, tokens, splice, teacher, g);
     check_tp(c, tp);
   }
+  check_tp(transformer_case(llama(2, 32, 8, 4, 48, 37), loss, tokens, splice, teacher, g, /*recompute=*/true), 2);
   const std::vector<std::vector<int32_t>> few{random_tokens(6, 9, 5), random_tokens(4, 10, 5)};
   const std::vector<float> splice16 = random_floats(2 * 16, 11);
   Case tiny_vocab = transformer_case(llama(1, 16, 4, 4, 16, 5), {{LossKind::CrossEntropy, 1.0, 1.0}}, few, splice16,

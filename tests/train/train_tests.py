@@ -195,7 +195,9 @@ def case_tensor_parallel():
     assert_close(rest["losses"], full["losses"][2:], 1e-5, "tp 2 checkpoint resumed at tp 1")
     # --print plan shows each rank's shards, and the planner's tp all-reduce
     # volume of step 0 is what the runtime counts in step 0 (within 5 %).
-    for model in [tp2, os.path.join(TMP, "tp2pp2dp2.sect"), kd]:
+    recompute = variant(tp2, "tp2_recompute.sect", [(r"(section llm \{.*?)loss", r"\1recompute = true;\n  loss")])
+    assert_close(train_json(recompute, *steps)["losses"], base["losses"], 1e-5, "tiny_mllm llm tp 2 recomputed vs tp 1")
+    for model in [tp2, os.path.join(TMP, "tp2pp2dp2.sect"), kd, recompute]:
         plan = maestro(model, "--print", "plan").stdout
         assert "llm per tp rank (tp 2):" in plan or "student per tp rank (tp 2):" in plan, plan
         planned = sum(int(b) for b in re.findall(r"tp all-reduce per step \(step 0[^)]*\): (\d+) bytes", plan))
