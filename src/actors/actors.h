@@ -25,11 +25,15 @@ class SectionRunner;
 caf::actor spawn_compute_worker(caf::actor_system& sys, std::shared_ptr<SectionRunner> runner, int section,
                                 int stage, int replica, caf::actor tracer);
 
-// A section replica: the event-based front of one worker; the scheduler
-// and checkpointer talk to it. It forwards work to its worker in arrival
-// order (so the worker's FIFO mailbox keeps the scheduler's order), hands
-// the result back, and records each transfer in the trace.
-caf::actor spawn_section_replica(caf::actor_system& sys, caf::actor worker, std::string track, caf::actor tracer);
+// A section replica: the event-based front of its workers — one, or one per
+// tensor-parallel rank, which run every message together; the scheduler
+// and checkpointer talk to it. It forwards work to its workers in arrival
+// order (so each worker's FIFO mailbox keeps the scheduler's order), hands
+// the result back once every rank answered (rank 0's outputs, the first
+// error, the ranks' gradient norm² shares summed), and records each transfer
+// in the trace.
+caf::actor spawn_section_replica(caf::actor_system& sys, std::vector<caf::actor> workers, std::string track,
+                                 caf::actor tracer);
 
 // Draws and materialises steps ahead of use: GetBatch{k} -> BatchReady.
 // Steps are materialised (files decoded) on `threads` threads of its own, in

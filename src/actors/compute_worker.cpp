@@ -16,7 +16,8 @@ std::string task_name(const Task& t) {
 
 caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<SectionRunner> runner, int section,
                              int stage, int replica, caf::actor tracer) {
-  const std::string track = fmt::format("{}/{} worker", runner->part_name(), replica);
+  const std::string track = fmt::format("{}/{} worker{}", runner->part_name(), replica,
+                                        runner->tp_rank() > 0 ? fmt::format(" tp{}", runner->tp_rank()) : "");
   auto where = [runner, stage, replica](int64_t step) {
     const std::string part = runner->part_name() == runner->section_name() ? "" : fmt::format(", stage {}", stage);
     return fmt::format("section '{}'{}, replica {}, step {}", runner->section_name(), part, replica, step);

@@ -9,6 +9,7 @@
 
 #include "config/runtime_config.h"
 #include "graph/model_tensors.h"
+#include "graph/tensor_parallel.h"
 #include "plan/backward_order.h"
 #include "plan/planner.h"
 #include "plan/roofline_cost.h"
@@ -36,9 +37,8 @@ int64_t cpu_slots(int64_t threads) {
 Program cpu_runnable(const Program& program) {
   Program fixed = program;
   for (Section& s : fixed.sections) {
-    if (s.parallel.tp.value_or(1) > 1)
-      throw std::invalid_argument(fmt::format("{}: section '{}': tp = {}: the CPU runtime runs tp = 1 only",
-                                              where(s), s.name, *s.parallel.tp));
+    if (const std::string e = tp_divisibility_error(s.model, s.parallel.tp.value_or(1)); !e.empty())
+      throw std::invalid_argument(fmt::format("{}: section '{}': tp = {}: {}", where(s), s.name, *s.parallel.tp, e));
     if (s.parallel.pp.value_or(1) > 1) {
       try {
         stage_layers(s.model, 0, *s.parallel.pp);
@@ -51,7 +51,7 @@ Program cpu_runnable(const Program& program) {
       throw std::invalid_argument(fmt::format("{}: section '{}': dp must be >= 1", where(s), s.name));
     if (s.micro_batch && *s.micro_batch < 1)
       throw std::invalid_argument(fmt::format("{}: section '{}': micro_batch must be >= 1", where(s), s.name));
-    s.parallel.tp = 1;
+    s.parallel.tp = s.parallel.tp.value_or(1);  // auto: one rank (a CPU replica gains nothing from splitting)
   }
   return fixed;
 }
@@ -61,8 +61,8 @@ Plan plan_cpu_run(const SectionGraph& graph, int64_t slots, const Batch& sample)
   for (size_t s = 0; s < graph.nodes.size(); ++s) {
     const Section& sec = graph.section(int(s));
     any_auto = any_auto || !sec.parallel.dp || !sec.parallel.pp || !sec.micro_batch;
-    // Sections share the CPU slots; an explicit dp·pp may ask for more replicas than slots.
-    slots = std::max(slots, sec.parallel.dp.value_or(1) * sec.parallel.pp.value_or(1));
+    // Sections share the CPU slots; an explicit tp·dp·pp may ask for more ranks than slots.
+    slots = std::max(slots, sec.parallel.tp.value_or(1) * sec.parallel.dp.value_or(1) * sec.parallel.pp.value_or(1));
   }
   Plan resolved;
   if (any_auto) {
@@ -76,14 +76,14 @@ Plan plan_cpu_run(const SectionGraph& graph, int64_t slots, const Batch& sample)
     resolved.sections.resize(graph.nodes.size());
   }
   // Explicit values as written (the planner keeps them too); every section
-  // spans the same CPU slots (co-located), tp = 1.
+  // spans the same CPU slots (co-located); tp as written (1 when auto).
   Plan plan;
   int64_t max_pp = 1;
   for (size_t s = 0; s < graph.nodes.size(); ++s) {
     const Section& sec = graph.section(int(s));
     const SectionPlan& r = resolved.sections[s];
-    const int64_t dp = sec.parallel.dp.value_or(r.dp), pp = sec.parallel.pp.value_or(r.pp);
-    plan.sections.push_back(SectionPlan{0, dp * pp, 1, pp, dp, sec.micro_batch.value_or(r.micro_batch)});
+    const int64_t dp = sec.parallel.dp.value_or(r.dp), pp = sec.parallel.pp.value_or(r.pp), tp = sec.parallel.tp.value_or(1);
+    plan.sections.push_back(SectionPlan{0, tp * dp * pp, tp, pp, dp, sec.micro_batch.value_or(r.micro_batch)});
     max_pp = std::max(max_pp, pp);
   }
   // The planner's cap on in-flight micro-batches (Frontier): one per stage.

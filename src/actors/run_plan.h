@@ -1,5 +1,5 @@
 // The plan of a real run on this machine: the CPU runtime's limits on a
-// program (tp = 1, a pipeline split the model can take), each section's
+// program (a tensor and pipeline split the model can take), each section's
 // resolved dp, pp and micro_batch on the CPU slots, and each step's Schedule
 // as the runtime executes it. The command calls the first two once
 // (Program -> SectionGraph -> Plan); the scheduler asks StepSchedules for
@@ -25,14 +25,15 @@ int64_t cpu_slots(int64_t threads);
 
 // The program as the CPU runtime runs it: tp fixed at 1 where it is auto.
 // Throws std::invalid_argument (exit 2) naming the section for what this
-// runtime can't execute: explicit tp > 1 (the engine has no tensor split),
-// pp more than the model's layers or > 1 on an mlp, dp or micro_batch < 1.
+// runtime can't execute: a tp the model's heads / kv heads / ffn don't
+// divide by, pp more than the model's layers or > 1 on an mlp, dp or
+// micro_batch < 1.
 Program cpu_runnable(const Program& program);
 
 // The run's Plan on `slots` CPU slots: every `auto` (dp, pp, micro_batch)
 // resolved by the planner (plan/planner.h) for the `cpu` device, sized on
 // `sample` (step 0's batch); explicit values kept. Sections share the slots
-// (co-located, an explicit dp·pp above `slots` widens them), tp = 1, and
+// (co-located, an explicit tp·dp·pp above `slots` widens them), tp as written, and
 // the in-flight cap is one micro-batch per pipeline stage. `graph` is built
 // from cpu_runnable's program. Throws std::invalid_argument when the
 // planner can't fit the run.

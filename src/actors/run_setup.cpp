@@ -7,6 +7,7 @@
 
 #include "actors/checkpoint.h"
 #include "actors/train_phases.h"
+#include "transport/counted_communicator.h"
 
 namespace maestro {
 
@@ -61,9 +62,10 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   setup.first_step = resume.first_step;
   setup.past_losses = resume.losses;
 
-  // One runner per section × pipeline stage × dp replica, each with its own
-  // backend (the factory's); the dp replicas of a section's stage form one
-  // collective group (the gradient all-reduce).
+  // One runner per section × pipeline stage × dp replica × tp rank, each
+  // with its own backend (the factory's); the tp ranks of a replica form one
+  // collective group (Megatron's activation all-reduces), and rank t of
+  // every dp replica of a section's stage another (the gradient all-reduce).
   // Each section's runners (its pp stages × dp replicas) share the run's
   // threads: a runner's pool gets threads / (pp·dp) of them, at least one.
   // A run's thread count then grows linearly with `runtime.threads` (about
@@ -74,27 +76,42 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   const Program& program = *graph.program;  // the sections' models and losses, as the engine reads them
   setup.runners.resize(graph.nodes.size());
   for (size_t s = 0; s < graph.nodes.size(); ++s) {
-    const int64_t pp = plan.sections[s].pp;
-    const int pool_threads = int(std::max<int64_t>(1, setup.threads / (pp * plan.sections[s].dp)));
+    const int64_t pp = plan.sections[s].pp, tp = plan.sections[s].tp;
+    const int pool_threads = int(std::max<int64_t>(1, setup.threads / (pp * plan.sections[s].dp * tp)));
     for (int64_t k = 0; k < pp; ++k) {
       setup.runners[s].emplace_back();
-      // In-process group on the CPU, NCCL over the plan's devices on cuda (backend_factory.h).
-      std::vector<std::shared_ptr<Communicator>> group;
-      try {
-        group = make_dp_group(options.backend, plan, int(s), k);
-      } catch (const std::exception& e) {
-        throw TrainFailure(1, fmt::format("section '{}', stage {}: dp group: {}", graph.nodes[s].name, k, e.what()));
-      }
-      setup.dp_groups.push_back(group[0]);
-      for (int64_t r = 0; r < plan.sections[s].dp; ++r) {
+      // [tp rank][dp replica]: each tp rank's dp group — in-process on the CPU,
+      // NCCL over the plan's devices on cuda (backend_factory.h).
+      std::vector<std::vector<std::shared_ptr<Communicator>>> dp_group;
+      for (int64_t t = 0; t < tp; ++t) {
         try {
-          auto runner = std::make_shared<SectionRunner>(program, int(s), int(k), int(pp), setup.seed, *setup.transport,
-                                                        make_backend(options.backend, pool_threads,
-                                                                     replica_device(options.backend, plan, int(s), k, r)),
-                                                        group[size_t(r)]);
+          dp_group.push_back(make_dp_group(options.backend, plan, int(s), k));
+        } catch (const std::exception& e) {
+          throw TrainFailure(1, fmt::format("section '{}', stage {}: dp group: {}", graph.nodes[s].name, k, e.what()));
+        }
+        setup.dp_groups.push_back(dp_group.back()[0]);
+      }
+      for (int64_t r = 0; r < plan.sections[s].dp; ++r) {
+        std::vector<std::shared_ptr<Communicator>> tp_group = make_local_group(int(tp));
+        setup.dp_groups.push_back(tp_group[0]);
+        if (tp > 1) {  // rank 0 counts the replica's all-reduce volume
+          auto counted = std::make_shared<CountedCommunicator>(tp_group[0]);
+          setup.tp_counters.push_back(counted);
+          tp_group[0] = std::move(counted);
+        }
+        setup.runners[s][size_t(k)].emplace_back();
+        try {
+          for (int64_t t = 0; t < tp; ++t) {
+            auto runner = std::make_shared<SectionRunner>(
+                program, int(s), int(k), int(pp), setup.seed, *setup.transport,
+                make_backend(options.backend, pool_threads, replica_device(options.backend, plan, int(s), k, r)),
+                dp_group[size_t(t)][size_t(r)], tp > 1 ? tp_group[size_t(t)] : nullptr);
+            setup.runners[s][size_t(k)][size_t(r)].push_back(std::move(runner));
+          }
+          // Every rank reads its slice of the whole tensors (load is local: no collective).
           if (!resume.dir.empty() && graph.section(int(s)).mode == Mode::Train)
-            runner->load(fmt::format("{}/{}.safetensors", resume.dir, runner->part_name()));
-          setup.runners[s][size_t(k)].push_back(std::move(runner));
+            for (auto& runner : setup.runners[s][size_t(k)][size_t(r)])
+              runner->load(fmt::format("{}/{}.safetensors", resume.dir, runner->part_name()));
         } catch (const std::exception& e) {
           const std::string stage = pp > 1 ? fmt::format(", stage {}", k) : "";
           const std::string named = fmt::format("section '{}': ", graph.nodes[s].name);

@@ -20,12 +20,14 @@ RunActors spawn_run(caf::actor_system& sys, RunSetup& setup, const SectionGraph&
     for (size_t k = 0; k < setup.runners[s].size(); ++k) {
       sc.replicas[s].emplace_back();
       for (size_t r = 0; r < setup.runners[s][k].size(); ++r) {
-        const std::shared_ptr<SectionRunner>& runner = setup.runners[s][k][r];
-        caf::actor worker = spawn_compute_worker(sys, runner, int(s), int(k), int(r), out.tracer);
-        caf::actor replica =
-            spawn_section_replica(sys, worker, fmt::format("{}/{} replica", runner->part_name(), r), out.tracer);
+        std::vector<caf::actor> workers;  // one per tp rank
+        for (const std::shared_ptr<SectionRunner>& runner : setup.runners[s][k][r]) {
+          workers.push_back(spawn_compute_worker(sys, runner, int(s), int(k), int(r), out.tracer));
+          out.all.push_back(workers.back());
+        }
+        const std::string track = fmt::format("{}/{} replica", setup.runners[s][k][r][0]->part_name(), r);
+        caf::actor replica = spawn_section_replica(sys, std::move(workers), track, out.tracer);
         sc.replicas[s][k].push_back(replica);
-        out.all.push_back(worker);
         out.all.push_back(replica);
       }
     }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "graph/tensor_parallel.h"
 #include "nn/section_model.h"
 
 namespace maestro {
@@ -21,22 +22,43 @@ struct SectionRunner::Pending {
 
 SectionRunner::SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed,
                              Transport& transport, std::unique_ptr<Backend> backend,
-                             std::shared_ptr<Communicator> dp_group)
+                             std::shared_ptr<Communicator> dp_group, std::shared_ptr<Communicator> tp_group)
     : program_(program),
       section_(section),
       stage_(stage),
       stages_(stages),
       transport_(transport),
       backend_(std::move(backend)),
-      dp_group_(std::move(dp_group)) {
-  model_ = std::make_unique<SectionModel>(program.sections[size_t(section)], *backend_, seed, stage, stages);
-  // ZeRO-1: this replica's shard of the flat buffer (the one reduce_scatter gives it).
+      dp_group_(std::move(dp_group)),
+      tp_group_(std::move(tp_group)) {
+  const TensorParallel tp = tp_group_ ? TensorParallel{tp_group_->rank(), tp_group_->size(), tp_group_.get()}
+                                      : TensorParallel{};
+  model_ = std::make_unique<SectionModel>(program.sections[size_t(section)], *backend_, seed, stage, stages, tp);
+  // ZeRO-1: this replica's shard of the flat buffer (the one reduce_scatter gives it); with
+  // tp > 1 the dp group is this tp rank's, over the rank's own flat buffer.
   if (program.train.optimizer.shard && model_->grads() && dp_group_ && dp_group_->size() > 1) {
     const Shard sh = shard_of(model_->grad_count(), dp_group_->size(), dp_group_->rank());
     Communicator* group = dp_group_.get();
     model_->shard_optimizer(int64_t(sh.offset), int64_t(sh.count),
                             [group](float* out, const float* in, size_t n) { group->all_gather(out, in, n); });
   }
+}
+
+bool SectionRunner::tp_rank0() const { return !tp_group_ || tp_group_->rank() == 0; }
+
+template <class F>
+auto SectionRunner::on_all_ranks(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    if (tp_group_ && tp_group_->size() > 1) tp_group_->abort(fmt::format("tp rank {} failed: {}", tp_group_->rank(), e.what()));
+    throw;
+  }
+}
+
+SectionRunner::Result SectionRunner::forward(const RunTask& rt) { return on_all_ranks([&] { return forward_rank(rt); }); }
+SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
+  return on_all_ranks([&] { return backward_rank(rt); });
 }
 
 SectionRunner::~SectionRunner() {
@@ -81,7 +103,24 @@ size_t position_of(const RunTask& t, int32_t sample) {
 
 }  // namespace
 
-SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
+// One sample's output on the host; a split transformer's logits [rows, Vs]
+// gathered from every rank into the whole [rows, vocab] (collective).
+TensorRef SectionRunner::output_of(const RowsView& v) {
+  const auto* tf = std::get_if<TransformerSpec>(&program_.sections[size_t(section_)].model.spec);
+  if (!tf || !tp_group_ || tp_group_->size() == 1) return host_copy(transport_, *backend_, {v.rows, v.cols}, v.data);
+  const int64_t R = tp_group_->size(), V = tf->vocab, Vs = v.cols;
+  std::vector<float> mine(size_t(v.rows * Vs)), all(size_t(R * v.rows * Vs));
+  backend_->copy_to_host(mine.data(), v.data, mine.size() * sizeof(float));
+  tp_group_->all_gather(all.data(), mine.data(), all.size());
+  TensorRef t = transport_.allocate({v.rows, V});
+  std::span<float> dst = t.values();
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t i = 0; i < v.rows; ++i)
+      for (int64_t j = 0; j < Vs && r * Vs + j < V; ++j) dst[size_t(i * V + r * Vs + j)] = all[size_t((r * v.rows + i) * Vs + j)];
+  return t;
+}
+
+SectionRunner::Result SectionRunner::forward_rank(const RunTask& rt) {
   const Task& t = rt.task;
   const Section& sec = program_.sections[size_t(section_)];
   const size_t n = rt.samples.size();
@@ -127,8 +166,9 @@ SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
   ForwardOutput out = model_->forward(in, stage_ > 0 ? &stage_in : nullptr);
   Result result;
   if (!last) {
-    result.stage_out = {host_copy(transport_, *backend_, {out.hidden.rows, out.hidden.cols}, out.hidden.data),
-                        out.geometry};
+    if (tp_rank0())  // the ranks' hidden states are the same
+      result.stage_out = {host_copy(transport_, *backend_, {out.hidden.rows, out.hidden.cols}, out.hidden.data),
+                          out.geometry};
   } else if (!sec.loss.empty()) {
     if (!has_teacher) teacher.clear();
     const QueuedLoss q{t.id, rt.data->loss_positions.at(size_t(section_)), take_slots(sec.loss.size())};
@@ -136,12 +176,12 @@ SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
     queued_losses_.push_back(q);
   }
   // Outputs: a copy per outgoing flow and sample, handed on by handle.
+  std::vector<TensorRef> whole;  // per sample; a split transformer's logits gathered
   for (size_t fi = 0; fi < program_.flows.size() && last; ++fi) {
     if (program_.flows[fi].from != sec.name) continue;
-    for (size_t k = 0; k < n; ++k) {
-      const RowsView& v = out.outputs[k];
-      result.outputs.push_back({int32_t(fi), rt.samples[k], host_copy(transport_, *backend_, {v.rows, v.cols}, v.data)});
-    }
+    if (whole.empty())
+      for (size_t k = 0; k < n; ++k) whole.push_back(output_of(out.outputs[k]));
+    for (size_t k = 0; k < n && tp_rank0(); ++k) result.outputs.push_back({int32_t(fi), rt.samples[k], whole[k]});
   }
   if (sec.mode == Mode::Train) {
     pending.context = std::move(out.context);
@@ -150,7 +190,7 @@ SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
   return result;
 }
 
-SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
+SectionRunner::Result SectionRunner::backward_rank(const RunTask& rt) {
   const Task& t = rt.task;
   auto it = pending_.find(t.micro_batch);
   if (it == pending_.end())
@@ -178,8 +218,20 @@ SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
     summed[k] = std::move(sum);
   }
   std::vector<std::span<const float>> output_grads(n);
-  for (size_t k = 0; k < n; ++k)
-    if (!summed[k].empty()) output_grads[k] = summed[k].values();
+  std::vector<std::vector<float>> sliced(n);  // a split transformer's: this rank's vocabulary columns
+  for (size_t k = 0; k < n; ++k) {
+    if (summed[k].empty()) continue;
+    output_grads[k] = summed[k].values();
+    if (const auto* tf = std::get_if<TransformerSpec>(&program_.sections[size_t(section_)].model.spec);
+        tf && tp_group_ && tp_group_->size() > 1) {
+      const int64_t V = tf->vocab, Vs = tp_padded_vocab(V, tp_group_->size()) / tp_group_->size();
+      const int64_t v0 = tp_group_->rank() * Vs, rows = int64_t(output_grads[k].size()) / V;
+      sliced[k].assign(size_t(rows * Vs), 0.0f);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < Vs && v0 + j < V; ++j) sliced[k][size_t(r * Vs + j)] = output_grads[k][size_t(r * V + v0 + j)];
+      output_grads[k] = sliced[k];
+    }
+  }
   std::span<const float> stage_grad;
   if (stage_ < stages_ - 1) {
     if (rt.stage_in.empty())
@@ -188,6 +240,7 @@ SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
   }
   const std::vector<std::vector<RowsView>> in_grads = model_->backward(*pending.context, output_grads, stage_grad);
   Result out;
+  if (!tp_rank0()) return out;  // rank 0's input gradients stand for the replica (the ranks' are the same)
   if (stage_ > 0) {
     const RowsView d = SectionModel::stage_input_grad(*pending.context);
     out.stage_out.tensor = host_copy(transport_, *backend_, {d.rows, d.cols}, d.data);
@@ -203,6 +256,10 @@ SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
 }
 
 SectionRunner::StepScalars SectionRunner::reduce_grads() {
+  return on_all_ranks([&] { return reduce_grads_rank(); });
+}
+
+SectionRunner::StepScalars SectionRunner::reduce_grads_rank() {
   size_t norm_slot = 0;
   if (float* g = model_->grads()) {
     const size_t n = model_->grad_count();
@@ -263,7 +320,9 @@ size_t SectionRunner::unsharded_optimizer_state_bytes() const { return 2 * model
 bool SectionRunner::optimizer_sharded() const { return model_->optimizer_sharded(); }
 
 // Tensors keep their section prefix on every stage (their names differ by layer).
-void SectionRunner::save(const std::string& path) { model_->save(path, section_name()); }
+void SectionRunner::save(const std::string& path) {
+  on_all_ranks([&] { model_->save(path, section_name()); });
+}
 void SectionRunner::load(const std::string& path) { model_->load(path, section_name()); }
 
 }  // namespace maestro

@@ -26,6 +26,7 @@ namespace maestro {
 std::string part_name(const std::string& section, int stage, int stages);
 
 class SectionModel;  // nn/section_model.h
+struct RowsView;     // nn/section_model.h
 class Backend;       // nn/backend.h
 
 class SectionRunner {
@@ -37,8 +38,16 @@ class SectionRunner {
   // replica's rank in the section's (and stage's) data-parallel group; null
   // = a group of one. Pipeline stage `stage` of `stages` holds that stage's
   // layers only (nn/section_model.h); stages = 1 is the whole section.
+  // `tp_group`: this runner's tensor-parallel group (its rank is the runner's
+  // tp rank; null = tp 1): the replica's ranks run every call together
+  // (collectives inside), and rank 0's results stand for the replica —
+  // the other ranks return no outputs. A split transformer's logits
+  // leaving by a flow are gathered whole on rank 0; output gradients coming
+  // back are sliced to each rank's vocabulary columns. A failing rank
+  // aborts the group, so its peers fail too instead of waiting.
   SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, Transport& transport,
-                std::unique_ptr<Backend> backend, std::shared_ptr<Communicator> dp_group);
+                std::unique_ptr<Backend> backend, std::shared_ptr<Communicator> dp_group,
+                std::shared_ptr<Communicator> tp_group = nullptr);
   ~SectionRunner();
 
   struct Result {
@@ -81,13 +90,14 @@ class SectionRunner {
 
   const std::string& section_name() const;
   std::string part_name() const;  // part_name(section, stage, stages)
+  int tp_rank() const { return tp_group_ ? tp_group_->rank() : 0; }
 
  private:
   const Program& program_;
   int section_, stage_, stages_;
   Transport& transport_;
   std::unique_ptr<Backend> backend_;
-  std::shared_ptr<Communicator> dp_group_;
+  std::shared_ptr<Communicator> dp_group_, tp_group_;
   std::unique_ptr<SectionModel> model_;
   struct Pending;
   std::map<int64_t, Pending> pending_;  // micro-batch id -> its forward, until its backward
@@ -103,6 +113,14 @@ class SectionRunner {
   std::vector<QueuedLoss> queued_losses_;
   size_t take_slots(size_t n);  // n consecutive slots in one chunk
   double group_sq_norm(double mine);  // sharded: Σ_rank shard norm², in rank order
+  bool tp_rank0() const;
+  // f(), aborting the tp group when it throws.
+  template <class F>
+  auto on_all_ranks(F&& f) -> decltype(f());
+  Result forward_rank(const RunTask& task);
+  Result backward_rank(const RunTask& task);
+  StepScalars reduce_grads_rank();
+  TensorRef output_of(const RowsView& v);
   double* slot(size_t i) { return chunks_[i / kSlots] + i % kSlots; }
 };
 

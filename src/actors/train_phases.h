@@ -24,6 +24,7 @@
 #include "actors/section_runner.h"
 #include "actors/step_inputs.h"
 #include "actors/trainer.h"
+#include "transport/counted_communicator.h"
 #include "transport/local_transport.h"
 
 namespace maestro {
@@ -40,11 +41,16 @@ struct RunSetup {
   int64_t threads = 1;                    // CAF scheduler threads and each CPU backend's
   std::vector<double> past_losses;        // steps before first_step (resume)
   std::unique_ptr<LocalTransport> transport;  // the runners allocate from it: it outlives them
-  // The data-parallel group of each section × stage (rank 0's handle): the
-  // replicas all-reduce their gradients through it; aborted at the end.
+  // The data-parallel group of each section × stage × tp rank, and the
+  // tensor-parallel group of each replica (rank 0's handles): the replicas
+  // all-reduce their gradients, a replica's tp ranks their activations
+  // through them; aborted at the end.
   std::vector<std::shared_ptr<Communicator>> dp_groups;
-  // [section][pp stage][dp replica]; handed to the compute workers at spawn.
-  std::vector<std::vector<std::vector<std::shared_ptr<SectionRunner>>>> runners;
+  // Rank 0 of each replica's tp group (tp > 1): its all-reduce bytes, summed
+  // into TrainResult::tp_all_reduce_bytes.
+  std::vector<std::shared_ptr<const CountedCommunicator>> tp_counters;
+  // [section][pp stage][dp replica][tp rank]; handed to the compute workers at spawn.
+  std::vector<std::vector<std::vector<std::vector<std::shared_ptr<SectionRunner>>>>> runners;
   std::shared_ptr<const StepSchedules> schedules;
 };
 

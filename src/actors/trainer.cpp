@@ -8,6 +8,7 @@
 
 #include "actors/messages.h"
 #include "actors/train_phases.h"
+#include "transport/counted_communicator.h"
 
 namespace maestro {
 
@@ -34,13 +35,14 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   result.first_step = setup.first_step;
   result.skipped_samples = inputs.skipped_samples();
   for (size_t s = 0; s < graph.nodes.size(); ++s)
-    result.plan_lines.push_back(fmt::format("{}: dp {}, pp {}, micro_batch {}{}", graph.nodes[s].name,
+    result.plan_lines.push_back(fmt::format("{}: {}dp {}, pp {}, micro_batch {}{}", graph.nodes[s].name,
+                                            plan.sections[s].tp > 1 ? fmt::format("tp {}, ", plan.sections[s].tp) : "",
                                             plan.sections[s].dp, plan.sections[s].pp, plan.sections[s].micro_batch,
                                             graph.section(int(s)).mode == Mode::Frozen ? " (frozen)" : ""));
   for (const auto& stages : setup.runners)
-    for (const auto& group : stages)
-      if (!group.empty() && group[0]->optimizer_state_bytes() > 0) {
-        const SectionRunner& r = *group[0];
+    for (const auto& group : stages)  // [dp replica][tp rank]: replica 0's tp rank 0 speaks for the group
+      if (!group.empty() && !group[0].empty() && group[0][0]->optimizer_state_bytes() > 0) {
+        const SectionRunner& r = *group[0][0];
         TrainResult::OptimizerMemory m{r.part_name(), int64_t(group.size()), r.optimizer_sharded(),
                                        r.optimizer_state_bytes(), r.unsharded_optimizer_state_bytes()};
         result.optimizer_memory.push_back(m);
@@ -60,6 +62,7 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   caf::actor_system sys{cfg};
   const RunActors actors = spawn_run(sys, setup, graph, plan, inputs, train, options);
   drive_run(sys, actors, setup, options, on_step, result);
+  for (const auto& c : setup.tp_counters) result.tp_all_reduce_bytes += c->all_reduce_bytes();
   return result;  // ~actor_system waits for every actor
 }
 

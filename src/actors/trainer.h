@@ -57,7 +57,7 @@ struct TrainResult {
   std::vector<std::string> plan_lines;  // "llm: dp 2, micro_batch 8" per section
   std::vector<std::string> skipped_samples;  // manifest lines left out (on_bad_sample = "skip")
   // Per train section part ("llm", "llm.stage1"): the AdamW moments each
-  // replica holds (replica 0's; the last shard may be one float smaller),
+  // replica holds (replica 0's tp rank 0 with tp > 1; the last shard may be one float smaller),
   // and what it would hold unsharded — what ZeRO-1 saves is the difference.
   struct OptimizerMemory {
     std::string part;
@@ -66,6 +66,9 @@ struct TrainResult {
     size_t bytes_per_replica = 0, unsharded_bytes = 0;
   };
   std::vector<OptimizerMemory> optimizer_memory;
+  // Bytes all-reduced by the tensor-parallel groups (one rank's payload per
+  // call, summed over every replica of every tp > 1 section) in this run.
+  uint64_t tp_all_reduce_bytes = 0;
 };
 
 // `graph` (and the Program it refers to), `plan` and `inputs` outlive the call.

@@ -5,6 +5,7 @@
 // sampled steps) and `--calibrate OUT.toml` (a device profile of this CPU).
 // Bad cluster settings and plans that do not fit are invalid input: exit 2.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdio>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "data/sampler.h"
 #include "gpu/backend_factory.h"
 #include "graph/section_graph.h"
+#include "graph/tensor_parallel.h"
 #include "plan/baselines.h"
 #include "plan/cluster.h"
 #include "plan/planner.h"
@@ -90,10 +92,40 @@ std::string plan_table(const Planned& p) {
   return out;
 }
 
+// Each tensor-parallel section's shard on one rank (graph/tensor_parallel.h;
+// layer 0's tensors stand for every layer's) and the bytes a rank
+// all-reduces in step 0 (RooflineCost::tp_all_reduce_bytes).
+std::string tp_lines(const Planned& p) {
+  const Batch batch = p.sampler->batch(0);
+  std::vector<const Sample*> samples;
+  for (const Sample& x : batch.samples) samples.push_back(&x);
+  std::string out;
+  for (size_t s = 0; s < p.graph.nodes.size(); ++s) {
+    const SectionPlan& sp = p.plan.sections[s];
+    if (sp.tp <= 1) continue;
+    const ModelSpec& model = p.graph.section(int(s)).model;
+    out += fmt::format("{} per tp rank (tp {}):", p.graph.nodes[s].name, sp.tp);
+    for (const TensorShape& t : model_tensors(model)) {
+      const bool other_layer = t.name.find("layers.") != std::string::npos && t.name.find("layers.0.") == std::string::npos;
+      if (other_layer && !std::holds_alternative<MlpSpec>(model.spec)) continue;
+      const TensorShape shard = tp_shard_shape(model, t, sp.tp);
+      if (shard.shape == t.shape) continue;  // replicated
+      out += fmt::format(" {} [{}]", t.name, fmt::join(shard.shape, ", "));
+    }
+    if (const auto* tf = std::get_if<TransformerSpec>(&model.spec))
+      out += fmt::format("; vocabulary {} padded to {}", tf->vocab, tp_padded_vocab(tf->vocab, sp.tp));
+    out += std::holds_alternative<TransformerSpec>(model.spec) ? "; norms replicated\n"
+                                                                : "; the rest (norms, embeddings, row-parallel biases) replicated\n";
+    out += fmt::format("{} tp all-reduce per step (step 0, one rank, all replicas): {} bytes\n",
+                       p.graph.nodes[s].name, p.cost->tp_all_reduce_bytes(int(s), samples, sp));
+  }
+  return out;
+}
+
 int print_plan_command(const Program& program, const RuntimeConfig& config, const CliOptions&) {
   return with_plan(program, config, [&](const Planned& p) {
     return fmt::format("plan: {} on {}\n", program.file, cluster_line(p.cluster)) + plan_table(p) +
-           fmt::format("in-flight cap: {} micro-batches per replica\n", p.plan.in_flight_cap);
+           fmt::format("in-flight cap: {} micro-batches per replica\n", p.plan.in_flight_cap) + tp_lines(p);
   });
 }
 

@@ -186,6 +186,7 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
                         {"checkpoint", r.checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.checkpoint)},
                         {"interrupted", r.interrupted},
                         {"skipped_samples", r.skipped_samples.size()},
+                        {"tp_all_reduce_bytes", r.tp_all_reduce_bytes},
                         {"losses", r.losses}};
     for (const TrainResult::OptimizerMemory& m : r.optimizer_memory)
       j["optimizer_state"][m.part] = {{"dp", m.dp}, {"sharded", m.sharded}, {"bytes_per_replica", m.bytes_per_replica},

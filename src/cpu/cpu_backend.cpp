@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -455,6 +456,81 @@ class CpuBackend final : public Backend {
     double total = 0;
     for (double l : row_loss) total += l;
     *loss = total;
+  }
+
+  // ---- vocabulary-parallel losses -------------------------------------------------------------
+  void shard_row_max(float* mx, const float* x, int64_t N, int64_t V, int64_t valid, float inv_t) override {
+    pool_.parallel_for(N, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, V)), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < valid; ++j) m = std::max(m, x[i * V + j] * inv_t);
+        mx[i] = m;
+      }
+    });
+  }
+  void max_of_parts(float* mx, const float* parts, int64_t R, int64_t N) override {
+    for (int64_t i = 0; i < N; ++i) {
+      float m = parts[i];
+      for (int64_t r = 1; r < R; ++r) m = std::max(m, parts[r * N + i]);
+      mx[i] = m;
+    }
+  }
+  void shard_sumexp(float* se, float* tx, const float* x, const int32_t* targets, const float* mx, int64_t N,
+                    int64_t V, int64_t valid, int64_t v0, float inv_t) override {
+    pool_.parallel_for(N, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, V)), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        double sum = 0;
+        for (int64_t j = 0; j < valid; ++j) sum += std::exp(double(x[i * V + j] * inv_t - mx[i]));
+        se[i] = float(sum);
+        if (!tx) continue;
+        const int64_t c = targets[i] - v0;
+        tx[i] = targets[i] >= 0 && c >= 0 && c < valid ? x[i * V + c] : 0.0f;
+      }
+    });
+  }
+  void shard_cross_entropy(double* loss, float* dlogits, const float* x, const int32_t* targets, const float* mx,
+                           const float* se, const float* tx, int64_t N, int64_t V, int64_t valid, int64_t v0,
+                           float scale) override {
+    double total = 0;
+    for (int64_t i = 0; i < N; ++i)
+      if (targets[i] >= 0) total += double(mx[i]) + std::log(double(se[i])) - double(tx[i]);
+    *loss = total;
+    if (!dlogits) return;
+    pool_.parallel_for(N, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, V)), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if (targets[i] < 0) continue;
+        const float lz = float(double(mx[i]) + std::log(double(se[i])));
+        float* d = dlogits + i * V;
+        for (int64_t j = 0; j < valid; ++j) d[j] += scale * std::exp(x[i * V + j] - lz);
+        const int64_t c = targets[i] - v0;
+        if (c >= 0 && c < valid) d[c] -= scale;
+      }
+    });
+  }
+  void shard_kl(float* kl, float* dstudent, const float* student, const float* teacher, const int32_t* targets,
+                const float* mx_s, const float* se_s, const float* mx_t, const float* se_t, int64_t N, int64_t V,
+                int64_t valid, float T, float scale) override {
+    pool_.parallel_for(N, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, V)), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        kl[i] = 0;
+        if (targets[i] < 0) continue;
+        const double lzs = double(mx_s[i]) + std::log(double(se_s[i])), lzt = double(mx_t[i]) + std::log(double(se_t[i]));
+        double sum = 0;
+        for (int64_t j = 0; j < valid; ++j) {
+          const double log_ps = double(student[i * V + j]) / T - lzs, log_pt = double(teacher[i * V + j]) / T - lzt;
+          const double pt = std::exp(log_pt);
+          sum += pt * (log_pt - log_ps);
+          if (dstudent) dstudent[i * V + j] += float(double(scale) * T * (std::exp(log_ps) - pt));
+        }
+        kl[i] = float(double(T) * T * sum);
+      }
+    });
+  }
+  void masked_row_sum(double* out, const float* rows, const int32_t* targets, int64_t N) override {
+    double total = 0;
+    for (int64_t i = 0; i < N; ++i)
+      if (targets[i] >= 0) total += double(rows[i]);
+    *out = total;
   }
 
   // ---- optimizer ------------------------------------------------------------------------------

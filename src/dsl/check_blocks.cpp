@@ -2,6 +2,7 @@
 // misplaced, repeated), then each section, flow, data and train block read
 // into the Program with the language's defaults and the rules local to it.
 #include "dsl/checker.h"
+#include "graph/tensor_parallel.h"  // tp_divisibility_error (inline)
 #include "dsl/limits.h"
 
 namespace maestro::sect {
@@ -240,6 +241,10 @@ void Checker::read_section(const Stmt& s) {
         if (auto v = count_or_auto(*d->second->value, fmt::format("'{}'", key))) out = *v;
     };
     degree("tp", sec.parallel.tp), degree("pp", sec.parallel.pp), degree("dp", sec.parallel.dp);
+    if (auto d = degrees.find("tp"); d != degrees.end() && ok && sec.parallel.tp)
+      if (const std::string e = tp_divisibility_error(sec.model, *sec.parallel.tp, /*heads_only=*/true); !e.empty())
+        error(d->second->value->span, fmt::format("section '{}' cannot be split over tp = {} ranks: {}", s.name,
+                                                  *sec.parallel.tp, e));
   }
   if (auto it = keys.find("micro_batch"); it != keys.end()) {
     if (auto v = count_or_auto(*it->second->value, "'micro_batch'")) {

@@ -58,8 +58,12 @@ std::string nccl_dp_refusal(const Plan& plan, const std::vector<std::string>& se
                             bool nccl_built) {
   for (size_t si = 0; si < plan.sections.size(); ++si) {
     const SectionPlan& s = plan.sections[si];
-    if (s.dp <= 1) continue;
     const std::string& name = section_names.at(si);
+    if (s.tp > 1)
+      return fmt::format("section '{}': tp = {} on the CUDA backend is not built yet (the tensor-parallel shard ops "
+                         "run on the cpu backend only); use tp = 1",
+                         name, s.tp);
+    if (s.dp <= 1) continue;
     if (!nccl_built)
       return fmt::format("section '{}': dp = {} on the CUDA backend needs NCCL, and this build has none (nccl.h and "
                          "libnccl not found in the CUDA prefix); use dp = 1",

@@ -42,7 +42,8 @@ int physical_device(int64_t plan_device, int gpus);
 std::vector<int> dp_group_devices(const Plan& plan, int section, int64_t stage, int gpus);
 // Why the plan's dp groups cannot run over NCCL on `gpus` devices ("" when
 // they can): NCCL missing from the build, or a group whose ranks would share
-// a GPU (one process cannot hold two ranks of a communicator on one device).
+// a GPU (one process cannot hold two ranks of a communicator on one device);
+// or tp > 1, whose shard ops the CUDA backend does not implement yet.
 // Names the section by section_names[s].
 std::string nccl_dp_refusal(const Plan& plan, const std::vector<std::string>& section_names, int gpus,
                             bool nccl_built);

@@ -22,7 +22,9 @@ class AudioEncoder final : public ModelImpl {
   AudioEncoder(const Section& s, Backend& b, const ParamLookup& p, StagePart part)
       : section_(s), spec_(std::get<AudioEncoderSpec>(s.model.spec)), b_(b), part_(part), frozen_(s.mode == Mode::Frozen) {
     const auto& a = spec_;
-    stack_.dims = {a.hidden, a.heads, a.hidden / a.heads, a.ffn, float(a.norm_eps)};
+    const int64_t tp = part.tp.size;  // tensor parallel: this rank's heads and ffn share (encoder_block.h)
+    stack_.dims = {a.hidden, a.heads / tp, a.hidden / a.heads, a.ffn / tp, float(a.norm_eps),
+                   tp > 1 ? part.tp.comm : nullptr, part.tp.rank == 0};
     stack_.recompute = s.recompute;
     if (part.first) {
       embed_w_ = p("encoder.embed_frames.weight");

@@ -144,6 +144,37 @@ class Backend {
   virtual void kl_divergence(double* loss, float* dstudent, const float* student, const float* teacher,
                              const int32_t* targets, int64_t N, int64_t V, float T, float scale) = 0;
 
+  // ---- vocabulary-parallel losses (tensor parallelism) ----------------------
+  // A tensor-parallel rank holds columns [v0, v0 + V) of logits whose full
+  // rows are split over the ranks; only its first `valid` columns are real
+  // vocabulary (the rest is padding, ignored). The caller reduces the row
+  // statistics across ranks between these ops (section_model.cpp), so the
+  // full rows are never gathered. Rows with targets[n] < 0 are skipped where
+  // targets are given. Not every backend has them: the defaults throw.
+  // mx[N] = max over the valid columns of x[n,·]·inv_t (-inf when none)
+  virtual void shard_row_max(float* mx, const float* x, int64_t N, int64_t V, int64_t valid, float inv_t);
+  // mx[N] = max over r of parts[r, n]                                parts[R, N]
+  virtual void max_of_parts(float* mx, const float* parts, int64_t R, int64_t N);
+  // se[N] = Σ_valid exp(x[n,j]·inv_t − mx[n]); tx[N] (when not null) = x[n, targets[n] − v0]
+  // where that column is this rank's, else 0
+  virtual void shard_sumexp(float* se, float* tx, const float* x, const int32_t* targets, const float* mx,
+                            int64_t N, int64_t V, int64_t valid, int64_t v0, float inv_t);
+  // With the reduced mx, se (sums over every rank) and tx: *loss = Σ_rows
+  // (mx + log se − tx) and dlogits[N,V] += scale · (exp(x − mx)/se − onehot)
+  // on this rank's valid columns.
+  virtual void shard_cross_entropy(double* loss, float* dlogits, const float* x, const int32_t* targets,
+                                   const float* mx, const float* se, const float* tx, int64_t N, int64_t V,
+                                   int64_t valid, int64_t v0, float scale);
+  // KL(softmax(t/T) ‖ softmax(s/T)) with the reduced statistics of student
+  // (mx_s, se_s) and teacher (mx_t, se_t) over x/T: kl[N] = T² · this rank's
+  // share of each row's sum (0 for skipped rows), dstudent[N,V] +=
+  // scale · T · (softmax(s/T) − softmax(t/T)) on the valid columns.
+  virtual void shard_kl(float* kl, float* dstudent, const float* student, const float* teacher,
+                        const int32_t* targets, const float* mx_s, const float* se_s, const float* mx_t,
+                        const float* se_t, int64_t N, int64_t V, int64_t valid, float T, float scale);
+  // *out = Σ_{n: targets[n] >= 0} rows[n], accumulated in fp64
+  virtual void masked_row_sum(double* out, const float* rows, const int32_t* targets, int64_t N);
+
   // ---- optimizer ----------------------------------------------------------
   // torch.optim.AdamW on n parameters: p -= lr·wd·p; m = b1 m + (1-b1) g;
   // v = b2 v + (1-b2) g²; p -= lr · (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps).

@@ -2,7 +2,11 @@
 //   x_mid = x + o(attn(rope(q(n1(x))), rope(k(n1(x))), v(n1(x))))
 //   x_out = x_mid + down(silu(gate(n2(x_mid))) * up(n2(x_mid)))
 // RMSNorm n1, n2, no biases, grouped-query attention, causal or not.
-// N tokens, C hidden, H heads, KV kv heads, D = C/H, F ffn.
+// N tokens, C hidden, H heads, KV kv heads, D head width, F ffn.
+// Tensor parallelism (Megatron): with a communicator, H, KV and F are this
+// rank's share, q/k/v and gate/up its column-parallel rows, o and down its
+// row-parallel columns; the o and down outputs are all-reduced in forward,
+// the gradients of n1 and n2 in backward (Megatron's g and f operators).
 #pragma once
 
 #include "nn/model_impl.h"
@@ -10,9 +14,10 @@
 namespace maestro {
 
 struct DecoderDims {
-  int64_t C, H, KV, D, F;
+  int64_t C, H, KV, D, F;  // H, KV, F: this rank's heads, kv heads and ffn width
   float eps, theta;
   bool causal;
+  Communicator* tp = nullptr;  // the tensor-parallel group, null for one rank
 };
 
 struct DecoderWeights {
@@ -23,10 +28,10 @@ struct DecoderWeights {
 struct DecoderActs {
   float* rstd1;  // [N]
   float* n1;     // [N, C]
-  float* q;      // [N, C]       after rope
+  float* q;      // [N, H*D]     after rope
   float* k;      // [N, KV*D]    after rope
   float* v;      // [N, KV*D]
-  float* att;    // [N, C]
+  float* att;    // [N, H*D]
   float* lse;    // [N, H]
   float* mid;    // [N, C]
   float* rstd2;  // [N]
@@ -39,7 +44,7 @@ struct DecoderActs {
 
 // Scratch of one backward pass, shared by all layers.
 struct DecoderScratch {
-  float *dmid, *dn, *datt, *dq, *dk, *dv;  // [N, C] ×4, [N, KV*D] ×2
+  float *dmid, *dn, *datt, *dq, *dk, *dv;  // [N, C] ×2, [N, H*D] ×2, [N, KV*D] ×2
   float *dact, *dgate, *dup;               // [N, F] ×3
   float* tmp;                              // [N, C]   forward: o / down projection output
   static DecoderScratch take(ForwardContext& ctx, const DecoderDims& d, int64_t N);

@@ -3,7 +3,12 @@
 //   x_mid = x + out(attn(q(ln1(x)), k(ln1(x)), v(ln1(x))))
 //   x_out = x_mid + fc2(gelu(fc1(ln2(x_mid))))
 // LayerNorm ln1, ln2; every projection biased except Whisper's k (k.w only).
-// N tokens, C hidden, H heads, D = C/H, F ffn.
+// N tokens, C hidden, H heads, D head width, F ffn.
+// Tensor parallelism (Megatron): with a communicator, H and F are this
+// rank's share, q/k/v and fc1 its column-parallel rows (biases split too),
+// out and fc2 its row-parallel columns, whose outputs are all-reduced in
+// forward (their replicated biases added once, by rank 0), the gradients of
+// ln1 and ln2's outputs all-reduced in backward.
 #pragma once
 
 #include "nn/model_impl.h"
@@ -11,8 +16,10 @@
 namespace maestro {
 
 struct EncoderDims {
-  int64_t C, H, D, F;
+  int64_t C, H, D, F;  // H, F: this rank's heads and ffn width
   float eps;
+  Communicator* tp = nullptr;  // the tensor-parallel group, null for one rank
+  bool adds_replicated_bias = true;  // false on tp ranks other than 0
 };
 
 struct EncoderWeights {
@@ -22,8 +29,8 @@ struct EncoderWeights {
 struct EncoderActs {
   float *mean1, *rstd1;  // [N]
   float* ln1;            // [N, C]
-  float *q, *k, *v;      // [N, C]
-  float* att;            // [N, C]
+  float *q, *k, *v;      // [N, H*D]
+  float* att;            // [N, H*D]
   float* lse;            // [N, H]
   float* mid;            // [N, C]
   float *mean2, *rstd2;  // [N]
@@ -34,7 +41,7 @@ struct EncoderActs {
 };
 
 struct EncoderScratch {
-  float *dmid, *dln, *datt, *dq, *dk, *dv;  // [N, C]
+  float *dmid, *dln, *datt, *dq, *dk, *dv;  // [N, C] ×2, [N, H*D] ×4
   float *dg, *dh;                           // [N, F]
   float* tmp;                               // [N, C]   forward: out / fc2 projection output
   static EncoderScratch take(ForwardContext& ctx, const EncoderDims& d, int64_t N);

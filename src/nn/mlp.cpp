@@ -2,6 +2,11 @@
 // linear layers in -> hidden -> ... -> out with the activation between them
 // (gelu = the tanh form of backend.h; silu; relu), applied row-wise to every
 // sample's rows, packed end to end.
+// As a tensor-parallel rank (graph/tensor_parallel.h): layers in pairs, the
+// first column-parallel (its rows of the hidden width; the gradient of its
+// replicated input all-reduced in backward), the second row-parallel (its
+// columns; the output all-reduced in forward, the replicated bias added by
+// rank 0); an unpaired last layer runs whole on every rank.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,11 +19,18 @@ namespace {
 
 class Mlp final : public ModelImpl {
  public:
-  Mlp(const Section& s, Backend& b, const ParamLookup& p) : section_(s), spec_(std::get<MlpSpec>(s.model.spec)), b_(b) {
+  Mlp(const Section& s, Backend& b, const ParamLookup& p, StagePart part)
+      : section_(s), spec_(std::get<MlpSpec>(s.model.spec)), b_(b) {
+    const int64_t tp = part.tp.size;
     for (int64_t i = 0; i < spec_.layers; ++i) {
-      const int64_t in = i == 0 ? spec_.in : spec_.hidden, out = i == spec_.layers - 1 ? spec_.out : spec_.hidden;
-      layers_.push_back({p(fmt::format("layers.{}.weight", i)), p(fmt::format("layers.{}.bias", i)), in, out});
+      int64_t in = i == 0 ? spec_.in : spec_.hidden, out = i == spec_.layers - 1 ? spec_.out : spec_.hidden;
+      Split split = Split::None;
+      if (tp > 1 && i % 2 == 0 && i + 1 < spec_.layers) split = Split::Column, out /= tp;
+      if (tp > 1 && i % 2 == 1) split = Split::Row, in /= tp;
+      layers_.push_back({p(fmt::format("layers.{}.weight", i)), p(fmt::format("layers.{}.bias", i)), in, out, split});
     }
+    if (tp > 1) tp_ = part.tp.comm;
+    adds_bias_ = part.tp.rank == 0;
     if (spec_.act == Activation::Silu) {  // silu(x) = swiglu(gate = x, up = 1)
       const std::vector<float> ones(spec_.hidden, 1.0f);
       ones_capacity_ = spec_.hidden;
@@ -60,7 +72,9 @@ class Mlp final : public ModelImpl {
       const Layer& L = layers_[l];
       a.xs.push_back(x);
       float* z = ctx.take(N * L.out);
-      b_.linear_forward(z, x, L.w.w, L.b.w, N, L.in, L.out);
+      const bool row = L.split == Split::Row;
+      b_.linear_forward(z, x, L.w.w, row && !adds_bias_ ? nullptr : L.b.w, N, L.in, L.out);
+      if (row) tp_->all_reduce(z, N * L.out);
       a.zs.push_back(z);
       if (l + 1 < layers_.size()) {
         x = ctx.take(N * L.out);
@@ -99,6 +113,7 @@ class Mlp final : public ModelImpl {
       const Layer& L = layers_[l];
       dx = ctx.take_zeroed(N * L.in);
       b_.linear_backward(dx, L.w.g, L.b.g, dz, a.xs[l], L.w.w, N, L.in, L.out);
+      if (L.split == Split::Column) tp_->all_reduce(dx, N * L.in);
       if (l > 0) {
         dz = ctx.take_zeroed(N * L.in);
         act_backward(dz, dx, a.zs[l - 1], N * L.in);
@@ -114,9 +129,11 @@ class Mlp final : public ModelImpl {
   }
 
  private:
+  enum class Split { None, Column, Row };
   struct Layer {
-    Param w, b;  // [out, in], [out]
+    Param w, b;  // [out, in], [out]  (this rank's shard: in or out divided by tp)
     int64_t in, out;
+    Split split;
   };
 
   // out[n] = act(z[n]).  relu is a loop over the buffer (the CPU backend's
@@ -125,7 +142,8 @@ class Mlp final : public ModelImpl {
     switch (spec_.act) {
       case Activation::Gelu: b_.gelu_forward(out, z, n); break;
       case Activation::Silu:
-        for (size_t r = 0; r < n; r += ones_capacity_) b_.swiglu_forward(out + r, z + r, ones_, ones_capacity_);
+        for (size_t r = 0; r < n; r += ones_capacity_)
+          b_.swiglu_forward(out + r, z + r, ones_, std::min(ones_capacity_, n - r));
         break;
       case Activation::Relu:
         for (size_t i = 0; i < n; ++i) out[i] = std::max(z[i], 0.0f);
@@ -138,7 +156,7 @@ class Mlp final : public ModelImpl {
       case Activation::Gelu: b_.gelu_backward(dz, dout, z, n); break;
       case Activation::Silu:
         for (size_t r = 0; r < n; r += ones_capacity_)
-          b_.swiglu_backward(dz + r, nullptr, dout + r, z + r, ones_, ones_capacity_);
+          b_.swiglu_backward(dz + r, nullptr, dout + r, z + r, ones_, std::min(ones_capacity_, n - r));
         break;
       case Activation::Relu:
         for (size_t i = 0; i < n; ++i) dz[i] += z[i] > 0 ? dout[i] : 0.0f;
@@ -150,14 +168,16 @@ class Mlp final : public ModelImpl {
   MlpSpec spec_;
   Backend& b_;
   std::vector<Layer> layers_;
+  Communicator* tp_ = nullptr;  // the tensor-parallel group, null for one rank
+  bool adds_bias_ = true;       // row-parallel layers: rank 0 adds the replicated bias
   float* ones_ = nullptr;  // [hidden] for silu
   size_t ones_capacity_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<ModelImpl> make_mlp(const Section& s, Backend& b, const ParamLookup& params) {
-  return std::make_unique<Mlp>(s, b, params);
+std::unique_ptr<ModelImpl> make_mlp(const Section& s, Backend& b, const ParamLookup& params, StagePart part) {
+  return std::make_unique<Mlp>(s, b, params, part);
 }
 
 }  // namespace maestro

@@ -14,6 +14,7 @@
 #include "nn/activation_pool.h"
 #include "nn/backend.h"
 #include "nn/section_model.h"
+#include "transport/collectives.h"
 
 namespace maestro {
 
@@ -58,7 +59,9 @@ struct ForwardContext {
   const float* logits = nullptr;      // [n_text_total, vocab]
   std::vector<int32_t> targets;       // [n_text_total]; -1 where the next position is not text
   std::vector<int64_t> text_offsets;  // [samples + 1] first logits row of each sample
-  int64_t vocab = 0;
+  int64_t vocab = 0;                  // the logits' width: the whole vocabulary, or a tp rank's shard Vs
+  int64_t vocab_first = 0;            // tp: the shard's first vocabulary column
+  int64_t vocab_valid = 0;            // tp: its columns that are vocabulary (the rest is padding)
   float* dlogits = nullptr;           // [n_text_total, vocab]
 
   // A stage after the first: backward's gradient of its hidden input.
@@ -89,9 +92,11 @@ struct Param {
 using ParamLookup = std::function<Param(const std::string& name)>;
 
 // Which part of the model an instance runs (graph/model_tensors.h).
+// With tensor parallelism, also which rank's shard (section_model.h).
 struct StagePart {
   bool first = true, last = true;  // holds the embeddings / the final norm and head
   int64_t layer_begin = 0, layer_end = 0;  // its layers [begin, end)
+  TensorParallel tp;
 };
 
 class ModelImpl {
@@ -110,9 +115,17 @@ class ModelImpl {
 std::unique_ptr<ModelImpl> make_transformer(const Section& s, Backend& b, const ParamLookup& params, StagePart part);
 std::unique_ptr<ModelImpl> make_vit(const Section& s, Backend& b, const ParamLookup& params, StagePart part);
 std::unique_ptr<ModelImpl> make_audio_encoder(const Section& s, Backend& b, const ParamLookup& params, StagePart part);
-std::unique_ptr<ModelImpl> make_mlp(const Section& s, Backend& b, const ParamLookup& params);
+std::unique_ptr<ModelImpl> make_mlp(const Section& s, Backend& b, const ParamLookup& params, StagePart part);
 
 [[noreturn]] void input_error(const Section& s, const std::string& what);  // std::invalid_argument naming the section
+
+// The teacher's logits of ctx's kept text rows, packed like the student's
+// logits [Nt, ctx.vocab]: columns [ctx.vocab_first, + ctx.vocab_valid) of each
+// sample's whole-vocabulary rows teacher_logits[i] [rows >= n_text, vocab]
+// (a tp rank's shard; all of them at tp = 1), padding columns zero. Checks
+// the count and sizes (std::invalid_argument naming the section).
+float* pack_teacher_logits(const Section& s, Backend& b, ForwardContext& ctx,
+                           const std::vector<std::span<const float>>& teacher_logits, int64_t vocab);
 
 // dst[rows, cols] = a stage's output gradient, checked for its size.
 void copy_stage_grad(const Section& s, Backend& b, float* dst, std::span<const float> grad, int64_t rows, int64_t cols);

@@ -11,14 +11,39 @@
 #include <stdexcept>
 #include <utility>
 
+#include "graph/tensor_parallel.h"
 #include "nn/init.h"
 #include "nn/model_impl.h"
 #include "nn/safetensors.h"
+#include "nn/vocab_parallel_loss.h"
 
 namespace maestro {
 
 void input_error(const Section& s, const std::string& what) {
   throw std::invalid_argument(fmt::format("section '{}': {}", s.name, what));
+}
+
+float* pack_teacher_logits(const Section& s, Backend& b, ForwardContext& ctx,
+                           const std::vector<std::span<const float>>& teacher_logits, int64_t vocab) {
+  const size_t samples = ctx.text_offsets.size() - 1;
+  if (teacher_logits.size() != samples)
+    input_error(s, fmt::format("kl needs teacher logits for each of the {} samples, got {}", samples,
+                               teacher_logits.size()));
+  const int64_t V = ctx.vocab, first = ctx.vocab_first, width = ctx.vocab_valid;
+  float* packed = V == width ? ctx.take(ctx.text_offsets.back() * V) : ctx.take_zeroed(ctx.text_offsets.back() * V);
+  for (size_t i = 0; i < samples; ++i) {
+    const int64_t rows = ctx.text_offsets[i + 1] - ctx.text_offsets[i];
+    const std::span<const float> t = teacher_logits[i];
+    if (int64_t(t.size()) % vocab != 0 || int64_t(t.size()) < rows * vocab)
+      input_error(s, fmt::format("sample {}: teacher logits of {} floats, expected at least [{}, {}]", i, t.size(),
+                                 rows, vocab));
+    float* dst = packed + ctx.text_offsets[i] * V;
+    if (V == vocab) b.copy_from_host(dst, t.data(), size_t(rows * V) * sizeof(float));  // whole rows
+    else
+      for (int64_t r = 0; r < rows && width > 0; ++r)
+        b.copy_from_host(dst + r * V, t.data() + r * vocab + first, size_t(width) * sizeof(float));
+  }
+  return packed;
 }
 
 void copy_stage_grad(const Section& s, Backend& b, float* dst, std::span<const float> grad, int64_t rows,
@@ -29,25 +54,57 @@ void copy_stage_grad(const Section& s, Backend& b, float* dst, std::span<const f
   b.copy_from_host(dst, grad.data(), size_t(rows * cols) * sizeof(float));
 }
 
+namespace {
+
+// Σ over the tp ranks of a double, through the float all-reduce: each value
+// as hi + lo floats (hi = float(x), lo = float(x − hi)), ~48 bits kept;
+// the same on every rank.
+double tp_sum(Communicator& comm, double x) {
+  float parts[2] = {float(x), 0.0f};
+  parts[1] = float(x - double(parts[0]));
+  comm.all_reduce(parts, 2);
+  return double(parts[0]) + double(parts[1]);
+}
+
+}  // namespace
+
 struct SectionModel::Impl {
   explicit Impl(Backend& b) : pool(b) {}
   ActivationPool pool;  // declared first: contexts give buffers back to it, the model below may hold some
   std::unique_ptr<ModelImpl> model;
 };
 
-SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t seed, int64_t stage, int64_t stages)
-    : section_(section), backend_(backend), stage_(stage), stages_(stages) {
+SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t seed, int64_t stage, int64_t stages,
+                           TensorParallel tp)
+    : section_(section), backend_(backend), stage_(stage), stages_(stages), tp_(tp) {
   LayerRange layers;
   try {
     layers = stage_layers(section.model, stage, stages);
-    tensors_ = stage_tensors(section.model, stage, stages);
+    whole_ = stage_tensors(section.model, stage, stages);
   } catch (const std::invalid_argument& e) {
     input_error(section_, e.what());
   }
-  for (const auto& t : tensors_) {
-    offsets_.push_back(n_params_);
-    n_params_ += t.numel();
+  if (tp_.size < 1 || tp_.rank < 0 || tp_.rank >= tp_.size)
+    input_error(section_, fmt::format("tensor-parallel rank {} of {}", tp_.rank, tp_.size));
+  if (tp_.size > 1) {
+    if (!tp_.comm || tp_.comm->size() != tp_.size || tp_.comm->rank() != tp_.rank)
+      input_error(section_, fmt::format("tp = {} needs a communicator of {} ranks at rank {}", tp_.size, tp_.size,
+                                        tp_.rank));
+    if (const std::string e = tp_divisibility_error(section.model, tp_.size); !e.empty())
+      input_error(section_, "tensor parallelism: " + e);
   }
+  // Flat layout: the split tensors, then (tp > 1) the replicated ones.
+  offsets_.assign(whole_.size(), 0);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < whole_.size(); ++i) {
+      const bool split = tp_.size > 1 && tp_split(section.model, whole_[i].name) != TpSplit::Replicated;
+      if ((pass == 0) != (split || tp_.size == 1)) continue;
+      offsets_[i] = n_params_;
+      n_params_ += tp_shard_shape(section.model, whole_[i], tp_.size).numel();
+    }
+    if (pass == 0) n_split_ = n_params_;
+  }
+  for (const auto& t : whole_) tensors_.push_back(tp_shard_shape(section.model, t, tp_.size));
   params_ = backend_.allocate(n_params_);
   scalars_ = backend_.allocate_scalars(std::max<size_t>(1, section_.loss.size()));
   if (section_.mode == Mode::Train) {
@@ -56,11 +113,13 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
     adam_v_ = backend_.allocate(n_params_);
     opt_count_ = n_params_;
   }
-  std::vector<float> host;
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    host.resize(tensors_[i].numel());
-    init_tensor(host.data(), tensors_[i], section_.name + "." + tensors_[i].name, seed);
-    backend_.copy_from_host(params_ + offsets_[i], host.data(), host.size() * sizeof(float));
+  std::vector<float> whole, shard;
+  for (size_t i = 0; i < tensors_.size(); ++i) {  // the whole tensor's values, so every tp agrees
+    whole.resize(whole_[i].numel());
+    shard.resize(tensors_[i].numel());
+    init_tensor(whole.data(), whole_[i], section_.name + "." + whole_[i].name, seed);
+    tp_slice(shard.data(), whole.data(), section_.model, whole_[i], tp_.size, tp_.rank);
+    backend_.copy_from_host(params_ + offsets_[i], shard.data(), shard.size() * sizeof(float));
   }
   if (!section_.weights.empty()) {
     try {
@@ -78,11 +137,11 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
   };
   impl_ = std::make_unique<Impl>(backend_);
   const std::string kind = section_.model.builtin();
-  const StagePart part{stage == 0, stage == stages - 1, layers.first, layers.last};
+  const StagePart part{stage == 0, stage == stages - 1, layers.first, layers.last, tp_};
   if (kind == "transformer") impl_->model = make_transformer(section_, backend_, lookup, part);
   else if (kind == "vit") impl_->model = make_vit(section_, backend_, lookup, part);
   else if (kind == "audio_encoder") impl_->model = make_audio_encoder(section_, backend_, lookup, part);
-  else impl_->model = make_mlp(section_, backend_, lookup);
+  else impl_->model = make_mlp(section_, backend_, lookup, part);
 }
 
 SectionModel::~SectionModel() {
@@ -115,6 +174,7 @@ void SectionModel::loss_terms(ForwardContext& ctx, const std::vector<std::span<c
     input_error(section_, fmt::format("loss normaliser N_global = {} with {} target positions", n_global, positions));
   ctx.dlogits = ctx.take_zeroed(Nt * V);
   if (positions == 0) return backend_.zero_scalars(raw, section_.loss.size());
+  if (tp_.size > 1) return vocab_parallel_loss(backend_, *tp_.comm, section_, ctx, teacher_logits, n_global, raw);
   const float* teacher = nullptr;
   for (size_t k = 0; k < section_.loss.size(); ++k) {
     const LossTerm& term = section_.loss[k];
@@ -123,21 +183,7 @@ void SectionModel::loss_terms(ForwardContext& ctx, const std::vector<std::span<c
       backend_.cross_entropy(raw + k, ctx.dlogits, ctx.logits, ctx.targets.data(), Nt, V, scale);
       continue;
     }
-    if (!teacher) {  // the teacher's logits of the kept text rows, packed like ours   [Nt, V]
-      const size_t samples = ctx.text_offsets.size() - 1;
-      if (teacher_logits.size() != samples)
-        input_error(section_, fmt::format("kl needs teacher logits for each of the {} samples, got {}", samples,
-                                          teacher_logits.size()));
-      float* packed = ctx.take(Nt * V);
-      for (size_t i = 0; i < samples; ++i) {
-        const int64_t rows = ctx.text_offsets[i + 1] - ctx.text_offsets[i];
-        if (int64_t(teacher_logits[i].size()) % V != 0 || int64_t(teacher_logits[i].size()) < rows * V)
-          input_error(section_, fmt::format("sample {}: teacher logits of {} floats, expected at least [{}, {}]", i,
-                                            teacher_logits[i].size(), rows, V));
-        backend_.copy_from_host(packed + ctx.text_offsets[i] * V, teacher_logits[i].data(), (rows * V) * sizeof(float));
-      }
-      teacher = packed;
-    }
+    if (!teacher) teacher = pack_teacher_logits(section_, backend_, ctx, teacher_logits, V);
     backend_.kl_divergence(raw + k, ctx.dlogits, ctx.logits, teacher, ctx.targets.data(), Nt, V,
                            float(term.temperature), scale);
   }
@@ -172,7 +218,11 @@ void SectionModel::zero_grads() {
 }
 
 void SectionModel::grad_sq_norm(double* out) {
-  if (grads_) backend_.sq_norm(out, grads_ + opt_offset_, size_t(opt_count_));
+  // This rank's share of the global norm²: the tensors it counts (the split ones on
+  // every tp rank, the replicated ones on tp rank 0 only) within its dp shard (ZeRO-1).
+  const int64_t counted = tp_.rank == 0 ? n_params_ : n_split_;
+  const int64_t begin = std::min(opt_offset_, counted), end = std::min(opt_offset_ + opt_count_, counted);
+  if (grads_) backend_.sq_norm(out, grads_ + begin, size_t(end - begin));
   else backend_.zero_scalars(out, 1);
 }
 
@@ -180,6 +230,7 @@ double SectionModel::grad_sq_norm() {
   grad_sq_norm(scalars_);
   double host = 0;
   backend_.copy_to_host(&host, scalars_, sizeof(double));
+  if (tp_.size > 1) host = tp_sum(*tp_.comm, host);
   return host;
 }
 
@@ -224,14 +275,28 @@ Tensor host_copy(Backend& b, const float* src, const std::vector<int64_t>& shape
 
 }  // namespace
 
+Tensor SectionModel::whole_tensor(const float* buffer, size_t i) const {
+  Tensor shard = host_copy(backend_, buffer + offsets_[i], tensors_[i].shape);
+  if (tp_.size == 1) return shard;
+  // Every rank's shard (all the same size), rank after rank, then unsliced.
+  Tensor gathered = Tensor::host(DType::F32, {tp_.size, tensors_[i].numel()});
+  tp_.comm->all_gather(gathered.f32(), shard.f32(), size_t(tp_.size * tensors_[i].numel()));
+  Tensor whole = Tensor::host(DType::F32, whole_[i].shape);
+  for (int64_t r = 0; r < tp_.size; ++r)
+    tp_unslice(whole.f32(), gathered.f32() + r * tensors_[i].numel(), section_.model, whole_[i], tp_.size, r);
+  return whole;
+}
+
 void SectionModel::save(const std::string& path, const std::string& prefix) const {
   std::vector<NamedTensor> out;
-  for (size_t i = 0; i < tensors_.size(); ++i)
-    out.push_back({full_name(prefix, tensors_[i].name), host_copy(backend_, params_ + offsets_[i], tensors_[i].shape)});
+  for (size_t i = 0; i < tensors_.size() && !path.empty(); ++i)
+    out.push_back({full_name(prefix, whole_[i].name), whole_tensor(params_, i)});
   std::map<std::string, std::string> meta;
   if (grads_) {
-    // Host copies of the whole moments, per tensor: this replica's, or (sharded)
-    // every shard gathered into one temporary [n_params_] buffer at a time.
+    // Whole moments, per tensor: this replica's, or (sharded) every dp shard
+    // gathered into one temporary [n_params_] buffer at a time; then, with
+    // tp > 1, every tp rank's slice (whole_tensor). A replica that only takes
+    // part in the dp gather (path "") reads nothing back.
     std::vector<Tensor> moments[2];
     for (int k = 0; k < 2; ++k) {
       struct Whole {  // released on every path, a failed collective included
@@ -241,34 +306,36 @@ void SectionModel::save(const std::string& path, const std::string& prefix) cons
       } whole{backend_, all_gather_ ? backend_.allocate(size_t(n_params_)) : nullptr};
       const float* src = k == 0 ? adam_m_ : adam_v_;
       if (whole.data) all_gather_(whole.data, src, size_t(n_params_)), src = whole.data;
-      for (size_t i = 0; i < tensors_.size() && !path.empty(); ++i)
-        moments[k].push_back(host_copy(backend_, src + offsets_[i], tensors_[i].shape));
+      for (size_t i = 0; i < tensors_.size() && !path.empty(); ++i) moments[k].push_back(whole_tensor(src, i));
     }
     for (size_t i = 0; i < tensors_.size() && !path.empty(); ++i) {
-      const std::string n = full_name(prefix, tensors_[i].name);
+      const std::string n = full_name(prefix, whole_[i].name);
       out.push_back({n + ":exp_avg", std::move(moments[0][i])});
       out.push_back({n + ":exp_avg_sq", std::move(moments[1][i])});
     }
     meta["adamw_step"] = std::to_string(adam_t_);
   }
-  if (!path.empty()) write_safetensors(path, out, meta);
+  if (!path.empty() && tp_.rank == 0) write_safetensors(path, out, meta);
 }
 
 void SectionModel::read_parameters(const std::string& path, const std::string& prefix, bool with_optimizer) {
   SafetensorsReader file(path);
-  std::vector<float> host;
-  // Tensor i into dst, a buffer holding the flat range [first, first + count).
+  std::vector<float> whole, shard;
+  // Tensor i's whole values from the file, this tp rank's slice of them, and of
+  // that the part in the flat range [first, first + count) that dst holds.
   auto read = [&](const std::string& name, size_t i, float* dst, int64_t first = 0, int64_t count = INT64_MAX) {
-    host.resize(tensors_[i].numel());
-    file.read_f32(name, tensors_[i].shape, host.data());
+    whole.resize(whole_[i].numel());
+    shard.resize(tensors_[i].numel());
+    file.read_f32(name, whole_[i].shape, whole.data());
+    tp_slice(shard.data(), whole.data(), section_.model, whole_[i], tp_.size, tp_.rank);
     const int64_t begin = std::max(offsets_[i], first), end = std::min(offsets_[i] + tensors_[i].numel(), first + count);
     if (begin < end)
-      backend_.copy_from_host(dst + (begin - first), host.data() + (begin - offsets_[i]), size_t(end - begin) * sizeof(float));
+      backend_.copy_from_host(dst + (begin - first), shard.data() + (begin - offsets_[i]), size_t(end - begin) * sizeof(float));
   };
-  for (size_t i = 0; i < tensors_.size(); ++i) read(full_name(prefix, tensors_[i].name), i, params_);
+  for (size_t i = 0; i < tensors_.size(); ++i) read(full_name(prefix, whole_[i].name), i, params_);
   if (!with_optimizer) return;
   for (size_t i = 0; i < tensors_.size(); ++i) {
-    const std::string n = full_name(prefix, tensors_[i].name);
+    const std::string n = full_name(prefix, whole_[i].name);
     read(n + ":exp_avg", i, adam_m_, opt_offset_, opt_count_);
     read(n + ":exp_avg_sq", i, adam_v_, opt_offset_, opt_count_);
   }

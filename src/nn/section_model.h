@@ -30,6 +30,23 @@
 
 namespace maestro {
 
+class Communicator;  // transport/collectives.h
+struct Tensor;        // nn/tensor.h
+
+// Tensor parallelism (Megatron-LM; graph/tensor_parallel.h says which tensor
+// is split how): this model is rank `rank` of `size` ranks that run every
+// forward, loss and backward together, each holding its shard of the split
+// tensors and a copy of the replicated ones, talking through `comm` (used by
+// one thread at a time: the rank's compute worker). size 1: the whole model.
+// A transformer's vocabulary is padded with zero rows to a multiple of size;
+// rank r holds vocabulary rows [r·Vs, (r+1)·Vs), Vs = padded / size, and its
+// logits (outputs, output gradients) are those columns [n_text, Vs] only —
+// full logits are never gathered: the losses reduce row statistics instead.
+struct TensorParallel {
+  int64_t rank = 0, size = 1;
+  Communicator* comm = nullptr;
+};
+
 // What the model reads of one sample (spans owned by the caller, read only
 // during forward()).
 struct SampleInput {
@@ -93,13 +110,23 @@ class SectionModel {
   // plus the embeddings on stage 0 and the final norm and head on the last)
   // holds only that stage's tensors; one stage (the default) is the whole
   // model. Throws std::invalid_argument for a split the model can't take.
-  SectionModel(const Section& section, Backend& backend, uint64_t seed, int64_t stage = 0, int64_t stages = 1);
+  //
+  // Tensor-parallel rank `tp` (see TensorParallel) holds its shard of each
+  // tensor (tensors() are the shard shapes, initialised and loaded as the
+  // whole tensor's slice); throws std::invalid_argument when the model does
+  // not split over tp.size ranks (heads, kv_heads, ffn not multiples).
+  SectionModel(const Section& section, Backend& backend, uint64_t seed, int64_t stage = 0, int64_t stages = 1,
+               TensorParallel tp = {});
   ~SectionModel();
   SectionModel(const SectionModel&) = delete;
   SectionModel& operator=(const SectionModel&) = delete;
 
   const Section& section() const { return section_; }
-  const std::vector<TensorShape>& tensors() const { return tensors_; }  // stage_tensors(section.model, stage, stages)
+  // This rank's shards of stage_tensors(section.model, stage, stages), in that order.
+  const std::vector<TensorShape>& tensors() const { return tensors_; }
+  const TensorParallel& tensor_parallel() const { return tp_; }
+  // tensors()[i]'s first float in params() / grads() (model order at tp = 1; see grads())
+  int64_t offset(size_t i) const { return offsets_[i]; }
   int64_t stage() const { return stage_; }
   int64_t stages() const { return stages_; }
   int64_t parameter_count() const { return n_params_; }
@@ -157,10 +184,14 @@ class SectionModel {
 
   // ---- gradients and optimizer (train mode; frozen: no such memory) --------
   void zero_grads();
-  void grad_sq_norm(double* out);  // *out = Σ g² over every parameter (a scalar accumulator; 0 when frozen)
-  double grad_sq_norm();           // the same, waited for and read back (tests and tools)
+  // *out = Σ g² over every parameter (a scalar accumulator; 0 when frozen).
+  // Tensor parallel: this rank's share — its shards, plus the replicated
+  // tensors on rank 0 only — so the sum of the ranks' shares is the model's.
+  void grad_sq_norm(double* out);
+  double grad_sq_norm();  // the whole model's (shares summed over the ranks), waited for (tests and tools)
   void scale_grads(float f);   // g *= f
-  // The flat gradient buffer, [parameter_count()] in model_tensors order,
+  // The flat gradient buffer, [parameter_count()] in model_tensors order
+  // (tensor parallel: the split tensors first, then the replicated ones),
   // for the data-parallel all-reduce; null in frozen mode.
   float* grads() { return grads_; }
   size_t grad_count() const { return grads_ ? size_t(n_params_) : 0; }
@@ -190,6 +221,9 @@ class SectionModel {
   size_t optimizer_state_bytes() const { return grads_ ? size_t(2 * opt_count_) * sizeof(float) : 0; }
 
   // ---- files ----------------------------------------------------------------
+  // Files hold whole tensors: tensor-parallel ranks read their slice, and
+  // save() is collective — every rank calls it, rank 0 writes the gathered
+  // tensors (the others write nothing).
   // Writes every parameter as "<prefix>.<name>" (F32), plus, in train mode,
   // the AdamW moments as "<prefix>.<name>:exp_avg" / ":exp_avg_sq" and the
   // step number in the metadata ("adamw_step"). Atomic (temp file + rename).
@@ -206,14 +240,19 @@ class SectionModel {
 
  private:
   void read_parameters(const std::string& path, const std::string& prefix, bool with_optimizer);
+  // Tensor i of `buffer` (params or a moment) whole on the host: gathered over the tp ranks (collective).
+  Tensor whole_tensor(const float* buffer, size_t i) const;
   void release_buffers();
 
   Section section_;
   Backend& backend_;
   int64_t stage_ = 0, stages_ = 1;
-  std::vector<TensorShape> tensors_;
+  TensorParallel tp_;
+  std::vector<TensorShape> tensors_;  // this rank's shards
+  std::vector<TensorShape> whole_;    // the whole tensors (as in files)
   std::vector<int64_t> offsets_;  // offsets_[i]: tensor i's first float in the flat buffers
   int64_t n_params_ = 0;
+  int64_t n_split_ = 0;  // the first n_split_ floats are split tensors, the rest replicated (tp > 1)
   float* params_ = nullptr;  // [n_params_]
   float* grads_ = nullptr;   // [n_params_]  train only
   float* adam_m_ = nullptr;  // [opt_count_]  train only: moments of params [opt_offset_, +opt_count_)

@@ -5,8 +5,16 @@
 // causal = false. The output is the logits of the text positions only.
 // As a pipeline stage it runs its layers only, the first stage also the
 // embeddings and the layout (Geometry), the last the final norm and head.
+// As a tensor-parallel rank (section_model.h): its heads and ffn share in
+// each layer (decoder_block.h), a vocabulary-parallel embedding (the rank
+// looks up the tokens in its rows, zeros for the others, all-reduced) and a
+// vocabulary-parallel head (its logits columns; the gradient of the final
+// norm's output all-reduced in backward).
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "graph/tensor_parallel.h"
 #include "nn/decoder_block.h"
 
 namespace maestro {
@@ -18,7 +26,12 @@ class Transformer final : public ModelImpl {
   Transformer(const Section& s, Backend& b, const ParamLookup& p, StagePart part)
       : section_(s), spec_(std::get<TransformerSpec>(s.model.spec)), b_(b), recompute_(s.recompute), part_(part) {
     const auto& t = spec_;
-    dims_ = {t.hidden, t.heads, t.kv_heads, t.hidden / t.heads, t.ffn, float(t.norm_eps), float(t.rope_theta), t.causal};
+    const int64_t tp = part.tp.size;
+    dims_ = {t.hidden,          t.heads / tp, t.kv_heads / tp, t.hidden / t.heads, t.ffn / tp, float(t.norm_eps),
+             float(t.rope_theta), t.causal,  tp > 1 ? part.tp.comm : nullptr};
+    vocab_shard_ = tp_padded_vocab(t.vocab, tp) / tp;
+    vocab_first_ = part.tp.rank * vocab_shard_;
+    vocab_valid_ = std::clamp<int64_t>(t.vocab - vocab_first_, 0, vocab_shard_);
     if (part.first) embed_ = p("model.embed_tokens.weight");
     for (int64_t i = part.layer_begin; i < part.layer_end; ++i) {
       const std::string l = fmt::format("model.layers.{}.", i);
@@ -50,7 +63,8 @@ class Transformer final : public ModelImpl {
     float* rstd_f = nullptr;            // [Nt]     last stage
     float* text_normed = nullptr;       // [Nt, C]  final-normed text rows
     float* text_in = nullptr;           // [Nt, C]  the final norm's input
-    float* logits = nullptr;            // [Nt, V]
+    float* logits = nullptr;            // [Nt, Vs]
+    std::vector<int32_t> shard_tokens;  // [Nt] tp: the tokens in this rank's vocabulary rows, Vs for the others
   };
 
   std::shared_ptr<const Geometry> geometry(const std::vector<SampleInput>& samples) const {
@@ -90,7 +104,7 @@ class Transformer final : public ModelImpl {
   ForwardOutput forward(std::shared_ptr<ForwardContext> ctxp, const std::vector<SampleInput>& samples,
                         const StageInput* stage_input) override {
     ForwardContext& ctx = *ctxp;
-    const int64_t C = spec_.hidden, V = spec_.vocab, L = int64_t(layers_.size());
+    const int64_t C = spec_.hidden, V = vocab_shard_, L = int64_t(layers_.size());
     auto acts = std::make_unique<Acts>();
     Acts& a = *acts;
     a.geo = part_.first ? geometry(samples) : stage_geometry<Geometry>(section_, stage_input, C);
@@ -101,6 +115,7 @@ class Transformer final : public ModelImpl {
     float* x0 = ctx.take(N * C);
     if (part_.first) {
       // Embeddings: spliced rows copied, text rows looked up.
+      const float* text = text_embeddings(ctx, a, g);  // [Nt, C]
       for (size_t i = 0; i < samples.size(); ++i) {
         int64_t row = g.seq_row[i];
         for (const auto& blk : samples[i].spliced) {
@@ -108,7 +123,7 @@ class Transformer final : public ModelImpl {
           row += int64_t(blk.size()) / C;
         }
         const int64_t t0 = g.text_offsets[i], nt = g.text_offsets[i + 1] - t0;
-        b_.embedding_forward(x0 + row * C, g.tokens.data() + t0, embed_.w, nt, C);
+        b_.copy(x0 + row * C, text + t0 * C, nt * C);
       }
     } else {
       b_.copy_from_host(x0, stage_input->hidden.data(), (N * C) * sizeof(float));
@@ -137,6 +152,8 @@ class Transformer final : public ModelImpl {
         out.outputs.push_back({a.logits + g.text_offsets[i] * V, g.text_offsets[i + 1] - g.text_offsets[i], V});
       ctx.logits = a.logits;
       ctx.vocab = V;
+      ctx.vocab_first = vocab_first_;
+      ctx.vocab_valid = vocab_valid_;
     } else {
       out.hidden = {a.xs[L], N, C};
       out.geometry = a.geo;
@@ -151,7 +168,7 @@ class Transformer final : public ModelImpl {
                                               std::span<const float> stage_grad) override {
     Acts& a = static_cast<Acts&>(*ctx.acts);
     const Geometry& g = *a.geo;
-    const int64_t C = spec_.hidden, V = spec_.vocab, L = int64_t(layers_.size());
+    const int64_t C = spec_.hidden, V = vocab_shard_, L = int64_t(layers_.size());
     const int64_t N = g.pk.tokens(), Nt = int64_t(g.tokens.size());
     float* dbuf[2] = {ctx.take_zeroed(N * C), ctx.take(N * C)};
     float* dx = dbuf[L % 2];  // d(this stage's output)                 [N, C]
@@ -171,6 +188,7 @@ class Transformer final : public ModelImpl {
       // Head and final norm (text rows).
       float* dnormed = ctx.take_zeroed(Nt * C);
       b_.linear_backward(dnormed, head_.g, nullptr, dlogits, a.text_normed, head_.w, Nt, C, V);
+      if (dims_.tp) dims_.tp->all_reduce(dnormed, Nt * C);
       float* dtext = ctx.take_zeroed(Nt * C);
       b_.rmsnorm_backward(dtext, norm_.g, dnormed, a.text_in, norm_.w, a.rstd_f, Nt, C);
       scatter_text(g, dx, dtext);
@@ -193,6 +211,7 @@ class Transformer final : public ModelImpl {
     }
     // Embeddings: spliced blocks hand their gradient back, text rows to the table.
     std::vector<std::vector<RowsView>> out(g.seq_row.size());
+    float* dtext = embed_.g ? ctx.take(Nt * C) : nullptr;  // [Nt, C]
     for (size_t i = 0; i < g.seq_row.size(); ++i) {
       int64_t row = g.seq_row[i];
       for (int64_t rows : g.spliced_rows[i]) {
@@ -200,8 +219,9 @@ class Transformer final : public ModelImpl {
         row += rows;
       }
       const int64_t t0 = g.text_offsets[i];
-      if (embed_.g) b_.embedding_backward(embed_.g, dx0 + row * C, g.tokens.data() + t0, g.text_offsets[i + 1] - t0, C);
+      if (dtext) b_.copy(dtext + t0 * C, dx0 + row * C, (g.text_offsets[i + 1] - t0) * C);
     }
+    if (dtext) text_embeddings_backward(ctx, a, g, dtext);
     return out;
   }
 
@@ -224,12 +244,42 @@ class Transformer final : public ModelImpl {
     }
   }
 
+  // The text rows' embeddings [Nt, C]. Tensor parallel: this rank's rows of
+  // the table (a copy with one zero row appended, which the tokens of other
+  // ranks read), all-reduced.
+  const float* text_embeddings(ForwardContext& ctx, Acts& a, const Geometry& g) const {
+    const int64_t C = spec_.hidden, Nt = int64_t(g.tokens.size()), Vs = vocab_shard_;
+    float* text = ctx.take(Nt * C);
+    if (!dims_.tp) {
+      b_.embedding_forward(text, g.tokens.data(), embed_.w, Nt, C);
+      return text;
+    }
+    for (int32_t t : g.tokens) {
+      const int64_t local = int64_t(t) - vocab_first_;
+      a.shard_tokens.push_back(int32_t(local >= 0 && local < Vs ? local : Vs));
+    }
+    float* table = ctx.take_zeroed((Vs + 1) * C);  // [Vs + 1, C]
+    b_.copy(table, embed_.w, Vs * C);
+    b_.embedding_forward(text, a.shard_tokens.data(), table, Nt, C);
+    dims_.tp->all_reduce(text, Nt * C);
+    return text;
+  }
+  // embed_.g += the rows of dtext[Nt, C] scattered by token (tp: this rank's rows only).
+  void text_embeddings_backward(ForwardContext& ctx, const Acts& a, const Geometry& g, const float* dtext) const {
+    const int64_t C = spec_.hidden, Nt = int64_t(g.tokens.size()), Vs = vocab_shard_;
+    if (!dims_.tp) return b_.embedding_backward(embed_.g, dtext, g.tokens.data(), Nt, C);
+    float* dtable = ctx.take_zeroed((Vs + 1) * C);  // [Vs + 1, C]; the last row collects the other ranks' tokens
+    b_.embedding_backward(dtable, dtext, a.shard_tokens.data(), Nt, C);
+    b_.accumulate(embed_.g, dtable, Vs * C);
+  }
+
   const Section& section_;
   TransformerSpec spec_;
   Backend& b_;
   bool recompute_;
   StagePart part_;
   DecoderDims dims_{};
+  int64_t vocab_shard_ = 0, vocab_first_ = 0, vocab_valid_ = 0;  // Vs, this rank's first column, its real columns
   Param embed_, norm_, head_;
   std::vector<DecoderWeights> layers_;
 };

@@ -18,7 +18,9 @@ class Vit final : public ModelImpl {
   Vit(const Section& s, Backend& b, const ParamLookup& p, StagePart part)
       : section_(s), spec_(std::get<VitSpec>(s.model.spec)), b_(b), part_(part), frozen_(s.mode == Mode::Frozen) {
     const auto& v = spec_;
-    stack_.dims = {v.hidden, v.heads, v.hidden / v.heads, v.ffn, float(v.norm_eps)};
+    const int64_t tp = part.tp.size;  // tensor parallel: this rank's heads and ffn share (encoder_block.h)
+    stack_.dims = {v.hidden, v.heads / tp, v.hidden / v.heads, v.ffn / tp, float(v.norm_eps),
+                   tp > 1 ? part.tp.comm : nullptr, part.tp.rank == 0};
     stack_.recompute = s.recompute;
     if (part.first) {
       cls_ = p("vision_model.embeddings.class_embedding");

@@ -79,6 +79,37 @@ double RooflineCost::stage_forward_s(int s, const std::vector<int64_t>& lens, co
   return compute + 2.0 * layers * ring_all_reduce_s(bytes, p.tp, tp_link);
 }
 
+int64_t RooflineCost::tp_all_reduce_bytes(int s, const std::vector<const Sample*>& samples,
+                                          const SectionPlan& p) const {
+  if (p.tp <= 1) return 0;
+  const Section& section = graph_.section(s);
+  const bool train = section.mode == Mode::Train;
+  const int64_t tokens = total(seq_lens(s, samples));
+  int64_t forward = 0, backward = 0;  // elements
+  if (const auto* t = std::get_if<TransformerSpec>(&section.model.spec)) {
+    int64_t text = 0;  // the kept text rows: the sequence less its spliced blocks
+    for (const Sample* x : samples)
+      text += graph_.tokens(s, {x->modalities, x->text_tokens, x->images, x->audio_frames}) -
+              graph_.tokens(s, {x->modalities, 0, x->images, x->audio_frames});
+    forward = 2 * t->layers * tokens * t->hidden + text * t->hidden;
+    for (const LossTerm& term : section.loss) forward += (term.kind == LossKind::CrossEntropy ? 2 : 3) * text;
+    backward = 2 * t->layers * tokens * t->hidden * (section.recompute ? 2 : 1) + text * t->hidden;
+  } else if (const auto* v = std::get_if<VitSpec>(&section.model.spec)) {
+    const int64_t rows = tokens + tokens / v->patches_per_image();  // + a class token per image
+    forward = 2 * v->layers * rows * v->hidden;
+    backward = forward * (section.recompute ? 2 : 1);
+  } else if (const auto* a = std::get_if<AudioEncoderSpec>(&section.model.spec)) {
+    forward = 2 * a->layers * tokens * a->hidden;
+    backward = forward * (section.recompute ? 2 : 1);
+  } else if (const auto* m = std::get_if<MlpSpec>(&section.model.spec)) {
+    for (int64_t i = 0; i + 1 < m->layers; i += 2) {  // pairs (column, row): graph/tensor_parallel.h
+      forward += tokens * (i + 1 == m->layers - 1 ? m->out : m->hidden);
+      backward += tokens * (i == 0 ? m->in : m->hidden);
+    }
+  }
+  return (forward + (train ? backward : 0)) * element_bytes();
+}
+
 double RooflineCost::stage_send_s(int s, int64_t tokens, const SectionPlan& p) const {
   if (p.pp <= 1) return 0.0;
   const Shape sh = shape_of(graph_.section(s).model);

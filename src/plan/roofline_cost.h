@@ -46,6 +46,17 @@ class RooflineCost : public CostModel {
   std::vector<int64_t> seq_lens(int section, const std::vector<const Sample*>& samples) const;
   double efficiency(int section, int64_t tokens, int64_t tp) const;
   double peak_flops() const;  // of the working precision
+  // The bytes one tensor-parallel rank all-reduces to run these samples
+  // forward (and backward, in train mode) at plan.tp, as the engine does it
+  // (Megatron, nn/): per layer two [tokens, hidden] all-reduces each way; a
+  // transformer also its vocabulary-parallel embedding (forward) and head
+  // input gradient (backward) [text, hidden], and its loss's row statistics
+  // (2 floats per text row for cross-entropy, 3 for kl); a vit's sequences
+  // carry a class token each; an mlp all-reduces each row-parallel layer's
+  // output forward and each column-parallel layer's input gradient backward.
+  // A recomputed layer stack runs its forward's all-reduces again in backward.
+  // 0 at tp = 1. At the working precision's element size.
+  int64_t tp_all_reduce_bytes(int section, const std::vector<const Sample*>& samples, const SectionPlan& plan) const;
   const Cluster& cluster() const { return cluster_; }
 
  private:

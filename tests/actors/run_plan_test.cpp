@@ -193,14 +193,16 @@ BOOST_AUTO_TEST_CASE(pipeline_stages_run_as_chains_with_hand_offs) {
     check_cover_and_execute(run.graph, run.plan, d, StepSchedules(run.graph, run.plan, schedule).of(d.batch));
 }
 
-BOOST_AUTO_TEST_CASE(tp_above_one_and_impossible_pp_are_clear_errors) {
+BOOST_AUTO_TEST_CASE(a_tp_the_model_cannot_split_and_impossible_pp_are_clear_errors) {
   Program p = tiny_mllm_like();
   p.sections[1].parallel.tp = 2;
+  BOOST_CHECK_NO_THROW(cpu_runnable(p));  // tensor parallelism runs
+  p.sections[1].parallel.tp = 3;
   try {
     cpu_runnable(p);
     BOOST_FAIL("expected an error");
   } catch (const std::invalid_argument& e) {
-    BOOST_TEST(std::string(e.what()).find("'vision_proj': tp = 2") != std::string::npos);
+    BOOST_TEST(std::string(e.what()).find("'vision_proj': tp = 3: 'hidden'") != std::string::npos, e.what());
   }
   p.sections[1].parallel.tp = 1;
   p.sections[4].parallel.pp = 3;  // 2 layers

@@ -173,7 +173,7 @@ RunOutcome run_two_sections(unsigned seed, int steps, int fail_at_step = -1, std
       caf::actor w = sys.spawn<caf::detached>(linear_worker, s, r, s == 0 ? 1.0f : 0.5f, fail_at_step,
                                               seed * 7 + unsigned(s * 2 + r),
                                               s == 1 ? head_group[size_t(r)] : std::shared_ptr<Communicator>());
-      caf::actor rep = spawn_section_replica(sys, w, fmt::format("{}/{}", s, r), tracer);
+      caf::actor rep = spawn_section_replica(sys, {w}, fmt::format("{}/{}", s, r), tracer);
       replicas[s].push_back(rep);
       all.push_back(w);
       all.push_back(rep);

@@ -66,6 +66,16 @@ BOOST_AUTO_TEST_CASE(models) {
   expect_error(with("mlp(in: 32", "mlp(32"), "the arguments of 'mlp' are named");
   expect_error(with("heads: 4, ffn", "heads: 4, kv_heads: 3, ffn"), "'kv_heads' (3) must divide 'heads' (4)");
   expect_error(with("heads: 4, ffn", "heads: 5, ffn"), "'hidden' (64) must be divisible by 'heads' (5)");
+  // Tensor parallelism splits heads, GQA kv heads and ffn: each a multiple of tp, located at tp's value.
+  expect_error(with("tp = 1;", "tp = 8;"), "section 'llm' cannot be split over tp = 8 ranks: 'heads' (4) must be a "
+                                           "multiple of tp (8)");
+  expect_error(with("heads: 4, ffn", "heads: 4, kv_heads: 2, ffn", with("tp = 1;", "tp = 4;")),
+               "'kv_heads' (2) must be a multiple of tp (4)");
+  {
+    const test::Loaded l = test::load_text(with("tp = 1;", "tp = 8;"));
+    BOOST_CHECK_MESSAGE(l.rendered().find("test.sect:16:") != std::string::npos, l.rendered());
+  }
+  BOOST_CHECK(test::load_text(with("heads: 4, ffn", "heads: 4, kv_heads: 2, ffn", with("tp = 1;", "tp = 2;"))).program);
   expect_error(with("image: 8", "image: 10"), "'image' (10) must be divisible by 'patch' (4)");
   expect_error(with("vit(layers: 1", "vit(layers: 0"), "'layers' must be at least 1, not 0");
   expect_error(with("mlp(in: 32", "mlp(in: -32"), "'in' must be at least 1, not -32");

@@ -72,6 +72,9 @@ BOOST_AUTO_TEST_CASE(nccl_dp_groups_need_nccl_and_one_gpu_per_rank) {
   BOOST_TEST(no_nccl.find("needs NCCL") != std::string::npos, no_nccl);
   plan.sections[1] = {0, 1, 1, 1, 1, 1};  // dp 1 everywhere: nothing to refuse, whatever the machine
   BOOST_TEST(nccl_dp_refusal(plan, names, 1, false) == "");
+  plan.sections[1] = {0, 2, /*tp*/ 2, 1, 1, 1};  // tp's shard ops are cpu-only
+  const std::string tp = nccl_dp_refusal(plan, names, 4, true);
+  BOOST_TEST(tp.find("section 'llm': tp = 2 on the CUDA backend is not built yet") != std::string::npos, tp);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
