@@ -29,7 +29,9 @@ caf::actor spawn_compute_worker(caf::actor_system& sys, std::shared_ptr<SectionR
 // and checkpointer talk to it. It forwards work to its worker in arrival
 // order (so the worker's FIFO mailbox keeps the scheduler's order), hands
 // the result back, and records each transfer in the trace.
-caf::actor spawn_section_replica(caf::actor_system& sys, caf::actor worker, std::string track, caf::actor tracer);
+// `identity`: its section, stage, replica and device, as Describe reports them.
+caf::actor spawn_section_replica(caf::actor_system& sys, caf::actor worker, std::string track, caf::actor tracer,
+                                 ActorInfo identity = {});
 
 // Draws and materialises steps ahead of use: GetBatch{k} -> BatchReady.
 // Steps are materialised (files decoded) on `threads` threads of its own, in
@@ -72,6 +74,8 @@ struct SchedulerConfig {
   int64_t global_batch = 0;
   const std::atomic<bool>* interrupt = nullptr;  // set by SIGINT: checkpoint and stop
 };
+// Besides the run, the scheduler answers Describe (its step, pause state,
+// the step's frontier per section in `detail`) and SteerRun from the repl.
 caf::actor spawn_scheduler(caf::actor_system& sys, SchedulerConfig config);
 
 }  // namespace maestro
