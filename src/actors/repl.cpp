@@ -162,7 +162,9 @@ std::string actor_answer(const std::vector<ActorInfo>& infos, const std::string&
     if (i.name != name) continue;
     if (as_json) return to_json(i).dump();
     std::string out;
-    for (const auto& [k, v] : to_json(i).items()) out += fmt::format("{:<9} {}\n", k + ":", v.is_string() ? v.get<std::string>() : v.dump());
+    const json j = to_json(i);
+    for (auto it = j.begin(); it != j.end(); ++it)
+      out += fmt::format("{:<9} {}\n", it.key() + ":", it->is_string() ? it->get<std::string>() : it->dump());
     return out;
   }
   return fmt::format("error: actor: no actor named '{}' (see topology)", name);

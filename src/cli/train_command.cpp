@@ -21,6 +21,7 @@
 #include "actors/step_inputs.h"
 #include "actors/trainer.h"
 #include "cli/command.h"
+#include "cli/repl_terminal.h"
 #include "data/manifest.h"
 
 namespace maestro {
@@ -141,8 +142,19 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     std::fflush(stdout);
   };
   const bool tty = isatty(fileno(stdout)) != 0;
+  std::optional<TerminalRepl> repl;
+  if (cli.repl) {
+    std::vector<std::string> names;
+    for (const SectionNode& n : graph.nodes) names.push_back(n.name);
+    repl.emplace(std::move(names), &g_interrupt);
+    opt.repl.push_back(repl->front_end());
+  }
   const TrainResult r = train(graph, plan, *inputs, runnable.train, opt, [&](const StepProgress& p) {
-    if (!cli.quiet) show_progress(p, tty);
+    if (cli.quiet) return;
+    if (repl)
+      repl->progress(fmt::format("step {}/{} loss {:.4f}", p.step + 1, p.last_step, p.loss));
+    else
+      show_progress(p, tty);
   });
   set_stop_handlers(SIG_DFL);
   if (r.exit_code != 0) {
