@@ -23,6 +23,7 @@ struct TerminalRepl::Impl {
   std::atomic<bool> stop{false};
   std::atomic<bool> reading{true};  // until detach, quit or end of input
   bool resumed_for_interrupt = false;
+  bool line_done = false;  // tty: a line was entered (the REPL thread's own)
   std::mutex out;          // stdout: answers and progress lines
   std::string progress;    // tty: the latest progress text, shown in the prompt
   bool progress_changed = false;
@@ -118,6 +119,7 @@ void on_line(char* line) {
   std::free(line);
   if (s.find_first_not_of(" \t") != std::string::npos) add_history(s.c_str());
   r->reading = r->run_line(s);
+  r->line_done = true;
 }
 
 }  // namespace
@@ -132,8 +134,16 @@ void TerminalRepl::Impl::edit_lines() {
     pollfd p{STDIN_FILENO, POLLIN, 0};
     if (::poll(&p, 1, 100) > 0) rl_callback_read_char();
     std::lock_guard<std::mutex> lock(out);
+    if (line_done && reading) {  // libedit leaves callback mode after a line: a fresh prompt
+      line_done = false;
+      rl_callback_handler_remove();
+      rl_callback_handler_install(prompt().c_str(), on_line);
+      progress_changed = false;
+    }
     if (progress_changed && reading) {
       progress_changed = false;
+      std::fputs("\r\033[K", stdout);  // redraw the prompt and the typed text on a clean line
+      std::fflush(stdout);
       rl_set_prompt(prompt().c_str());
       rl_forced_update_display();
     }
