@@ -28,7 +28,8 @@ const CommandInfo kCommands[] = {
      "the current step's frontier per section: tasks done, in flight, waiting"},
     {"stats", ReplCommand::Kind::Stats, 0, 1, "stats [SECTION] [--json]",
      "steps done, last loss, samples/s; per section: tasks run and compute busy time"},
-    {"actor", ReplCommand::Kind::Actor, 1, 1, "actor NAME [--json]", "one actor in detail (NAME as topology shows it)"},
+    {"actor", ReplCommand::Kind::Actor, 1, 4, "actor NAME [--json]",
+     "one actor in detail (NAME as topology shows it, spaces included)"},
     {"pause", ReplCommand::Kind::Pause, 0, 0, "pause", "pause at the next step boundary"},
     {"resume", ReplCommand::Kind::Resume, 0, 0, "resume", "continue a paused run"},
     {"step", ReplCommand::Kind::Step, 1, 1, "step N", "run N more steps, then pause at that step boundary"},
@@ -100,7 +101,7 @@ ReplParse parse_repl_command(std::string_view line) {
   }
   if (int(args.size()) < info->min_args || int(args.size()) > info->max_args)
     return fail(std::string(info->name) + ": usage: " + info->usage);
-  if (!args.empty()) p.command.arg = std::string(args[0]);
+  for (size_t k = 0; k < args.size(); ++k) p.command.arg += (k ? " " : "") + std::string(args[k]);  // one space between words
   if (info->kind == ReplCommand::Kind::Help && !args.empty() && !find(args[0]))
     return fail("help: unknown command '" + shown(args[0]) + "'");
   if (info->kind == ReplCommand::Kind::Step) {

@@ -28,6 +28,7 @@ BOOST_AUTO_TEST_CASE(every_command_parses) {
   BOOST_TEST(st.command.json);
   BOOST_TEST(parse_repl_command("stats").command.arg.empty());
   BOOST_TEST(parse_repl_command("actor llm/0").command.arg == "llm/0");
+  BOOST_TEST(parse_repl_command("actor  llm/0   replica --json").command.arg == "llm/0 replica");
   BOOST_TEST((parse_repl_command("pause").command.kind == Kind::Pause));
   BOOST_TEST((parse_repl_command("resume").command.kind == Kind::Resume));
   BOOST_TEST(parse_repl_command("step 3").command.count == 3);
@@ -57,6 +58,7 @@ BOOST_AUTO_TEST_CASE(bad_lines_name_what_is_wrong) {
   check("step 99999999999999999999", "whole number");
   check("actor", "usage: actor NAME");
   check("topology extra", "usage: topology");
+  check("stats llm vision", "usage: stats");
   check("plan --yaml", "unknown option '--yaml'");
   check("help nothing", "unknown command 'nothing'");
   check(std::string("topo\x01logy"), "not printable");
@@ -85,7 +87,7 @@ BOOST_AUTO_TEST_CASE(random_bytes_are_answered) {
 // Property: a valid command means the same with any spacing and --json placed anywhere after the name.
 BOOST_AUTO_TEST_CASE(spacing_does_not_change_meaning) {
   std::mt19937_64 rng(7);
-  const std::vector<std::string> lines = {"topology", "stats llm", "actor scheduler", "step 12", "help wave", "wave"};
+  const std::vector<std::string> lines = {"topology", "stats llm", "actor scheduler", "actor llm/1 replica", "step 12", "help wave", "wave"};
   const char* blanks[] = {" ", "  ", "\t", " \t "};
   for (const std::string& line : lines) {
     const auto ref = parse_repl_command(line);

@@ -24,7 +24,7 @@ py() { /usr/bin/python3 -c "$@"; }
 REF=$(tail -1 "$W/ref.out")
 
 # pause: two stats 2 s apart show the same step; topology; resume
-{ echo pause; sleep 1; echo 'stats --json'; sleep 2; echo 'stats --json'; echo 'topology --json'; echo resume; } |
+{ echo pause; sleep 1; echo 'stats --json'; sleep 2; echo 'stats --json'; echo 'topology --json'; echo 'actor llm/1 replica --json'; echo 'wave --json'; echo resume; } |
   "$RUN" $MODEL --steps $STEPS --json --repl --config "$(config pause)" > "$W/pause.out" 2> "$W/pause.err" ||
   fail "paused run: $(cat "$W/pause.err")"
 py '
@@ -46,6 +46,10 @@ kinds = {a["kind"] for a in topo["actors"]}
 assert {"scheduler", "loader", "checkpointer", "tracer", "section-replica"} <= kinds, kinds
 for a in topo["actors"]:
     assert a["process"] > 0 and a["host"] and a["state"], a
+one = [json.loads(l) for l in lines if l.startswith("{\"detail\"")][0]
+assert one["name"] == "llm/1 replica" and one["section"] == "llm" and one["replica"] == 1 and one["state"] == "idle", one
+wave = [json.loads(l) for l in lines if l.startswith("{\"state\"")][0]
+assert wave["state"].startswith("paused before step") and wave["step"] == stats[0]["step"], wave
 final = json.loads(lines[-1])
 assert final["losses"] == ref["losses"], ("losses after pause/resume differ", final["losses"], ref["losses"])
 print("pause held step", stats[0]["step"], "for 2 s; topology", topo["count"], "actors; losses identical")
