@@ -63,7 +63,7 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
                        ->check(whole_number(limits::kSteps));
   app.add_option("--resume", cli.resume, "continue from a checkpoint folder");
   app.add_option("--trace", cli.trace, "write a Chrome trace of the run to FILE");
-  app.add_flag("--repl", cli.repl, "open the debug REPL on this terminal while it runs (docs/repl.md)");
+  auto* repl = app.add_flag("--repl", cli.repl, "open the debug REPL on this terminal while it runs (docs/repl.md)");
   app.add_flag("--json", cli.json, "print a machine-readable summary as the last line of stdout");
   app.add_flag("--quiet", cli.quiet, "no progress bar");
   auto* calibrate =
@@ -72,6 +72,7 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   stop_opt->excludes(print, simulate, calibrate);
   print->excludes(simulate, calibrate);
   simulate->excludes(calibrate);
+  repl->excludes(check, print, simulate, calibrate);  // a REPL needs a training run
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <chrono>
 #include <mutex>
 #include <thread>
 
@@ -44,6 +45,14 @@ struct TerminalRepl::Impl {
     if (interrupt && interrupt->load() && !resumed_for_interrupt) {
       resumed_for_interrupt = true;
       ask("resume");
+    }
+  }
+
+  // After detach or end of input: Ctrl-C still reaches a paused run.
+  void watch_interrupt() {
+    while (!stop.load()) {
+      check_interrupt();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
 
@@ -171,7 +180,10 @@ ReplFrontEnd TerminalRepl::front_end() {
   return ReplFrontEnd{
       [impl](std::function<std::string(const std::string&)> ask) {
         impl->ask = std::move(ask);
-        impl->thread = std::thread([impl] { impl->tty ? impl->edit_lines() : impl->read_lines(); });
+        impl->thread = std::thread([impl] {
+          impl->tty ? impl->edit_lines() : impl->read_lines();
+          impl->watch_interrupt();
+        });
       },
       [impl] {
         impl->stop.store(true);

@@ -73,6 +73,11 @@ void show_progress(const StepProgress& p, bool tty) {
 
 int train_command(const Program& model, const RuntimeConfig& config, const CliOptions& cli) {
   Program program = model;
+  if (!config.repl.listen.empty()) {  // read, not served yet: refused rather than ignored (docs/repl.md)
+    std::fprintf(stderr, "maestro-run: error: [repl] listen = \"%s\": the REPL service is not supported yet (use --repl)\n",
+                 config.repl.listen.c_str());
+    return 2;
+  }
   if (cli.steps) program.train.steps = *cli.steps;  // --steps: the schedule's length too
   const std::string& checkpoint_dir =
       config.checkpoint.dir.empty() ? program.train.checkpoint_dir : config.checkpoint.dir;
