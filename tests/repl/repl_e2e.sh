@@ -55,6 +55,20 @@ assert final["losses"] == ref["losses"], ("losses after pause/resume differ", fi
 print("pause held step", stats[0]["step"], "for 2 s; topology", topo["count"], "actors; losses identical")
 ' "$W/pause.out" "$REF" || fail "pause/topology"
 
+# a 10 MiB line, binary garbage and a partial last line while training: refused, the losses unchanged
+{ head -c 10485760 /dev/zero | tr '\0' 'a'; echo; py "import random, sys; random.seed(15); sys.stdout.buffer.write(bytes(random.randrange(256) for _ in range(65536)))"; echo; echo 'stats --json'; printf 'topol'; } |
+  "$RUN" $MODEL --steps $STEPS --json --quiet --repl --config "$(config junk)" > "$W/junk.out" 2> "$W/junk.err" ||
+  fail "run fed garbage: $(cat "$W/junk.err")"
+py '
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+ref = json.loads(sys.argv[2])
+assert any(l.startswith("error: line too long") for l in lines), "no error for the 10 MiB line"
+assert sum(l.startswith("error: ") for l in lines) >= 2, "garbage not refused"
+assert any(l.startswith("{\"last_loss\"") for l in lines), "no answer after the garbage"
+assert json.loads(lines[-1])["losses"] == ref["losses"], "losses changed"
+print("10 MiB line and garbage refused; losses unchanged")' "$W/junk.out" "$REF" || fail "garbage"
+
 # checkpoint now, then --resume from it continues with the same losses
 { echo 'step 3'; sleep 1.5; echo 'checkpoint --json'; echo resume; } |
   "$RUN" $MODEL --steps $STEPS --json --quiet --repl --config "$(config ck)" > "$W/ck.out" 2> "$W/ck.err" ||
