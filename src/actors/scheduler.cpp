@@ -64,6 +64,8 @@ void end_run(Self* self, std::string error, bool interrupted = false, bool bad_i
   auto& st = self->state;
   if (st.ended) return;
   st.ended = true;
+  for (caf::response_promise& rp : st.checkpoint_waiters) rp.deliver(std::string("error: the run ended first"));
+  st.checkpoint_waiters.clear();
   self->send(st.driver, TrainingEnded{st.step, st.last_checkpoint, std::move(error), interrupted, bad_input});
 }
 
