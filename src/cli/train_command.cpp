@@ -21,6 +21,7 @@
 #include "actors/step_inputs.h"
 #include "actors/trainer.h"
 #include "cli/command.h"
+#include "cli/repl_service.h"
 #include "cli/repl_terminal.h"
 #include "data/manifest.h"
 
@@ -73,11 +74,6 @@ void show_progress(const StepProgress& p, bool tty) {
 
 int train_command(const Program& model, const RuntimeConfig& config, const CliOptions& cli) {
   Program program = model;
-  if (!config.repl.listen.empty()) {  // read, not served yet: refused rather than ignored (docs/repl.md)
-    std::fprintf(stderr, "maestro-run: error: [repl] listen = \"%s\": the REPL service is not supported yet (use --repl)\n",
-                 config.repl.listen.c_str());
-    return 2;
-  }
   if (cli.steps) program.train.steps = *cli.steps;  // --steps: the schedule's length too
   const std::string& checkpoint_dir =
       config.checkpoint.dir.empty() ? program.train.checkpoint_dir : config.checkpoint.dir;
@@ -147,6 +143,17 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     std::fflush(stdout);
   };
   const bool tty = isatty(fileno(stdout)) != 0;
+  std::optional<ReplService> service;
+  if (!config.repl.listen.empty()) {
+    try {
+      service.emplace(config.repl.listen, config.repl.token_file, checkpoint_dir);
+    } catch (const ReplServiceError& e) {
+      std::fprintf(stderr, "maestro-run: error: %s\n", e.what());
+      return e.exit_code;
+    }
+    opt.repl.push_back(service->front_end());
+    if (!cli.quiet) std::printf("repl  listening on %s, token in %s\n", config.repl.listen.c_str(), service->token_file().c_str());
+  }
   std::optional<TerminalRepl> repl;
   if (cli.repl) {
     std::vector<std::string> names;
