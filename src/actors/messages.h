@@ -175,6 +175,13 @@ struct SteerRun {
   int64_t count = 0;  // Step
 };
 
+// repl -> tracer: record the Chrome trace from now into `path` (start) or
+// write what was recorded (stop). Replies a std::string ("error: ..." on failure).
+struct RecordTrace {
+  bool start = false;
+  std::string path;
+};
+
 // ------------------------------------------------------------ serialising
 
 // A stage's hand-off: the tensor by value. The geometry is the engine's
@@ -215,6 +222,7 @@ MAESTRO_INSPECT(Describe, x.unused)
 MAESTRO_INSPECT(ActorInfo, x.name, x.kind, x.section, x.stage, x.replica, x.process, x.host, x.device, x.mailbox,
                 x.state, x.detail)
 MAESTRO_INSPECT(SteerRun, x.kind, x.count)
+MAESTRO_INSPECT(RecordTrace, x.start, x.path)
 
 // Registers every message above by name ("maestro.RunTask", ...), as both
 // ends of a cross-process hop must.
@@ -238,7 +246,8 @@ inline void add_message_types(caf::actor_system_config& cfg) {
       .add_message_type<FlushTrace>("maestro.FlushTrace")
       .add_message_type<Describe>("maestro.Describe")
       .add_message_type<ActorInfo>("maestro.ActorInfo")
-      .add_message_type<SteerRun>("maestro.SteerRun");
+      .add_message_type<SteerRun>("maestro.SteerRun")
+      .add_message_type<RecordTrace>("maestro.RecordTrace");
 }
 
 }  // namespace maestro

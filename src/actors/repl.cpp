@@ -210,6 +210,12 @@ void execute(Self* self, const std::string& line, Answer answer) {
     case Kind::Step: return steer(self, SteerRun::Step, c.count, j, answer);
     case Kind::Checkpoint: return steer(self, SteerRun::Checkpoint, 0, j, answer);
     case Kind::Quit: return steer(self, SteerRun::Quit, 0, j, answer);
+    case Kind::TraceStart:
+    case Kind::TraceStop:
+      self->request(self->state.cfg.tracer, std::chrono::seconds(60), RecordTrace{c.kind == Kind::TraceStart, c.arg})
+          .then([=](const std::string& s) { answer(s); },
+                [=](caf::error& err) { answer("error: the tracer did not answer: " + caf::to_string(err)); });
+      return;
     case Kind::Detach: return answer(j ? json{{"ok", true}, {"message", "detached"}}.dump() : "detached; the run goes on");
   }
   answer("error: unhandled command");

@@ -24,7 +24,7 @@ namespace maestro {
 struct ReplConfig {
   const SectionGraph* graph = nullptr;  // outlives the actor
   const Plan* plan = nullptr;           // outlives the actor
-  caf::actor scheduler;
+  caf::actor scheduler, tracer;
   std::vector<caf::actor> actors;       // every actor that answers Describe, the scheduler first
 };
 

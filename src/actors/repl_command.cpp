@@ -30,6 +30,8 @@ const CommandInfo kCommands[] = {
      "steps done, last loss, samples/s; per section: tasks run and compute busy time"},
     {"actor", ReplCommand::Kind::Actor, 1, 4, "actor NAME [--json]",
      "one actor in detail (NAME as topology shows it, spaces included)"},
+    {"trace", ReplCommand::Kind::TraceStart, 1, 2, "trace start FILE | trace stop",
+     "record a Chrome trace of the run from now into FILE; stop writes it"},
     {"pause", ReplCommand::Kind::Pause, 0, 0, "pause", "pause at the next step boundary"},
     {"resume", ReplCommand::Kind::Resume, 0, 0, "resume", "continue a paused run"},
     {"step", ReplCommand::Kind::Step, 1, 1, "step N", "run N more steps, then pause at that step boundary"},
@@ -104,6 +106,16 @@ ReplParse parse_repl_command(std::string_view line) {
   for (size_t k = 0; k < args.size(); ++k) p.command.arg += (k ? " " : "") + std::string(args[k]);  // one space between words
   if (info->kind == ReplCommand::Kind::Help && !args.empty() && !find(args[0]))
     return fail("help: unknown command '" + shown(args[0]) + "'");
+  if (info->kind == ReplCommand::Kind::TraceStart) {
+    if (args[0] == "stop" && args.size() == 1) {
+      p.command.kind = ReplCommand::Kind::TraceStop;
+      p.command.arg.clear();
+    } else if (args[0] == "start" && args.size() == 2) {
+      p.command.arg = std::string(args[1]);
+    } else {
+      return fail(std::string("trace: usage: ") + info->usage);
+    }
+  }
   if (info->kind == ReplCommand::Kind::Step) {
     int64_t n = 0;
     const auto [end, ec] = std::from_chars(args[0].data(), args[0].data() + args[0].size(), n);

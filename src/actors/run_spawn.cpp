@@ -65,7 +65,7 @@ RunActors spawn_run(caf::actor_system& sys, RunSetup& setup, const SectionGraph&
   out.scheduler = spawn_scheduler(sys, sc);
   out.all.push_back(out.scheduler);
   if (!options.repl.empty()) {  // it asks every actor but the compute workers (busy computing) to describe itself
-    ReplConfig rc{&graph, &plan, out.scheduler, {out.scheduler, sc.loader}};
+    ReplConfig rc{&graph, &plan, out.scheduler, out.tracer, {out.scheduler, sc.loader}};
     if (sc.checkpointer) rc.actors.push_back(sc.checkpointer);
     rc.actors.push_back(out.tracer);
     for (const auto& stages : sc.replicas)

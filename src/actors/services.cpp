@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "actors/actors.h"
@@ -146,6 +147,8 @@ caf::behavior checkpointer(caf::stateful_actor<CheckpointerState>* self, Checkpo
 struct TracerState {
   std::vector<TraceEvent> events;
   int64_t received = 0;
+  std::string recording;                  // the REPL's `trace start FILE`, "" = none
+  std::vector<TraceEvent> recorded;       // its events
 };
 
 caf::behavior tracer(caf::stateful_actor<TracerState>* self, bool keep_events) {
@@ -153,10 +156,31 @@ caf::behavior tracer(caf::stateful_actor<TracerState>* self, bool keep_events) {
       [=](const TraceEvent& e) {
         ++self->state.received;
         if (keep_events) self->state.events.push_back(e);
+        if (!self->state.recording.empty()) self->state.recorded.push_back(e);
+      },
+      [=](const RecordTrace& r) -> std::string {
+        auto& st = self->state;
+        if (r.start) {
+          if (!st.recording.empty()) return "error: trace: already recording into " + st.recording;
+          st.recording = r.path;
+          st.recorded.clear();
+          return "recording the trace into " + r.path;
+        }
+        if (st.recording.empty()) return "error: trace: not recording (trace start FILE)";
+        const std::string path = std::exchange(st.recording, "");
+        try {
+          write_chrome_trace(path, st.recorded);
+        } catch (const std::exception& e) {
+          return std::string("error: trace: ") + e.what();
+        }
+        const size_t n = st.recorded.size();
+        st.recorded.clear();
+        return fmt::format("wrote {} events to {}", n, path);
       },
       [=](const Describe&) {
         const auto& st = self->state;
-        return describe_self(self, "tracer", "tracer", keep_events ? "recording" : "counting",
+        return describe_self(self, "tracer", "tracer",
+                             !st.recording.empty() ? "recording into " + st.recording : keep_events ? "recording" : "counting",
                              fmt::format(R"({{"events":{},"kept":{}}})", st.received, st.events.size()));
       },
       [=](const FlushTrace& f) -> std::string {

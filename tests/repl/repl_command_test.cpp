@@ -30,6 +30,9 @@ BOOST_AUTO_TEST_CASE(every_command_parses) {
   BOOST_TEST(parse_repl_command("actor llm/0").command.arg == "llm/0");
   BOOST_TEST(parse_repl_command("actor  llm/0   replica --json").command.arg == "llm/0 replica");
   BOOST_TEST((parse_repl_command("pause").command.kind == Kind::Pause));
+  BOOST_TEST((parse_repl_command("trace start /tmp/t.json").command.kind == Kind::TraceStart));
+  BOOST_TEST(parse_repl_command("trace start /tmp/t.json").command.arg == "/tmp/t.json");
+  BOOST_TEST((parse_repl_command("trace stop").command.kind == Kind::TraceStop));
   BOOST_TEST((parse_repl_command("resume").command.kind == Kind::Resume));
   BOOST_TEST(parse_repl_command("step 3").command.count == 3);
   BOOST_TEST((parse_repl_command("checkpoint").command.kind == Kind::Checkpoint));
@@ -59,6 +62,10 @@ BOOST_AUTO_TEST_CASE(bad_lines_name_what_is_wrong) {
   check("actor", "usage: actor NAME");
   check("topology extra", "usage: topology");
   check("stats llm vision", "usage: stats");
+  check("trace", "usage: trace start FILE");
+  check("trace start", "usage: trace start FILE");
+  check("trace stop now", "usage: trace start FILE");
+  check("trace begin x", "usage: trace start FILE");
   check("plan --yaml", "unknown option '--yaml'");
   check("help nothing", "unknown command 'nothing'");
   check(std::string("topo\x01logy"), "not printable");

@@ -70,12 +70,19 @@ assert json.loads(lines[-1])["losses"] == ref["losses"], "losses changed"
 print("10 MiB line and garbage refused; losses unchanged")' "$W/junk.out" "$REF" || fail "garbage"
 
 # checkpoint now, then --resume from it continues with the same losses
-{ echo 'step 3'; sleep 1.5; echo 'checkpoint --json'; echo resume; } |
+{ echo "trace start $W/repl-trace.json"; echo 'step 3'; sleep 1.5; echo 'trace stop'; echo 'checkpoint --json'; echo resume; } |
   "$RUN" $MODEL --steps $STEPS --json --quiet --repl --config "$(config ck)" > "$W/ck.out" 2> "$W/ck.err" ||
   fail "checkpoint run: $(cat "$W/ck.err")"
 CK=$(py 'import json,sys
 for l in open(sys.argv[1]):
     if l.startswith("{\"message\""): print(json.loads(l)["message"].split(": ", 1)[1])' "$W/ck.out")
+grep -q "^wrote [1-9][0-9]* events to $W/repl-trace.json" "$W/ck.out" || fail "trace stop: $(cat "$W/ck.out")"
+py 'import json,sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"] if isinstance(t, dict) else t
+names = {e.get("name") for e in ev}
+assert {"step 0", "step 1", "step 2"} <= names, sorted(n for n in names if n and n.startswith("step"))' "$W/repl-trace.json" ||
+  fail "the trace recorded from the REPL lacks the steps"
 [ -d "$CK" ] || fail "checkpoint answered '$CK', not a folder: $(cat "$W/ck.out")"
 case "$CK" in *step-00000004) ;; *) fail "checkpoint after 'step 3' is $CK, not step 4";; esac
 "$RUN" $MODEL --steps $STEPS --json --quiet --resume "$CK" --config "$(config resumed)" > "$W/resumed.out" ||
