@@ -6,6 +6,7 @@ SANITIZE ?=
 JOBS     ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 FUZZ_DATA_SECONDS ?= 30
+FUZZ_REPL_SECONDS ?= 10
 CMAKE_FLAGS ?=
 
 .PHONY: all deps configure build run test test-tsan soak bench fuzz clean
@@ -45,9 +46,10 @@ bench: build
 fuzz: deps
 	@cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMAESTRO_FUZZ=ON \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
-	@cmake --build build-fuzz -j $(JOBS) --target fuzz_frontend fuzz_data
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_frontend fuzz_data fuzz_repl
 	@bash tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
 	@bash tests/fuzz/run.sh build-fuzz $(FUZZ_DATA_SECONDS) fuzz_data
+	@bash tests/fuzz/run.sh build-fuzz $(FUZZ_REPL_SECONDS) fuzz_repl
 
 clean:
 	rm -rf build build-*

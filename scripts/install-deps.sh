@@ -23,6 +23,7 @@ PACKAGES=(
   libstb-dev                       # PNG/JPEG decoding (stb_image) for files(manifest)
   libfftw3-dev                     # the log-mel spectrogram's FFT (single precision)
   python3-pil                      # the image oracle (PIL's bicubic resize)
+  libedit-dev tmux                 # the debug REPL's line editing; its terminal test
 )
 
 missing=()

@@ -31,9 +31,10 @@ caf::actor spawn_compute_worker(caf::actor_system& sys, std::shared_ptr<SectionR
 // order (so each worker's FIFO mailbox keeps the scheduler's order), hands
 // the result back once every rank answered (rank 0's outputs, the first
 // error, the ranks' gradient norm² shares summed), and records each transfer
-// in the trace.
+// in the trace. `identity`: its section, stage, replica and device, as
+// Describe reports them.
 caf::actor spawn_section_replica(caf::actor_system& sys, std::vector<caf::actor> workers, std::string track,
-                                 caf::actor tracer);
+                                 caf::actor tracer, ActorInfo identity = {});
 
 // Draws and materialises steps ahead of use: GetBatch{k} -> BatchReady.
 // Steps are materialised (files decoded) on `threads` threads of its own, in
@@ -78,6 +79,8 @@ struct SchedulerConfig {
   int64_t global_batch = 0;
   const std::atomic<bool>* interrupt = nullptr;  // set by SIGINT: checkpoint and stop
 };
+// Besides the run, the scheduler answers Describe (its step, pause state,
+// the step's frontier per section in `detail`) and SteerRun from the repl.
 caf::actor spawn_scheduler(caf::actor_system& sys, SchedulerConfig config);
 
 }  // namespace maestro

@@ -152,6 +152,38 @@ struct FlushTrace {
   std::string path;
 };
 
+// repl -> any runtime actor: describe yourself (actors/repl.h). Every actor
+// kind answers with the same ActorInfo, its own figures in `detail`.
+struct Describe {
+  int32_t unused = 0;
+};
+struct ActorInfo {
+  std::string name;   // as `topology` lists it: "scheduler", "llm/0 replica"
+  std::string kind;   // scheduler | loader | checkpointer | tracer | section-replica | ...
+  std::string section;
+  int32_t stage = -1, replica = -1;
+  int64_t process = 0;  // pid
+  std::string host, device;
+  int64_t mailbox = 0;  // messages waiting in its mailbox
+  std::string state;    // idle | running forward mb 3 | paused before step 7 | ...
+  std::string detail;   // a JSON object of the kind's own figures
+};
+
+// repl -> scheduler: steer the run at step boundaries. Replies a std::string
+// saying what happens, or an error text starting "error: ".
+struct SteerRun {
+  enum Kind : int32_t { Pause, Resume, Step, Checkpoint, Quit };
+  int32_t kind = Pause;
+  int64_t count = 0;  // Step
+};
+
+// repl -> tracer: record the Chrome trace from now into `path` (start) or
+// write what was recorded (stop). Replies a std::string ("error: ..." on failure).
+struct RecordTrace {
+  bool start = false;
+  std::string path;
+};
+
 // ------------------------------------------------------------ serialising
 
 // A stage's hand-off: the tensor by value. The geometry is the engine's
@@ -188,6 +220,11 @@ MAESTRO_INSPECT(StepReport, x.step, x.loss, x.samples, x.step_s, x.sched_s)
 MAESTRO_INSPECT(TrainingEnded, x.steps_done, x.checkpoint, x.error, x.interrupted, x.bad_input)
 MAESTRO_INSPECT(TraceEvent, x.track, x.name, x.category, x.begin_us, x.duration_us)
 MAESTRO_INSPECT(FlushTrace, x.path)
+MAESTRO_INSPECT(Describe, x.unused)
+MAESTRO_INSPECT(ActorInfo, x.name, x.kind, x.section, x.stage, x.replica, x.process, x.host, x.device, x.mailbox,
+                x.state, x.detail)
+MAESTRO_INSPECT(SteerRun, x.kind, x.count)
+MAESTRO_INSPECT(RecordTrace, x.start, x.path)
 
 // Registers every message above by name ("maestro.RunTask", ...), as both
 // ends of a cross-process hop must.
@@ -208,7 +245,11 @@ inline void add_message_types(caf::actor_system_config& cfg) {
       .add_message_type<StepReport>("maestro.StepReport")
       .add_message_type<TrainingEnded>("maestro.TrainingEnded")
       .add_message_type<TraceEvent>("maestro.TraceEvent")
-      .add_message_type<FlushTrace>("maestro.FlushTrace");
+      .add_message_type<FlushTrace>("maestro.FlushTrace")
+      .add_message_type<Describe>("maestro.Describe")
+      .add_message_type<ActorInfo>("maestro.ActorInfo")
+      .add_message_type<SteerRun>("maestro.SteerRun")
+      .add_message_type<RecordTrace>("maestro.RecordTrace");
 }
 
 }  // namespace maestro

@@ -1,7 +1,10 @@
 // The section replica (see actors.h).
 #include <fmt/format.h>
 
+#include <deque>
+
 #include "actors/actors.h"
+#include "actors/describe.h"
 
 namespace maestro {
 
@@ -9,6 +12,8 @@ namespace {
 
 struct ReplicaState {
   const char* name = "section-replica";
+  std::deque<std::string> running;  // tasks handed to the worker, oldest first
+  int64_t tasks_done = 0, busy_us = 0;
 };
 
 // Sends `msg` to every worker (tensor-parallel ranks: they run it together)
@@ -48,16 +53,24 @@ std::string first_error(const std::vector<Reply>& replies, const std::string& lo
   return lost;
 }
 
+std::string task_label(const Task& t) {
+  return fmt::format("{} mb {}", t.kind == Task::Kind::Forward ? "forward" : "backward", t.micro_batch);
+}
+
 caf::behavior section_replica(caf::stateful_actor<ReplicaState>* self, std::vector<caf::actor> workers,
-                              std::string track, caf::actor tracer) {
+                              std::string track, caf::actor tracer, ActorInfo identity) {
   // The workers die with their replica.
   for (const caf::actor& w : workers) self->link_to(w);
   return {
       [=](const RunTask& t) {
         // Rank 0's outputs (the ranks' are the same, gathered where split).
+        self->state.running.push_back(task_label(t.task));
         return ask_all<TaskDone>(self, workers, t, track, [=](std::vector<TaskDone>& done, const std::string& lost) {
           std::string error = first_error(done, lost);
           TaskDone d = std::move(done[0]);
+          auto& st = self->state;
+          if (!st.running.empty()) st.running.pop_front();
+          if (lost.empty()) ++st.tasks_done, st.busy_us += d.duration_us;
           d.step = t.step;
           d.task = t.task.id;
           d.error = std::move(error);
@@ -96,14 +109,29 @@ caf::behavior section_replica(caf::stateful_actor<ReplicaState>* self, std::vect
           return out;
         });
       },
+      [=](const Describe&) {
+        const auto& st = self->state;
+        std::string state = "idle";
+        if (!st.running.empty())
+          state = st.running.size() == 1 ? "running " + st.running.front()
+                                         : fmt::format("running {} (+{} queued)", st.running.front(), st.running.size() - 1);
+        ActorInfo i = describe_self(self, track, "section-replica", state,
+                                    fmt::format(R"({{"tasks_done":{},"busy_s":{:.6f},"tp_ranks":{}}})", st.tasks_done,
+                                                st.busy_us * 1e-6, workers.size()));
+        i.section = identity.section;
+        i.stage = identity.stage;
+        i.replica = identity.replica;
+        if (!identity.device.empty()) i.device = identity.device;
+        return i;
+      },
   };
 }
 
 }  // namespace
 
 caf::actor spawn_section_replica(caf::actor_system& sys, std::vector<caf::actor> workers, std::string track,
-                                 caf::actor tracer) {
-  return sys.spawn(section_replica, std::move(workers), std::move(track), std::move(tracer));
+                                 caf::actor tracer, ActorInfo identity) {
+  return sys.spawn(section_replica, std::move(workers), std::move(track), std::move(tracer), std::move(identity));
 }
 
 }  // namespace maestro

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "actors/actors.h"
+#include "actors/repl.h"
 #include "actors/train_phases.h"
 
 namespace maestro {
@@ -20,6 +21,12 @@ void drive_run(caf::actor_system& sys, const RunActors& actors, const RunSetup& 
     caf::scoped_actor self{sys};
     self->monitor(actors.scheduler);
     self->send(actors.scheduler, StartTraining{setup.first_step, setup.last_step});
+    if (actors.repl) {
+      const caf::actor repl = actors.repl;
+      caf::actor_system* s = &sys;
+      for (const ReplFrontEnd& f : options.repl)
+        f.start([s, repl](const std::string& line) { return ask_repl(*s, repl, line); });
+    }
     bool done = false;
     while (!done)
       self->receive(
@@ -47,6 +54,8 @@ void drive_run(caf::actor_system& sys, const RunActors& actors, const RunSetup& 
             result.error = fmt::format("the scheduler stopped unexpectedly: {}", caf::to_string(down.reason));
             done = true;
           });
+    if (actors.repl)
+      for (const ReplFrontEnd& f : options.repl) f.stop();
     result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     result.sched_share = steps_s > 0 ? sched_s / steps_s : 0;
     if (!options.trace_path.empty()) {

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "actors/actors.h"
+#include "actors/repl.h"
 #include "actors/train_phases.h"
 #include "nn/section_model.h"
 
@@ -25,8 +26,13 @@ RunActors spawn_run(caf::actor_system& sys, RunSetup& setup, const SectionGraph&
           workers.push_back(spawn_compute_worker(sys, runner, int(s), int(k), int(r), out.tracer));
           out.all.push_back(workers.back());
         }
+        ActorInfo identity;
+        identity.section = graph.nodes[s].name;
+        identity.stage = int(k);
+        identity.replica = int(r);
+        identity.device = options.backend == BackendKind::Cuda ? "cuda" : "cpu";
         const std::string track = fmt::format("{}/{} replica", setup.runners[s][k][r][0]->part_name(), r);
-        caf::actor replica = spawn_section_replica(sys, std::move(workers), track, out.tracer);
+        caf::actor replica = spawn_section_replica(sys, std::move(workers), track, out.tracer, std::move(identity));
         sc.replicas[s][k].push_back(replica);
         out.all.push_back(replica);
       }
@@ -62,6 +68,15 @@ RunActors spawn_run(caf::actor_system& sys, RunSetup& setup, const SectionGraph&
   sc.interrupt = options.interrupt;
   out.scheduler = spawn_scheduler(sys, sc);
   out.all.push_back(out.scheduler);
+  if (!options.repl.empty()) {  // it asks every actor but the compute workers (busy computing) to describe itself
+    ReplConfig rc{&graph, &plan, out.scheduler, out.tracer, {out.scheduler, sc.loader}};
+    if (sc.checkpointer) rc.actors.push_back(sc.checkpointer);
+    rc.actors.push_back(out.tracer);
+    for (const auto& stages : sc.replicas)
+      for (const auto& replicas : stages) rc.actors.insert(rc.actors.end(), replicas.begin(), replicas.end());
+    out.repl = spawn_repl(sys, std::move(rc));
+    out.all.push_back(out.repl);
+  }
   return out;
 }
 

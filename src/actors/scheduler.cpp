@@ -14,7 +14,10 @@
 #include <cmath>
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/actors.h"
+#include "actors/describe.h"
 #include "actors/step_execution.h"
 
 namespace maestro {
@@ -37,6 +40,13 @@ struct SchedulerState {
   // end of step
   std::vector<std::vector<std::vector<double>>> sq_norms;  // [section][stage][replica] of train sections
   size_t reduces_pending = 0, applies_pending = 0;
+  // steered by the repl (SteerRun): hold before step `hold_at`; checkpoint
+  // or quit at the next step boundary
+  std::optional<int64_t> hold_at;
+  bool held = false, quit = false, checkpointing = false;
+  std::vector<caf::response_promise> checkpoint_waiters;
+  Clock::time_point run_begin = Clock::now();
+  int64_t run_samples = 0;
 };
 
 using Self = caf::stateful_actor<SchedulerState>;
@@ -54,15 +64,23 @@ void end_run(Self* self, std::string error, bool interrupted = false, bool bad_i
   auto& st = self->state;
   if (st.ended) return;
   st.ended = true;
+  for (caf::response_promise& rp : st.checkpoint_waiters) rp.deliver(std::string("error: the run ended first"));
+  st.checkpoint_waiters.clear();
   self->send(st.driver, TrainingEnded{st.step, st.last_checkpoint, std::move(error), interrupted, bad_input});
 }
 
 void checkpoint_then(Self* self, std::function<void()> next) {
   auto& st = self->state;
   WriteCheckpoint w{st.step, st.samples, st.cfg.losses};
+  st.checkpointing = true;
   self->request(st.cfg.checkpointer, caf::infinite, w)
       .then(
           [=](const CheckpointWritten& c) {
+            auto& st = self->state;
+            st.checkpointing = false;
+            for (caf::response_promise& rp : st.checkpoint_waiters)
+              rp.deliver(c.error.empty() ? "checkpoint written: " + c.dir : "error: checkpoint failed: " + c.error);
+            st.checkpoint_waiters.clear();
             if (!c.error.empty()) return end_run(self, fmt::format("checkpoint after step {}: {}", self->state.step, c.error));
             self->state.last_checkpoint = c.dir;
             next();
@@ -82,6 +100,7 @@ void finish_step(Self* self) {
   self->send(st.driver, StepReport{st.step, loss, n, step_s, st.sched_s});
   st.exec.reset();
   ++st.step;
+  st.run_samples += n;
   const bool due = st.cfg.checkpointer && st.cfg.checkpoint_every > 0 &&
                    (st.step % st.cfg.checkpoint_every == 0 || st.step == st.last_step);
   if (due) return checkpoint_then(self, [self] { begin_step(self); });
@@ -190,14 +209,28 @@ void dispatch(Self* self) {
   }
 }
 
+bool checkpoint_is_current(const SchedulerState& st) {
+  return st.last_checkpoint.ends_with(fmt::format("step-{:08d}", st.step));
+}
+
 void begin_step(Self* self) {
   auto& st = self->state;
   if (st.ended) return;
+  // The repl's requests, at this step boundary: a checkpoint, quit, hold.
+  if (!st.checkpoint_waiters.empty()) return checkpoint_then(self, [self] { begin_step(self); });
+  if (st.quit) {
+    if (st.cfg.checkpointer && st.cfg.losses.size() == size_t(st.step) && !checkpoint_is_current(st))
+      return checkpoint_then(self, [self] { end_run(self, {}); });
+    return end_run(self, {});
+  }
   if (st.step >= st.last_step) return end_run(self, {});
+  if (st.hold_at && st.step >= *st.hold_at) {
+    st.held = true;
+    return;
+  }
   if (st.cfg.interrupt && st.cfg.interrupt->load()) {
     // Ctrl-C: keep what was trained (a checkpoint of the steps done), then stop.
-    if (st.cfg.checkpointer && st.step > 0 && st.cfg.losses.size() == size_t(st.step) &&
-        !st.last_checkpoint.ends_with(fmt::format("step-{:08d}", st.step)))
+    if (st.cfg.checkpointer && st.step > 0 && st.cfg.losses.size() == size_t(st.step) && !checkpoint_is_current(st))
       return checkpoint_then(self, [self] { end_run(self, {}, true); });
     return end_run(self, {}, true);
   }
@@ -223,6 +256,44 @@ void begin_step(Self* self) {
           [=](caf::error& err) { end_run(self, fmt::format("data loader lost: {}", caf::to_string(err))); });
 }
 
+// Releases a held run.
+void unhold(Self* self) {
+  auto& st = self->state;
+  if (!st.held) return;
+  st.held = false;
+  begin_step(self);
+}
+
+std::string scheduler_state(const SchedulerState& st) {
+  if (st.ended) return fmt::format("ended after step {}", st.step);
+  if (st.checkpointing) return fmt::format("writing the checkpoint of step {}", st.step);
+  if (st.held) return fmt::format("paused before step {}", st.step);
+  if (!st.exec) return fmt::format("waiting on the data loader for step {}", st.step);
+  return fmt::format("running step {} ({} tasks in flight)", st.step, st.exec->running());
+}
+
+ActorInfo describe_scheduler(Self* self) {
+  const auto& st = self->state;
+  const SectionGraph& g = *st.cfg.graph;
+  nlohmann::json wave = nlohmann::json::object();
+  if (st.exec) {
+    const auto w = st.exec->wave(g.nodes.size());
+    for (size_t s = 0; s < w.size(); ++s)
+      wave[g.nodes[s].name] = {{"done", w[s].done}, {"in_flight", w[s].in_flight}, {"waiting", w[s].waiting}};
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - st.run_begin).count();
+  nlohmann::json d = {{"step", st.step},
+                      {"last_step", st.last_step},
+                      {"paused", st.held},
+                      {"pause_before", st.hold_at ? nlohmann::json(*st.hold_at) : nlohmann::json(nullptr)},
+                      {"samples", st.samples},
+                      {"samples_per_s", elapsed > 0 ? double(st.run_samples) / elapsed : 0.0},
+                      {"last_loss", st.cfg.losses.empty() ? nlohmann::json(nullptr) : nlohmann::json(st.cfg.losses.back())},
+                      {"last_checkpoint", st.last_checkpoint},
+                      {"wave", wave}};
+  return describe_self(self, "scheduler", "scheduler", scheduler_state(st), d.dump());
+}
+
 caf::behavior scheduler(Self* self, SchedulerConfig cfg) {
   self->state.cfg = std::move(cfg);
   return {
@@ -232,7 +303,44 @@ caf::behavior scheduler(Self* self, SchedulerConfig cfg) {
         st.step = s.first_step;
         st.last_step = s.last_step;
         st.samples = s.first_step * st.cfg.global_batch;
+        st.run_begin = Clock::now();
         begin_step(self);
+      },
+      [=](const Describe&) { return describe_scheduler(self); },
+      [=](const SteerRun& r) -> caf::result<std::string> {
+        auto& st = self->state;
+        if (st.ended) return std::string("error: the run has ended");
+        const int64_t boundary = st.held ? st.step : st.step + 1;  // the next step boundary
+        switch (r.kind) {
+          case SteerRun::Pause:
+            st.hold_at = boundary;
+            return st.held ? fmt::format("paused before step {}", st.step)
+                           : fmt::format("pausing before step {}", boundary);
+          case SteerRun::Resume:
+            st.hold_at.reset();
+            unhold(self);
+            return fmt::format("running from step {}", st.step);
+          case SteerRun::Step: {
+            st.hold_at = boundary + r.count;
+            const std::string out = fmt::format("running to step {}, then pausing", *st.hold_at);
+            unhold(self);
+            return out;
+          }
+          case SteerRun::Checkpoint: {
+            if (!st.cfg.checkpointer) return std::string("error: this run has no checkpoint dir");
+            auto rp = self->make_response_promise<std::string>();
+            st.checkpoint_waiters.push_back(rp);
+            if (st.held && !st.checkpointing) checkpoint_then(self, [] {});
+            return rp;
+          }
+          case SteerRun::Quit:
+            st.quit = true;
+            st.hold_at.reset();
+            unhold(self);
+            return std::string(st.cfg.checkpointer ? "quitting after a checkpoint at the step boundary"
+                                                   : "quitting at the step boundary (no checkpoint dir)");
+        }
+        return std::string("error: unknown steering request");
       },
   };
 }

@@ -2,9 +2,12 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <utility>
+#include <nlohmann/json.hpp>
 
 #include "actors/actors.h"
 #include "actors/checkpoint.h"
+#include "actors/describe.h"
 #include "data/data_error.h"
 #include "data/prefetcher.h"
 
@@ -22,6 +25,7 @@ struct LoaderState {
   std::unique_ptr<Prefetcher<std::shared_ptr<const StepData>>> prefetcher;
   std::string error;  // first failure, reported on request
   bool bad_input = false;  // that failure is bad data (DataError)
+  int64_t handed = 0;      // steps handed out
 };
 
 caf::behavior data_loader(caf::stateful_actor<LoaderState>* self, StepDataSource source, int64_t last_step,
@@ -55,7 +59,13 @@ caf::behavior data_loader(caf::stateful_actor<LoaderState>* self, StepDataSource
         }
         self->send(tracer, TraceEvent{"data loader", fmt::format("wait for step {}", g.step), "data", begin,
                                       trace_now_us() - begin});
+        ++self->state.handed;
         return out;
+      },
+      [=](const Describe&) {
+        const auto& st = self->state;
+        return describe_self(self, "data loader", "loader", st.error.empty() ? "idle" : "failed: " + st.error,
+                             fmt::format(R"({{"steps_handed":{},"threads":{}}})", st.handed, threads));
       },
   };
 }
@@ -68,6 +78,8 @@ struct CheckpointerState {
   std::string error;
   caf::response_promise reply;
   int64_t begin_us = 0;
+  int64_t written = 0;
+  std::string last;  // last folder committed
 };
 
 caf::behavior checkpointer(caf::stateful_actor<CheckpointerState>* self, CheckpointerConfig cfg, caf::actor tracer) {
@@ -85,7 +97,8 @@ caf::behavior checkpointer(caf::stateful_actor<CheckpointerState>* self, Checkpo
           CheckpointWritten out;
           if (st.error.empty()) {
             try {
-              out.dir = st.writer->commit(st.pending);
+              out.dir = st.last = st.writer->commit(st.pending);
+              ++st.written;
             } catch (const std::exception& e) {
               out.error = e.what();
             }
@@ -125,18 +138,54 @@ caf::behavior checkpointer(caf::stateful_actor<CheckpointerState>* self, Checkpo
         if (cfg.replica0.empty()) finish();
         return st.reply;
       },
+      [=](const Describe&) {
+        const auto& st = self->state;
+        return describe_self(self, "checkpointer", "checkpointer",
+                             st.writer ? fmt::format("writing step {}", st.pending.step) : "idle",
+                             nlohmann::json{{"root", cfg.root}, {"written", st.written}, {"last", st.last}}.dump());
+      },
   };
 }
 
 // ------------------------------------------------------------------ tracer
 struct TracerState {
   std::vector<TraceEvent> events;
+  int64_t received = 0;
+  std::string recording;                  // the REPL's `trace start FILE`, "" = none
+  std::vector<TraceEvent> recorded;       // its events
 };
 
 caf::behavior tracer(caf::stateful_actor<TracerState>* self, bool keep_events) {
   return {
       [=](const TraceEvent& e) {
+        ++self->state.received;
         if (keep_events) self->state.events.push_back(e);
+        if (!self->state.recording.empty()) self->state.recorded.push_back(e);
+      },
+      [=](const RecordTrace& r) -> std::string {
+        auto& st = self->state;
+        if (r.start) {
+          if (!st.recording.empty()) return "error: trace: already recording into " + st.recording;
+          st.recording = r.path;
+          st.recorded.clear();
+          return "recording the trace into " + r.path;
+        }
+        if (st.recording.empty()) return "error: trace: not recording (trace start FILE)";
+        const std::string path = std::exchange(st.recording, "");
+        try {
+          write_chrome_trace(path, st.recorded);
+        } catch (const std::exception& e) {
+          return std::string("error: trace: ") + e.what();
+        }
+        const size_t n = st.recorded.size();
+        st.recorded.clear();
+        return fmt::format("wrote {} events to {}", n, path);
+      },
+      [=](const Describe&) {
+        const auto& st = self->state;
+        return describe_self(self, "tracer", "tracer",
+                             !st.recording.empty() ? "recording into " + st.recording : keep_events ? "recording" : "counting",
+                             fmt::format(R"({{"events":{},"kept":{}}})", st.received, st.events.size()));
       },
       [=](const FlushTrace& f) -> std::string {
         try {

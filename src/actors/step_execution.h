@@ -46,6 +46,19 @@ class StepExecution {
   bool finished() const { return done_count_ == int64_t(schedule_.tasks.size()); }
   int64_t running() const { return released_count_ - done_count_; }
   const Schedule& schedule() const { return schedule_; }
+  // The frontier per section (the debug REPL's `wave`): tasks done, in
+  // flight (released, not done), waiting (not released yet).
+  struct SectionWave {
+    int64_t done = 0, in_flight = 0, waiting = 0;
+  };
+  std::vector<SectionWave> wave(size_t sections) const {
+    std::vector<SectionWave> w(sections);
+    for (size_t i = 0; i < schedule_.tasks.size(); ++i) {
+      SectionWave& s = w.at(size_t(schedule_.tasks[i].section));
+      (done_[i] ? s.done : released_[i] ? s.in_flight : s.waiting) += 1;
+    }
+    return w;
+  }
   // Sum of the forward tasks' loss shares, in issue order.
   double loss() const;
   // A forward task's loss share, reported at the end of the step (the

@@ -59,6 +59,7 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
 
 struct RunActors {
   caf::actor scheduler, tracer;
+  caf::actor repl;              // null unless options.repl has front ends
   std::vector<caf::actor> all;  // every actor spawned, the scheduler and tracer included
 };
 

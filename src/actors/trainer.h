@@ -22,6 +22,16 @@
 
 namespace maestro {
 
+// A debug REPL front end (src/cli/repl_*): `start` gets, once the run's
+// actors exist, a function that executes one command line and returns the
+// answer (thread-safe, blocking: call it from the front end's own thread);
+// `stop` is called when the run has ended, before its actors stop, and
+// must return only once the front end no longer calls `ask`.
+struct ReplFrontEnd {
+  std::function<void(std::function<std::string(const std::string&)> ask)> start;
+  std::function<void()> stop;
+};
+
 struct TrainOptions {
   std::string schedule = "wavefront";  // wavefront | monolithic
   std::optional<int64_t> stop_after;   // stop once this many steps are done (the schedule runs over train.steps)
@@ -34,6 +44,7 @@ struct TrainOptions {
   BackendKind backend = BackendKind::Cpu;  // every section replica's (gpu/backend_factory.h)
   const std::atomic<bool>* interrupt = nullptr;  // SIGINT: checkpoint and stop
   std::function<void(const std::vector<std::string>&)> on_plan;  // the plan lines, before the first step
+  std::vector<ReplFrontEnd> repl;      // none = no repl actor
 };
 
 struct StepProgress {

@@ -30,6 +30,7 @@ struct CliOptions {
   std::string trace;               // --trace FILE (overrides [trace] path)
   bool json = false;               // --json
   bool quiet = false;              // --quiet
+  bool repl = false;               // --repl: the debug REPL on this terminal (cli/repl_terminal.h)
   std::string calibrate;           // --calibrate OUT.toml
   bool gpu_selfcheck = true;       // --gpu-selfcheck=on|off (gpu/backend_factory.h)
 };

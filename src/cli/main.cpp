@@ -63,8 +63,7 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
                        ->check(whole_number(limits::kSteps));
   app.add_option("--resume", cli.resume, "continue from a checkpoint folder");
   app.add_option("--trace", cli.trace, "write a Chrome trace of the run to FILE");
-  bool repl = false;
-  app.add_flag("--repl", repl, "the debug REPL: not supported yet (exits with status 2)");
+  auto* repl = app.add_flag("--repl", cli.repl, "open the debug REPL on this terminal while it runs (docs/repl.md)");
   app.add_flag("--json", cli.json, "print a machine-readable summary as the last line of stdout");
   app.add_flag("--quiet", cli.quiet, "no progress bar");
   std::string gpu_selfcheck = "on";
@@ -77,6 +76,7 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   stop_opt->excludes(print, simulate, calibrate);
   print->excludes(simulate, calibrate);
   simulate->excludes(calibrate);
+  repl->excludes(check, print, simulate, calibrate);  // a REPL needs a training run
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -89,10 +89,6 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   }
   if (cli.model_path.empty() && cli.calibrate.empty()) {
     fmt::print(stderr, "maestro-run: error: a model file is required\n{}\n", kUsage);
-    return 2;
-  }
-  if (repl) {
-    fmt::print(stderr, "maestro-run: error: --repl: the debug REPL is not supported yet\n{}\n", kUsage);
     return 2;
   }
   cli.gpu_selfcheck = gpu_selfcheck == "on";

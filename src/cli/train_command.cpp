@@ -21,6 +21,8 @@
 #include "actors/step_inputs.h"
 #include "actors/trainer.h"
 #include "cli/command.h"
+#include "cli/repl_service.h"
+#include "cli/repl_terminal.h"
 #include "data/manifest.h"
 #include "gpu/device_query.h"
 #include "gpu/nccl_layout.h"
@@ -153,8 +155,30 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     std::fflush(stdout);
   };
   const bool tty = isatty(fileno(stdout)) != 0;
+  std::optional<ReplService> service;
+  if (!config.repl.listen.empty()) {
+    try {
+      service.emplace(config.repl.listen, config.repl.token_file, checkpoint_dir);
+    } catch (const ReplServiceError& e) {
+      std::fprintf(stderr, "maestro-run: error: %s\n", e.what());
+      return e.exit_code;
+    }
+    opt.repl.push_back(service->front_end());
+    if (!cli.quiet) std::printf("repl  listening on %s, token in %s\n", config.repl.listen.c_str(), service->token_file().c_str());
+  }
+  std::optional<TerminalRepl> repl;
+  if (cli.repl) {
+    std::vector<std::string> names;
+    for (const SectionNode& n : graph.nodes) names.push_back(n.name);
+    repl.emplace(std::move(names), &g_interrupt);
+    opt.repl.push_back(repl->front_end());
+  }
   const TrainResult r = train(graph, plan, *inputs, runnable.train, opt, [&](const StepProgress& p) {
-    if (!cli.quiet) show_progress(p, tty);
+    if (cli.quiet) return;
+    if (repl)
+      repl->progress(fmt::format("step {}/{} loss {:.4f}", p.step + 1, p.last_step, p.loss));
+    else
+      show_progress(p, tty);
   });
   set_stop_handlers(SIG_DFL);
   if (r.exit_code != 0) {
