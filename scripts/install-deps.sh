@@ -23,6 +23,7 @@ PACKAGES=(
   libstb-dev                       # PNG/JPEG decoding (stb_image) for files(manifest)
   libfftw3-dev                     # the log-mel spectrogram's FFT (single precision)
   python3-pil                      # the image oracle (PIL's bicubic resize)
+  libucx-dev ucx-utils             # the transfer engine (UcxTransport) and ucx_perftest (bench/transport)
 )
 
 missing=()
