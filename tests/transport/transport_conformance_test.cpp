@@ -6,9 +6,16 @@
 // into a peer's registered memory with completions in issue order, many
 // puts in flight, zero-size and 256 MiB tensors, pool reuse, bf16 tensors,
 // and every bounds or type violation refused before a byte is written.
+// Then the same between two processes: a 256 MiB put into a tensor of a
+// consumer process (tests/transport/peer/ucx_peer.cpp) over each UCX_TLS.
 #include <boost/test/unit_test.hpp>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <sstream>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
@@ -308,6 +315,93 @@ BOOST_AUTO_TEST_CASE(a_256_mib_tensor_arrives_whole) {
     BOOST_TEST(put_and_wait(producer, src, consumer.describe(dst)) == "");
     BOOST_TEST(std::memcmp(dst.raw().data(), src.raw().data(), src.bytes()) == 0);
   });
+}
+
+namespace {
+
+// A child process with its stdin and stdout as pipes; lines read within 20 s.
+struct Child {
+  pid_t pid = -1;
+  int to = -1, from = -1;
+  std::string buffered;
+  explicit Child(std::vector<std::string> argv) {
+    int in[2], out[2];
+    BOOST_REQUIRE(pipe(in) == 0 && pipe(out) == 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_addclose(&actions, in[1]);
+    posix_spawn_file_actions_addclose(&actions, out[0]);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    BOOST_REQUIRE(posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ) == 0);
+    posix_spawn_file_actions_destroy(&actions);
+    close(in[0]);
+    close(out[1]);
+    to = in[1];
+    from = out[0];
+  }
+  std::string line() {
+    for (;;) {
+      if (auto nl = buffered.find('\n'); nl != std::string::npos) {
+        std::string l = buffered.substr(0, nl);
+        buffered.erase(0, nl + 1);
+        return l;
+      }
+      pollfd p{from, POLLIN, 0};
+      if (poll(&p, 1, 20000) != 1) return "(no answer within 20 s)";
+      char chunk[65536];
+      const ssize_t got = read(from, chunk, sizeof chunk);
+      if (got <= 0) return "(the child closed its output)";
+      buffered.append(chunk, size_t(got));
+    }
+  }
+  void say(const std::string& l) { BOOST_REQUIRE(write(to, l.data(), l.size()) == ssize_t(l.size())); }
+  int exit_status() {
+    close(to);
+    close(from);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+};
+
+std::vector<std::byte> from_hex(const std::string& hex) {
+  std::vector<std::byte> out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(std::byte(std::stoul(hex.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(ucx_puts_between_two_processes) {
+  constexpr int64_t n = int64_t(64) << 20;  // floats: 256 MiB
+  for (const std::string tls : {"tcp", "cma,sysv,self"}) {
+    BOOST_TEST_CONTEXT("UCX_TLS=" << tls) {
+      Child consumer({MAESTRO_UCX_PEER, tls, std::to_string(n)});
+      const std::string info = consumer.line();
+      std::istringstream fields(consumer.line());
+      TensorDescriptor d;
+      BOOST_REQUIRE(bool(fields >> d.owner >> d.pool >> d.offset >> d.bytes >> d.block >> d.capacity));
+      UcxTransport producer(UcxOptions{tls});
+      BOOST_TEST(producer.connect(from_hex(info), "the consumer process") == d.owner);
+      TensorRef src = producer.allocate({n});
+      auto v = src.values();
+      for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(i & 0xfffff) + 1;
+      // Refused on the producer's side: a byte past the block, a block past the pool.
+      TensorDescriptor past_block = d, past_pool = d;
+      past_block.offset += 4;
+      past_pool.block = past_pool.offset = d.capacity * 2;
+      BOOST_TEST(put_and_wait(producer, src, past_block).find("leave the block") != std::string::npos);
+      BOOST_TEST(put_and_wait(producer, src, past_pool).find("leaves the pool") != std::string::npos);
+      BOOST_TEST(put_and_wait(producer, src, d) == "");
+      consumer.say("check\n");
+      BOOST_TEST(consumer.line() == "ok");
+      BOOST_TEST(consumer.exit_status() == 0);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
