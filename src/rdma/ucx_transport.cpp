@@ -189,14 +189,20 @@ struct UcxTransport::Impl {
   struct FlushContext {
     Impl* impl;
     std::shared_ptr<Pending> pending;
-    std::string what;  // the put, for an error
+    TensorDescriptor dst;  // the put and its peer, for an error
+    const Peer* peer;
   };
   static void flushed(void* request, ucs_status_t status, void* user) {
     auto* ctx = static_cast<FlushContext*>(user);
     ctx->impl->complete(ctx->pending, status == UCS_OK ? std::string()
-                                                       : fmt::format("{} failed: {}", ctx->what, ucs_status_string(status)));
+                                                       : fmt::format("{} failed: {}", describe_put(ctx->dst, ctx->peer->name), ucs_status_string(status)));
     delete ctx;
     ucp_request_free(request);
+  }
+
+  static std::string describe_put(const TensorDescriptor& d, const std::string& peer) {
+    return fmt::format("put of {} bytes into (owner {:#x}, pool {}, offset {}) on peer {}", d.bytes, d.owner, d.pool,
+                       d.offset, peer);
   }
 
   static void peer_failed(void* arg, ucp_ep_h, ucs_status_t status) {
@@ -313,11 +319,10 @@ void UcxTransport::put(const TensorRef& src, const TensorDescriptor& dst, PutCom
     inner.owner = m.pools->id();
     return m.pools->put(src, inner, std::move(done));
   }
-  const std::string what = fmt::format("put of {} bytes into (owner {:#x}, pool {}, offset {})", src.bytes(),
-                                       dst.owner, dst.pool, dst.offset);
   auto refuse = [&](const std::string& why) {
     m.refused++;
-    done(fmt::format("{} refused: {}", what, why));
+    done(fmt::format("put of {} bytes into (owner {:#x}, pool {}, offset {}) refused: {}", src.bytes(), dst.owner,
+                     dst.pool, dst.offset, why));
   };
   if (src.dtype != dst.dtype)
     return refuse(fmt::format("the source is {}, the target {}", dtype_name(src.dtype), dtype_name(dst.dtype)));
@@ -327,13 +332,13 @@ void UcxTransport::put(const TensorRef& src, const TensorDescriptor& dst, PutCom
   ucp_ep_h ep = nullptr;
   ucp_rkey_h rkey = nullptr;
   uint64_t remote_address = 0;
-  std::string peer_name;
+  const Impl::Peer* target = nullptr;  // peers live as long as the transport
   {
     std::lock_guard lock(m.peers_mu);
     auto p = m.peers.find(dst.owner);
     if (p == m.peers.end()) return refuse("no such peer (connect() its endpoint info first)");
     Impl::Peer& peer = *p->second;
-    peer_name = peer.name;
+    target = &peer;
     if (peer.failed) return refuse(fmt::format("peer {} failed: {}", peer.name, peer.failure));
     auto r = peer.regions.find(dst.pool);
     if (r == peer.regions.end()) return refuse(fmt::format("peer {} announced no pool {}", peer.name, dst.pool));
@@ -351,14 +356,14 @@ void UcxTransport::put(const TensorRef& src, const TensorDescriptor& dst, PutCom
     remote_address = r->second.base + dst.offset;
   }
   auto pending = m.enqueue(std::move(done), dst.bytes);
-  const std::string named = fmt::format("{} on peer {}", what, peer_name);
   if (dst.bytes == 0) return m.complete(pending, "");
   ucp_request_param_t pp{};
   void* req = ucp_put_nbx(ep, src.buffer->data, dst.bytes, remote_address, rkey, &pp);
   if (UCS_PTR_IS_ERR(req))
-    return m.complete(pending, fmt::format("{}: ucp_put_nbx failed: {}", named, ucs_status_string(UCS_PTR_STATUS(req))));
+    return m.complete(pending, fmt::format("{}: ucp_put_nbx failed: {}", Impl::describe_put(dst, target->name),
+                                           ucs_status_string(UCS_PTR_STATUS(req))));
   if (req) ucp_request_free(req);  // completes in the flush below
-  auto* ctx = new Impl::FlushContext{&m, pending, named};
+  auto* ctx = new Impl::FlushContext{&m, pending, dst, target};
   ucp_request_param_t fp{};
   fp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   fp.cb.send = &Impl::flushed;
@@ -368,7 +373,7 @@ void UcxTransport::put(const TensorRef& src, const TensorDescriptor& dst, PutCom
   delete ctx;
   m.complete(pending, UCS_PTR_STATUS(flush) == UCS_OK
                           ? std::string()
-                          : fmt::format("{}: ucp_ep_flush_nbx failed: {}", named,
+                          : fmt::format("{}: ucp_ep_flush_nbx failed: {}", Impl::describe_put(dst, target->name),
                                         ucs_status_string(UCS_PTR_STATUS(flush))));
 }
 
