@@ -212,8 +212,8 @@ TensorRef LocalTransport::allocate(std::vector<int64_t> shape, DType dtype, uint
 TensorDescriptor LocalTransport::describe(const TensorRef& t) const {
   if (t.empty() || t.buffer->owner != state_->id)
     throw std::invalid_argument("local transport: describe() of a tensor it did not allocate");
-  return {state_->id, t.buffer->pool, t.buffer->offset, t.bytes(), t.buffer->offset, t.buffer->capacity, t.dtype,
-          t.device()};
+  return {state_->id, t.buffer->pool, t.buffer->offset, t.bytes(), t.dtype, t.device(), t.buffer->offset,
+          t.buffer->capacity};
 }
 
 void LocalTransport::put(const TensorRef& src, const TensorDescriptor& dst, PutCompletion done) {

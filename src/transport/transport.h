@@ -32,10 +32,10 @@ struct TensorDescriptor {
   uint64_t pool = 0;    // the pool, unique within its owner
   uint64_t offset = 0;  // bytes from the pool's start
   uint64_t bytes = 0;   // the tensor's size
-  uint64_t block = 0;     // the block holding it: [block, block + capacity) of the pool, so a
-  uint64_t capacity = 0;  // producer that sees only the pool's registration can bound a put
   DType dtype = DType::F32;
   Device device = Device::Host;
+  uint64_t block = 0;     // the block holding it: [block, block + capacity) of the pool, so a
+  uint64_t capacity = 0;  // producer that sees only the pool's registration can bound a put
   bool operator==(const TensorDescriptor&) const = default;
 };
 
@@ -43,7 +43,7 @@ struct TensorDescriptor {
 // field-by-field inspector: every field, in order.
 template <class Inspector>
 auto inspect(Inspector& f, TensorDescriptor& x) {
-  return f(x.owner, x.pool, x.offset, x.bytes, x.block, x.capacity, x.dtype, x.device);
+  return f(x.owner, x.pool, x.offset, x.bytes, x.dtype, x.device, x.block, x.capacity);
 }
 
 struct TransportStats {
