@@ -24,6 +24,7 @@ PACKAGES=(
   libfftw3-dev                     # the log-mel spectrogram's FFT (single precision)
   python3-pil                      # the image oracle (PIL's bicubic resize)
   libedit-dev tmux                 # the debug REPL's line editing; its terminal test
+  libucx-dev ucx-utils             # the transfer engine (UcxTransport) and ucx_perftest (bench/transport)
 )
 
 missing=()

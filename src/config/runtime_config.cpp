@@ -166,7 +166,15 @@ RuntimeConfig load_runtime_config(const std::string& path) {
            else if (k == "cluster") read_cluster(r, t, config.cluster);
            else if (k == "transport")
              r.keys(t, k, {"kind", "rdma_device"}, [&](const std::string& key, const toml::node& n) {
-               if (key == "kind") config.transport.kind = r.one_of(n, key, {"auto", "local", "shm", "tcp", "rdma"});
+               if (key == "kind") {
+                 // The old names are UCX transports now (docs/runtime.md, "UCX transfer engine").
+                 const std::string old = n.value_or(std::string());
+                 if (old == "shm" || old == "tcp" || old == "rdma")
+                   r.fail(n.source(), fmt::format("'kind' = \"{}\" is now kind = \"ucx\" with UCX_TLS={} in the "
+                                                  "environment",
+                                                  old, old == "shm" ? "sm,cma,self" : old == "tcp" ? "tcp,self" : "rc,sm,self"));
+                 config.transport.kind = r.one_of(n, key, {"auto", "local", "ucx"});
+               }
                else config.transport.rdma_device = r.string(n, key);
              });
            else if (k == "trace")

@@ -32,7 +32,7 @@ struct RuntimeConfig {
   } cluster;
 
   struct Transport {
-    std::string kind = "auto";      // auto | local | shm | tcp | rdma
+    std::string kind = "auto";      // auto | local | ucx (UCX_TLS picks shm/cma/tcp/rdma: docs/runtime.md)
     std::string rdma_device;        // "" = first found
   } transport;
 

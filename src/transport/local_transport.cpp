@@ -51,6 +51,7 @@ struct LocalTransport::State {
   // (pool, capacity) -> free blocks (region id, offset)
   std::map<std::pair<uint64_t, size_t>, std::vector<std::pair<uint64_t, uint64_t>>> free;
   TransportStats stats;
+  LocalTransport::RegionAdded on_region;
 
   ~State() {
     for (auto& [id, r] : regions) std::free(r.base);
@@ -61,6 +62,12 @@ struct LocalTransport::State {
     auto* base = static_cast<std::byte*>(std::aligned_alloc(kAlign, size));
     if (!base) throw std::bad_alloc();
     const uint64_t rid = next_region++;
+    try {
+      if (on_region) on_region(rid, base, size);
+    } catch (...) {
+      std::free(base);
+      throw;
+    }
     Region& r = regions[rid];
     r.pool = pool == kDefaultPool ? kDefaultPool : rid;
     r.base = base;
@@ -140,7 +147,10 @@ Registry& registry() {
 
 }  // namespace
 
-LocalTransport::LocalTransport() : state_(std::make_shared<State>()) {
+LocalTransport::LocalTransport() : LocalTransport(RegionAdded{}) {}
+
+LocalTransport::LocalTransport(RegionAdded on_region) : state_(std::make_shared<State>()) {
+  state_->on_region = std::move(on_region);
   Registry& reg = registry();
   state_->id = reg.next++;
   std::lock_guard lock(reg.mu);
@@ -202,7 +212,8 @@ TensorRef LocalTransport::allocate(std::vector<int64_t> shape, DType dtype, uint
 TensorDescriptor LocalTransport::describe(const TensorRef& t) const {
   if (t.empty() || t.buffer->owner != state_->id)
     throw std::invalid_argument("local transport: describe() of a tensor it did not allocate");
-  return {state_->id, t.buffer->pool, t.buffer->offset, t.bytes(), t.dtype, t.device()};
+  return {state_->id, t.buffer->pool, t.buffer->offset, t.bytes(), t.dtype, t.device(), t.buffer->offset,
+          t.buffer->capacity};
 }
 
 void LocalTransport::put(const TensorRef& src, const TensorDescriptor& dst, PutCompletion done) {

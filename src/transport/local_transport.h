@@ -14,7 +14,9 @@
 // concurrently.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "transport/transport.h"
@@ -24,6 +26,12 @@ namespace maestro {
 class LocalTransport final : public Transport {
  public:
   LocalTransport();
+  // Called (under the transport's lock) for every region of memory it adds,
+  // before any tensor lives there: how the UCX transport registers the
+  // pools' memory with ucp_mem_map (rdma/ucx_transport.h). `region` is the
+  // id descriptors carry as `pool`.
+  using RegionAdded = std::function<void(uint64_t region, std::byte* base, size_t bytes)>;
+  explicit LocalTransport(RegionAdded on_region);
   ~LocalTransport() override;
   LocalTransport(const LocalTransport&) = delete;
   LocalTransport& operator=(const LocalTransport&) = delete;

@@ -34,6 +34,8 @@ struct TensorDescriptor {
   uint64_t bytes = 0;   // the tensor's size
   DType dtype = DType::F32;
   Device device = Device::Host;
+  uint64_t block = 0;     // the block holding it: [block, block + capacity) of the pool, so a
+  uint64_t capacity = 0;  // producer that sees only the pool's registration can bound a put
   bool operator==(const TensorDescriptor&) const = default;
 };
 
@@ -41,7 +43,7 @@ struct TensorDescriptor {
 // field-by-field inspector: every field, in order.
 template <class Inspector>
 auto inspect(Inspector& f, TensorDescriptor& x) {
-  return f(x.owner, x.pool, x.offset, x.bytes, x.dtype, x.device);
+  return f(x.owner, x.pool, x.offset, x.bytes, x.dtype, x.device, x.block, x.capacity);
 }
 
 struct TransportStats {

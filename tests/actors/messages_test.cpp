@@ -142,7 +142,7 @@ BOOST_FIXTURE_TEST_CASE(gradient_messages, System) {
 // A tensor's descriptor (transport/transport.h: a payload, not a message of
 // its own) and a bf16 tensor by value.
 BOOST_FIXTURE_TEST_CASE(descriptors_and_bf16_tensors, System) {
-  TensorDescriptor t{17, 3, 4096, 260, DType::BF16, Device::Cuda}, back_t;
+  TensorDescriptor t{17, 3, 4096, 260, DType::BF16, Device::Cuda, 4000, 512}, back_t;
   std::vector<char> buf;
   caf::binary_serializer sink{*sys, buf};
   BOOST_REQUIRE(!sink(t));

@@ -78,7 +78,7 @@ nodes = 4
 intra_node_gbps = 450.5
 inter_node_gbps = 200
 [transport]
-kind = "tcp"
+kind = "ucx"
 rdma_device = "mlx5_0"
 [trace]
 path = "run.json"
@@ -98,7 +98,7 @@ dir = "ck"
   BOOST_TEST(c.cluster.nodes == 4);
   BOOST_TEST(c.cluster.intra_node_gbps == 450.5);
   BOOST_TEST(c.cluster.inter_node_gbps == 200.0);
-  BOOST_TEST(c.transport.kind == "tcp");
+  BOOST_TEST(c.transport.kind == "ucx");
   BOOST_TEST(c.transport.rdma_device == "mlx5_0");
   BOOST_TEST(c.trace.path == "run.json");
   BOOST_TEST(c.repl.listen == "127.0.0.1:4242");
@@ -117,6 +117,14 @@ BOOST_AUTO_TEST_CASE(device_profile_path_is_relative_to_the_file) {
 BOOST_AUTO_TEST_CASE(bad_enum_value) {
   const std::string e = error_of("enum.toml", "[runtime]\nbackend = \"gpu\"\n");
   BOOST_TEST(e.find("enum.toml:2:11: error: 'backend' must be one of auto, cpu, cuda, got \"gpu\"") != std::string::npos, e);
+}
+
+BOOST_AUTO_TEST_CASE(old_transport_names_say_their_ucx_tls) {
+  const std::string e = error_of("old.toml", "[transport]\nkind = \"shm\"\n");
+  BOOST_TEST(e.find("old.toml:2:8: error: 'kind' = \"shm\" is now kind = \"ucx\" with UCX_TLS=sm,cma,self") !=
+                 std::string::npos,
+             e);
+  BOOST_TEST(error_of("bad.toml", "[transport]\nkind = \"nccl\"\n").find("one of auto, local, ucx") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(unknown_key_and_table) {

@@ -1,0 +1,466 @@
+// UcxTransport (see ucx_transport.h): a UCP context and worker, regions
+// registered as LocalTransport adds them, peers from endpoint info,
+// ucp_put_nbx + ucp_ep_flush_nbx with completions delivered in issue
+// order, and the progress thread.
+#include "rdma/ucx_transport.h"
+
+#include <fmt/format.h>
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "transport/local_transport.h"
+
+namespace maestro {
+
+namespace {
+
+constexpr char kMagic[8] = {'M', 'U', 'C', 'X', 'I', 'N', 'F', '1'};
+
+void check(ucs_status_t s, const char* call) {
+  if (s != UCS_OK) throw std::runtime_error(fmt::format("ucx: {} failed: {}", call, ucs_status_string(s)));
+}
+
+// Endpoint info: magic, id, worker address, regions (id, base, size, rkey).
+struct Writer {
+  std::vector<std::byte> out;
+  void u64(uint64_t v) { bytes(&v, 8); }
+  void bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    out.insert(out.end(), b, b + n);
+  }
+  void blob(const void* p, size_t n) {
+    u64(n);
+    bytes(p, n);
+  }
+};
+struct Reader {
+  std::span<const std::byte> in;
+  size_t at = 0;
+  std::span<const std::byte> take(size_t n) {
+    if (n > in.size() - at)
+      throw std::invalid_argument(
+          fmt::format("ucx endpoint info: truncated at byte {} ({} more wanted, {} total)", at, n, in.size()));
+    auto s = in.subspan(at, n);
+    at += n;
+    return s;
+  }
+  uint64_t u64() {
+    uint64_t v;
+    std::memcpy(&v, take(8).data(), 8);
+    return v;
+  }
+  std::span<const std::byte> blob() { return take(u64()); }
+};
+
+}  // namespace
+
+struct UcxTransport::Impl {
+  struct Region {
+    std::byte* base = nullptr;
+    size_t size = 0;
+    ucp_mem_h memh = nullptr;
+    std::vector<std::byte> rkey;  // packed
+  };
+  struct RemoteRegion {
+    uint64_t base = 0, size = 0;
+    ucp_rkey_h rkey = nullptr;
+  };
+  struct Peer {
+    uint64_t id = 0;
+    std::string name;
+    ucp_ep_h ep = nullptr;
+    std::map<uint64_t, RemoteRegion> regions;
+    std::atomic<bool> failed{false};
+    std::string failure;
+  };
+  // One put in flight: its completion, delivered in issue order.
+  struct Pending {
+    uint64_t seq = 0;
+    bool complete = false;
+    std::string error;
+    PutCompletion done;
+    uint64_t bytes = 0;
+  };
+
+  uint64_t id = 0;
+  bool detect_peer_failure = false;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  std::vector<std::byte> address;  // the worker's
+
+  mutable std::mutex regions_mu;
+  std::map<uint64_t, Region> regions;
+
+  std::mutex peers_mu;
+  std::map<uint64_t, std::unique_ptr<Peer>> peers;
+
+  // Completions: never held while calling UCX (callbacks run inside
+  // ucp_worker_progress, under UCX's worker lock).
+  std::mutex pending_mu;
+  std::deque<std::shared_ptr<Pending>> pending;
+  uint64_t next_seq = 0;
+  bool delivering = false;
+  std::atomic<int64_t> in_flight{0};
+  std::atomic<int64_t> puts{0}, bytes_put{0}, refused{0};
+
+  std::atomic<bool> stop{false};
+  std::thread progress;
+
+  std::unique_ptr<LocalTransport> pools;  // after context: its regions are mem_map'd
+
+  void on_region(uint64_t rid, std::byte* base, size_t size) {
+    ucp_mem_map_params_t p{};
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                   UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    p.address = base;
+    p.length = size;
+    p.memory_type = UCS_MEMORY_TYPE_HOST;
+    Region r{base, size, nullptr, {}};
+    check(ucp_mem_map(context, &p, &r.memh), "ucp_mem_map");
+    void* packed = nullptr;
+    size_t packed_size = 0;
+    if (ucs_status_t s = ucp_rkey_pack(context, r.memh, &packed, &packed_size); s != UCS_OK) {
+      ucp_mem_unmap(context, r.memh);
+      check(s, "ucp_rkey_pack");
+    }
+    const auto* b = static_cast<const std::byte*>(packed);
+    r.rkey.assign(b, b + packed_size);
+    ucp_rkey_buffer_release(packed);
+    std::lock_guard lock(regions_mu);
+    regions[rid] = std::move(r);
+  }
+
+  void run_progress() {
+    using clock = std::chrono::steady_clock;
+    auto last_work = clock::now();
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (ucp_worker_progress(worker) != 0 || in_flight.load(std::memory_order_relaxed) > 0) {
+        last_work = clock::now();
+        continue;
+      }
+      if (clock::now() - last_work > std::chrono::milliseconds(1))
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  std::shared_ptr<Pending> enqueue(PutCompletion done, uint64_t bytes) {
+    auto p = std::make_shared<Pending>();
+    p->done = std::move(done);
+    p->bytes = bytes;
+    std::lock_guard lock(pending_mu);
+    p->seq = next_seq++;
+    pending.push_back(p);
+    in_flight++;
+    return p;
+  }
+
+  // Marks `p` complete and runs every completion whose predecessors have
+  // all completed, in issue order; one thread delivers at a time.
+  void complete(const std::shared_ptr<Pending>& p, std::string error) {
+    std::unique_lock lock(pending_mu);
+    p->complete = true;
+    p->error = std::move(error);
+    if (delivering) return;
+    delivering = true;
+    while (!pending.empty() && pending.front()->complete) {
+      std::shared_ptr<Pending> head = std::move(pending.front());
+      pending.pop_front();
+      lock.unlock();
+      if (head->error.empty()) {
+        puts++;
+        bytes_put += int64_t(head->bytes);
+      }
+      in_flight--;
+      head->done(head->error);
+      lock.lock();
+    }
+    delivering = false;
+  }
+
+  struct FlushContext {
+    Impl* impl;
+    std::shared_ptr<Pending> pending;
+    TensorDescriptor dst;  // the put and its peer, for an error
+    const Peer* peer;
+  };
+  static void flushed(void* request, ucs_status_t status, void* user) {
+    auto* ctx = static_cast<FlushContext*>(user);
+    ctx->impl->complete(ctx->pending, status == UCS_OK ? std::string()
+                                                       : fmt::format("{} failed: {}", describe_put(ctx->dst, ctx->peer->name), ucs_status_string(status)));
+    delete ctx;
+    ucp_request_free(request);
+  }
+
+  static std::string describe_put(const TensorDescriptor& d, const std::string& peer) {
+    return fmt::format("put of {} bytes into (owner {:#x}, pool {}, offset {}) on peer {}", d.bytes, d.owner, d.pool,
+                       d.offset, peer);
+  }
+
+  static void peer_failed(void* arg, ucp_ep_h, ucs_status_t status) {
+    auto* peer = static_cast<Peer*>(arg);
+    peer->failure = ucs_status_string(status);
+    peer->failed = true;
+  }
+};
+
+UcxTransport::UcxTransport(UcxOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  std::random_device rd;
+  while (m.id == 0) m.id = (uint64_t(rd()) << 32) ^ rd();
+
+  m.detect_peer_failure = !options.tls.empty();
+  for (const char* shm : {"sm", "shm", "sysv", "posix", "xpmem", "knem", "cma", "self", "all"})
+    for (size_t at = 0; (at = options.tls.find(shm, at)) != std::string::npos; ++at)
+      if ((at == 0 || options.tls[at - 1] == ',' || options.tls[at - 1] == '^') &&
+          (at + std::strlen(shm) == options.tls.size() || options.tls[at + std::strlen(shm)] == ','))
+        m.detect_peer_failure = false;
+  ucp_config_t* config = nullptr;
+  check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+  if (!options.tls.empty()) {
+    if (ucs_status_t s = ucp_config_modify(config, "TLS", options.tls.c_str()); s != UCS_OK) {
+      ucp_config_release(config);
+      throw std::runtime_error(
+          fmt::format("ucx: transports (UCX_TLS) \"{}\" not accepted: {}", options.tls, ucs_status_string(s)));
+    }
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA;
+  ucs_status_t s = ucp_init(&params, config, &m.context);
+  ucp_config_release(config);
+  check(s, "ucp_init");
+
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_MULTI;  // callers put, the progress thread progresses
+  if (s = ucp_worker_create(m.context, &wp, &m.worker); s != UCS_OK) {
+    ucp_cleanup(m.context);
+    check(s, "ucp_worker_create");
+  }
+  ucp_address_t* address = nullptr;
+  size_t address_length = 0;
+  if (s = ucp_worker_get_address(m.worker, &address, &address_length); s != UCS_OK) {
+    ucp_worker_destroy(m.worker);
+    ucp_cleanup(m.context);
+    check(s, "ucp_worker_get_address");
+  }
+  const auto* a = reinterpret_cast<const std::byte*>(address);
+  m.address.assign(a, a + address_length);
+  ucp_worker_release_address(m.worker, address);
+
+  m.pools = std::make_unique<LocalTransport>(
+      [impl = &m](uint64_t rid, std::byte* base, size_t size) { impl->on_region(rid, base, size); });
+  m.progress = std::thread([impl = &m] { impl->run_progress(); });
+}
+
+UcxTransport::~UcxTransport() {
+  Impl& m = *impl_;
+  // Puts in flight finish (or fail) first: their completions may touch the caller's state.
+  for (int i = 0; i < 100000 && m.in_flight.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  m.stop = true;
+  m.progress.join();
+  for (auto& [id, peer] : m.peers) {
+    for (auto& [rid, r] : peer->regions) ucp_rkey_destroy(r.rkey);
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* req = ucp_ep_close_nbx(peer->ep, &p);
+    if (UCS_PTR_IS_PTR(req)) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(m.worker);
+      ucp_request_free(req);
+    }
+  }
+  m.peers.clear();
+  for (auto& [rid, r] : m.regions) ucp_mem_unmap(m.context, r.memh);
+  // The pools' memory outlives the registration while TensorRefs hold it.
+  m.pools.reset();
+  ucp_worker_destroy(m.worker);
+  ucp_cleanup(m.context);
+}
+
+uint64_t UcxTransport::id() const { return impl_->id; }
+
+uint64_t UcxTransport::register_pool(size_t bytes, Device device) {
+  if (device != Device::Host)
+    throw std::invalid_argument(fmt::format(
+        "ucx transport: cannot register {} memory (this UCX registers host memory; stage GPU tensors through a host pool)",
+        device_name(device)));
+  return impl_->pools->register_pool(bytes, device);
+}
+
+TensorRef UcxTransport::allocate(std::vector<int64_t> shape, DType dtype, uint64_t pool) {
+  return impl_->pools->allocate(std::move(shape), dtype, pool);
+}
+
+TensorDescriptor UcxTransport::describe(const TensorRef& tensor) const {
+  TensorDescriptor d;
+  try {
+    d = impl_->pools->describe(tensor);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument("ucx transport: describe() of a tensor it did not allocate");
+  }
+  d.owner = impl_->id;
+  return d;
+}
+
+void UcxTransport::put(const TensorRef& src, const TensorDescriptor& dst, PutCompletion done) {
+  Impl& m = *impl_;
+  if (dst.owner == m.id) {  // into this transport's own memory: a copy
+    TensorDescriptor inner = dst;
+    inner.owner = m.pools->id();
+    return m.pools->put(src, inner, std::move(done));
+  }
+  auto refuse = [&](const std::string& why) {
+    m.refused++;
+    done(fmt::format("put of {} bytes into (owner {:#x}, pool {}, offset {}) refused: {}", src.bytes(), dst.owner,
+                     dst.pool, dst.offset, why));
+  };
+  if (src.dtype != dst.dtype)
+    return refuse(fmt::format("the source is {}, the target {}", dtype_name(src.dtype), dtype_name(dst.dtype)));
+  if (src.bytes() != dst.bytes)
+    return refuse(fmt::format("the source has {} bytes, the target {}", src.bytes(), dst.bytes));
+  if (dst.device != Device::Host || src.device() != Device::Host) return refuse("device memory");
+  ucp_ep_h ep = nullptr;
+  ucp_rkey_h rkey = nullptr;
+  uint64_t remote_address = 0;
+  const Impl::Peer* target = nullptr;  // peers live as long as the transport
+  {
+    std::lock_guard lock(m.peers_mu);
+    auto p = m.peers.find(dst.owner);
+    if (p == m.peers.end()) return refuse("no such peer (connect() its endpoint info first)");
+    Impl::Peer& peer = *p->second;
+    target = &peer;
+    if (peer.failed) return refuse(fmt::format("peer {} failed: {}", peer.name, peer.failure));
+    auto r = peer.regions.find(dst.pool);
+    if (r == peer.regions.end()) return refuse(fmt::format("peer {} announced no pool {}", peer.name, dst.pool));
+    const uint64_t size = r->second.size;
+    // [offset, offset + bytes) ⊆ [block, block + capacity) ⊆ [0, size), without overflow.
+    if (dst.block > size || dst.capacity > size - dst.block)
+      return refuse(fmt::format("the block [{}, {}) leaves the pool of {} bytes peer {} registered", dst.block,
+                                dst.block + dst.capacity, size, peer.name));
+    if (dst.offset < dst.block || dst.offset - dst.block > dst.capacity ||
+        dst.bytes > dst.capacity - (dst.offset - dst.block))
+      return refuse(fmt::format("bytes [{}, {}) leave the block [{}, {})", dst.offset, dst.offset + dst.bytes,
+                                dst.block, dst.block + dst.capacity));
+    ep = peer.ep;
+    rkey = r->second.rkey;
+    remote_address = r->second.base + dst.offset;
+  }
+  auto pending = m.enqueue(std::move(done), dst.bytes);
+  if (dst.bytes == 0) return m.complete(pending, "");
+  ucp_request_param_t pp{};
+  void* req = ucp_put_nbx(ep, src.buffer->data, dst.bytes, remote_address, rkey, &pp);
+  if (UCS_PTR_IS_ERR(req))
+    return m.complete(pending, fmt::format("{}: ucp_put_nbx failed: {}", Impl::describe_put(dst, target->name),
+                                           ucs_status_string(UCS_PTR_STATUS(req))));
+  if (req) ucp_request_free(req);  // completes in the flush below
+  auto* ctx = new Impl::FlushContext{&m, pending, dst, target};
+  ucp_request_param_t fp{};
+  fp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  fp.cb.send = &Impl::flushed;
+  fp.user_data = ctx;
+  void* flush = ucp_ep_flush_nbx(ep, &fp);
+  if (UCS_PTR_IS_PTR(flush)) return;  // Impl::flushed completes it
+  delete ctx;
+  m.complete(pending, UCS_PTR_STATUS(flush) == UCS_OK
+                          ? std::string()
+                          : fmt::format("{}: ucp_ep_flush_nbx failed: {}", Impl::describe_put(dst, target->name),
+                                        ucs_status_string(UCS_PTR_STATUS(flush))));
+}
+
+TransportStats UcxTransport::stats() const {
+  TransportStats s = impl_->pools->stats();
+  s.puts += impl_->puts;
+  s.bytes_put += impl_->bytes_put;
+  s.refused += impl_->refused;
+  return s;
+}
+
+std::vector<std::byte> UcxTransport::endpoint_info() const {
+  const Impl& m = *impl_;
+  Writer w;
+  w.bytes(kMagic, sizeof kMagic);
+  w.u64(m.id);
+  w.blob(m.address.data(), m.address.size());
+  std::lock_guard lock(m.regions_mu);
+  w.u64(m.regions.size());
+  for (const auto& [rid, r] : m.regions) {
+    w.u64(rid);
+    w.u64(reinterpret_cast<uint64_t>(r.base));
+    w.u64(r.size);
+    w.blob(r.rkey.data(), r.rkey.size());
+  }
+  return std::move(w.out);
+}
+
+uint64_t UcxTransport::connect(std::span<const std::byte> peer_info, const std::string& name) {
+  Impl& m = *impl_;
+  Reader r{peer_info};
+  if (std::memcmp(r.take(sizeof kMagic).data(), kMagic, sizeof kMagic) != 0)
+    throw std::invalid_argument("ucx endpoint info: bad magic (not a Maestro UCX endpoint, or another version)");
+  const uint64_t peer_id = r.u64();
+  if (peer_id == 0 || peer_id == m.id) throw std::invalid_argument("ucx endpoint info: the peer's id is 0 or ours");
+  const auto address = r.blob();
+  struct Announced {
+    uint64_t base, size;
+    std::span<const std::byte> rkey;
+  };
+  std::map<uint64_t, Announced> announced;
+  const uint64_t n = r.u64();
+  if (n > peer_info.size()) throw std::invalid_argument("ucx endpoint info: region count past the end");
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t rid = r.u64(), base = r.u64(), size = r.u64();
+    announced[rid] = {base, size, r.blob()};
+  }
+  if (r.at != peer_info.size()) throw std::invalid_argument("ucx endpoint info: trailing bytes");
+
+  std::lock_guard lock(m.peers_mu);
+  std::unique_ptr<Impl::Peer>& slot = m.peers[peer_id];
+  if (!slot) {
+    auto peer = std::make_unique<Impl::Peer>();
+    peer->id = peer_id;
+    peer->name = name.empty() ? fmt::format("{:#x}", peer_id) : name;
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &Impl::peer_failed;
+    ep.err_handler.arg = peer.get();
+    // Shared memory and `self` have no peer-failure detection in UCX 1.13
+    // (asking for it leaves them out): it is asked for only when `tls` names
+    // network transports alone; else a dead peer is noticed by the control
+    // plane's heartbeats, not by the put.
+    if (!m.detect_peer_failure)
+      ep.field_mask &= ~uint64_t(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
+    const ucs_status_t s = ucp_ep_create(m.worker, &ep, &peer->ep);
+    if (s != UCS_OK) {
+      m.peers.erase(peer_id);
+      throw std::runtime_error(
+          fmt::format("ucx: ucp_ep_create to peer {} failed: {}", peer->name, ucs_status_string(s)));
+    }
+    slot = std::move(peer);
+  }
+  Impl::Peer& peer = *slot;
+  for (auto& [rid, old] : peer.regions) ucp_rkey_destroy(old.rkey);
+  peer.regions.clear();
+  for (const auto& [rid, a] : announced) {
+    ucp_rkey_h rkey = nullptr;
+    if (ucs_status_t s = ucp_ep_rkey_unpack(peer.ep, a.rkey.data(), &rkey); s != UCS_OK)
+      throw std::invalid_argument(fmt::format("ucx endpoint info of peer {}: the rkey of pool {} does not unpack: {}",
+                                              peer.name, rid, ucs_status_string(s)));
+    peer.regions[rid] = {a.base, a.size, rkey};
+  }
+  return peer_id;
+}
+
+}  // namespace maestro

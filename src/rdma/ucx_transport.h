@@ -1,0 +1,85 @@
+// UcxTransport: the transfer engine between processes and hosts (issue 12).
+// Tensors move by one-sided writes into the receiver's registered memory
+// with UCX — rdma-core verbs (RC/DC) on InfiniBand/RoCE, CMA and shared
+// memory between processes of one host, TCP elsewhere; `tls` (UCX_TLS)
+// chooses, UCX's default picks the best it finds.
+//
+// Memory: pools and blocks as LocalTransport (it does the bookkeeping);
+// every region of memory it adds is registered with ucp_mem_map (memory
+// type passed) and its rkey packed (ucp_rkey_pack). This build registers
+// host memory only: register_pool(…, Device::Cuda) is refused, and GPU
+// tensors are staged through host pools by the caller (a UCX built with
+// CUDA would register device memory under the same call).
+//
+// Peers: endpoint_info() is plain bytes — this transport's id, its UCX
+// worker address, and (id, base, size, rkey) of every registered region.
+// Another process's UcxTransport::connect(those bytes) creates an endpoint
+// and unpacks the rkeys; the bytes travel however the caller likes (CAF in
+// the runtime). Register the receive pools before sending the info; a
+// region added later (the default pool growing) reaches peers when the
+// info is sent and connect()ed again (it replaces the peer's regions).
+//
+// put(src, dst): dst.owner == id() is a local copy (LocalTransport's
+// checks); otherwise the producer checks dtype, size and device, that the
+// peer and the region are known, and that [offset, offset + bytes) lies in
+// the descriptor's block and the block in the region as the peer
+// registered it — a violation is refused before any byte moves. Then
+// ucp_put_nbx + ucp_ep_flush_nbx; `done` runs on the progress thread once
+// the bytes are in the peer's memory (completions of one transport run in
+// issue order). What UCX cannot know one-sided: whether the consumer still
+// holds the block — the consumer keeps its TensorRef until the producer's
+// completion message arrives.
+//
+// One progress thread per transport drives the UCX worker (it must run for
+// TCP, where the receiver's worker writes the bytes): it spins while work
+// is in flight and for a millisecond after, then polls every 50 µs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace maestro {
+
+struct UcxOptions {
+  std::string tls;  // UCX_TLS for this transport ("" = the environment's, else UCX's choice), e.g. "tcp", "cma,sysv,self"
+};
+
+class UcxTransport final : public Transport {
+ public:
+  // Throws std::runtime_error naming the UCX call when UCX cannot start.
+  explicit UcxTransport(UcxOptions options = {});
+  ~UcxTransport() override;
+  UcxTransport(const UcxTransport&) = delete;
+  UcxTransport& operator=(const UcxTransport&) = delete;
+
+  const char* name() const override { return "ucx"; }
+  uint64_t id() const override;  // random 64-bit, non-zero: unique across processes and hosts
+  uint64_t register_pool(size_t bytes, Device device) override;
+  TensorRef allocate(std::vector<int64_t> shape, DType dtype = DType::F32, uint64_t pool = kDefaultPool) override;
+  TensorDescriptor describe(const TensorRef& tensor) const override;
+  // Asynchronous to a peer (done runs on the progress thread), synchronous
+  // into this transport's own memory.
+  void put(const TensorRef& src, const TensorDescriptor& dst, PutCompletion done) override;
+  TransportStats stats() const override;
+
+  // Plain bytes for peers (see above).
+  std::vector<std::byte> endpoint_info() const;
+  // Connects to (or refreshes) the peer whose endpoint_info these are; `name`
+  // ("worker 2 on host-b") appears in its errors. Returns the peer's id.
+  // Throws std::invalid_argument for bytes that are not endpoint info,
+  // std::runtime_error when UCX cannot reach the peer.
+  uint64_t connect(std::span<const std::byte> peer_info, const std::string& name = "");
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace maestro
