@@ -205,6 +205,40 @@ struct UcxTransport::Impl {
                        d.offset, peer);
   }
 
+  // Flushes `ep` — its wire-up included — and waits, at most `bound`, for the
+  // progress thread to complete it: "" when done, else what went wrong. A
+  // flush still in flight at the bound stays owned by `abandoned` until the
+  // worker is destroyed (its callback may still run until then).
+  struct FlushWait {
+    std::atomic<bool> done{false};
+    ucs_status_t status = UCS_OK;
+  };
+  std::mutex abandoned_mu;
+  std::vector<std::shared_ptr<FlushWait>> abandoned;
+  static void flush_waited(void* request, ucs_status_t status, void* user) {
+    auto* w = static_cast<FlushWait*>(user);
+    w->status = status;
+    w->done = true;
+    ucp_request_free(request);
+  }
+  std::string flush_and_wait(ucp_ep_h ep, std::chrono::milliseconds bound) {
+    auto w = std::make_shared<FlushWait>();
+    ucp_request_param_t fp{};
+    fp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    fp.cb.send = &flush_waited;
+    fp.user_data = w.get();
+    void* req = ucp_ep_flush_nbx(ep, &fp);
+    if (!UCS_PTR_IS_PTR(req)) return UCS_PTR_STATUS(req) == UCS_OK ? "" : ucs_status_string(UCS_PTR_STATUS(req));
+    const auto until = std::chrono::steady_clock::now() + bound;
+    while (!w->done && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (!w->done) {
+      std::lock_guard lock(abandoned_mu);
+      abandoned.push_back(w);
+      return fmt::format("no answer within {} ms", bound.count());
+    }
+    return w->status == UCS_OK ? "" : ucs_status_string(w->status);
+  }
+
   static void peer_failed(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* peer = static_cast<Peer*>(arg);
     peer->failure = ucs_status_string(status);
@@ -266,6 +300,12 @@ UcxTransport::~UcxTransport() {
   Impl& m = *impl_;
   // Puts in flight finish (or fail) first: their completions may touch the caller's state.
   for (int i = 0; i < 100000 && m.in_flight.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  // Every endpoint's wire-up finishes before it is torn down: UCX 1.13
+  // asserts when a worker is destroyed with a wire-up reply still queued
+  // (a peer that connected and is closed before its first put). Bounded:
+  // a dead peer's endpoint gives up after 2 s.
+  for (auto& [id, peer] : m.peers)
+    if (!peer->failed) m.flush_and_wait(peer->ep, std::chrono::milliseconds(2000));
   m.stop = true;
   m.progress.join();
   for (auto& [id, peer] : m.peers) {
@@ -284,6 +324,7 @@ UcxTransport::~UcxTransport() {
   // The pools' memory outlives the registration while TensorRefs hold it.
   m.pools.reset();
   ucp_worker_destroy(m.worker);
+  m.abandoned.clear();
   ucp_cleanup(m.context);
 }
 
@@ -447,6 +488,19 @@ uint64_t UcxTransport::connect(std::span<const std::byte> peer_info, const std::
       m.peers.erase(peer_id);
       throw std::runtime_error(
           fmt::format("ucx: ucp_ep_create to peer {} failed: {}", peer->name, ucs_status_string(s)));
+    }
+    // Wire-up completes here, bounded, so an unreachable peer is named now
+    // rather than at its first put.
+    if (std::string why = m.flush_and_wait(peer->ep, std::chrono::seconds(10)); !why.empty()) {
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      if (void* req = ucp_ep_close_nbx(peer->ep, &p); UCS_PTR_IS_PTR(req)) {
+        while (ucp_request_check_status(req) == UCS_INPROGRESS) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        ucp_request_free(req);
+      }
+      m.peers.erase(peer_id);
+      throw std::runtime_error(fmt::format("ucx: peer {} not reachable: {}", peer->name, why));
     }
     slot = std::move(peer);
   }
