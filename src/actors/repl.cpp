@@ -9,6 +9,7 @@
 
 #include "actors/messages.h"
 #include "actors/repl_command.h"
+#include "log/log.h"
 
 namespace maestro {
 
@@ -170,11 +171,12 @@ std::string actor_answer(const std::vector<ActorInfo>& infos, const std::string&
   return fmt::format("error: actor: no actor named '{}' (see topology)", name);
 }
 
-void steer(Self* self, int32_t kind, int64_t count, bool as_json, Answer answer) {
+void steer(Self* self, const std::string& line, int32_t kind, int64_t count, bool as_json, Answer answer) {
   self->request(self->state.cfg.scheduler, std::chrono::seconds(600), SteerRun{kind, count})
       .then(
           [=](const std::string& s) {
             const bool ok = !s.starts_with("error: ");
+            log(ok ? LogLevel::Info : LogLevel::Warn, "repl: {}: {}", line, ok ? s : s.substr(7));
             answer(as_json ? json{{"ok", ok}, {"message", ok ? s : s.substr(7)}}.dump() : s);
           },
           [=](caf::error& err) { answer("error: the scheduler did not answer: " + caf::to_string(err)); });
@@ -205,17 +207,33 @@ void execute(Self* self, const std::string& line, Answer answer) {
       return describe_all(self, [=](std::vector<ActorInfo> infos) { answer(wave_answer(infos.at(0), j)); });
     case Kind::Stats:
       return describe_all(self, [=](std::vector<ActorInfo> infos) { answer(stats_answer(self->state, infos, c.arg, j)); });
-    case Kind::Pause: return steer(self, SteerRun::Pause, 0, j, answer);
-    case Kind::Resume: return steer(self, SteerRun::Resume, 0, j, answer);
-    case Kind::Step: return steer(self, SteerRun::Step, c.count, j, answer);
-    case Kind::Checkpoint: return steer(self, SteerRun::Checkpoint, 0, j, answer);
-    case Kind::Quit: return steer(self, SteerRun::Quit, 0, j, answer);
+    case Kind::Pause: return steer(self, line, SteerRun::Pause, 0, j, answer);
+    case Kind::Resume: return steer(self, line, SteerRun::Resume, 0, j, answer);
+    case Kind::Step: return steer(self, line, SteerRun::Step, c.count, j, answer);
+    case Kind::Checkpoint: return steer(self, line, SteerRun::Checkpoint, 0, j, answer);
+    case Kind::Quit: return steer(self, line, SteerRun::Quit, 0, j, answer);
     case Kind::TraceStart:
     case Kind::TraceStop:
       self->request(self->state.cfg.tracer, std::chrono::seconds(60), RecordTrace{c.kind == Kind::TraceStart, c.arg})
-          .then([=](const std::string& s) { answer(s); },
+          .then(
+              [=](const std::string& s) {
+                log(s.starts_with("error: ") ? LogLevel::Warn : LogLevel::Info, "repl: {}: {}", line, s);
+                answer(s);
+              },
                 [=](caf::error& err) { answer("error: the tracer did not answer: " + caf::to_string(err)); });
       return;
+    case Kind::LogLevel: {
+      const LogLevel was = log_level();
+      if (c.arg.empty())
+        return answer(j ? json{{"ok", true}, {"level", log_level_name(was)}}.dump()
+                        : fmt::format("log level {} (of {})", log_level_name(was), log_level_names()));
+      const LogLevel now = *parse_log_level(c.arg);  // the parser checked it
+      set_log_level(now);
+      log(LogLevel::Info, "repl: log level {} (was {})", log_level_name(now), log_level_name(was));
+      return answer(j ? json{{"ok", true}, {"level", log_level_name(now)}, {"was", log_level_name(was)}}.dump()
+                      : fmt::format("log level {} (was {}); lines go to the run's stderr", log_level_name(now),
+                                    log_level_name(was)));
+    }
     case Kind::Detach: return answer(j ? json{{"ok", true}, {"message", "detached"}}.dump() : "detached; the run goes on");
   }
   answer("error: unhandled command");

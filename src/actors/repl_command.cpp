@@ -3,6 +3,8 @@
 
 #include <charconv>
 
+#include "log/log.h"
+
 namespace maestro {
 
 namespace {
@@ -32,6 +34,9 @@ const CommandInfo kCommands[] = {
      "one actor in detail (NAME as topology shows it, spaces included)"},
     {"trace", ReplCommand::Kind::TraceStart, 1, 2, "trace start FILE | trace stop",
      "record a Chrome trace of the run from now into FILE; stop writes it"},
+    {"loglevel", ReplCommand::Kind::LogLevel, 0, 1, "loglevel [LEVEL]",
+     "show the run's log level, or set it: error, warn, info (checkpoints, steering), debug (every step), trace "
+     "(every task); log lines go to the run's stderr"},
     {"pause", ReplCommand::Kind::Pause, 0, 0, "pause", "pause at the next step boundary"},
     {"resume", ReplCommand::Kind::Resume, 0, 0, "resume", "continue a paused run"},
     {"step", ReplCommand::Kind::Step, 1, 1, "step N", "run N more steps, then pause at that step boundary"},
@@ -116,6 +121,8 @@ ReplParse parse_repl_command(std::string_view line) {
       return fail(std::string("trace: usage: ") + info->usage);
     }
   }
+  if (info->kind == ReplCommand::Kind::LogLevel && !args.empty() && !parse_log_level(args[0]))
+    return fail("loglevel: LEVEL is one of " + std::string(log_level_names()) + ", not '" + shown(args[0]) + "'");
   if (info->kind == ReplCommand::Kind::Step) {
     int64_t n = 0;
     const auto [end, ec] = std::from_chars(args[0].data(), args[0].data() + args[0].size(), n);

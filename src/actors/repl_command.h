@@ -19,11 +19,11 @@ struct ReplCommand {
   enum class Kind {
     Empty,  // blank line or a comment ("# ...")
     Help, Topology, Sections, Plan, Graph, Wave, Stats, Actor,
-    Pause, Resume, Step, Checkpoint, Detach, Quit, TraceStart, TraceStop,
+    Pause, Resume, Step, Checkpoint, Detach, Quit, TraceStart, TraceStop, LogLevel,
   };
   Kind kind = Kind::Empty;
   bool json = false;   // `--json` anywhere after the command
-  std::string arg;     // help CMD, stats SECTION, actor NAME, trace start FILE
+  std::string arg;     // help CMD, stats SECTION, actor NAME, trace start FILE, loglevel LEVEL
   int64_t count = 0;   // step N
 };
 

@@ -8,6 +8,7 @@
 #include "actors/checkpoint.h"
 #include "actors/train_phases.h"
 #include "transport/counted_communicator.h"
+#include "log/log.h"
 
 namespace maestro {
 
@@ -61,6 +62,7 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   const Resume resume = read_resume(graph, plan, train, options.resume);
   setup.first_step = resume.first_step;
   setup.past_losses = resume.losses;
+  if (!resume.dir.empty()) log(LogLevel::Info, "resuming from {} at step {}", resume.dir, resume.first_step);
 
   // One runner per section × pipeline stage × dp replica × tp rank, each
   // with its own backend (the factory's); the tp ranks of a replica form one

@@ -19,6 +19,7 @@
 #include "actors/actors.h"
 #include "actors/describe.h"
 #include "actors/step_execution.h"
+#include "log/log.h"
 
 namespace maestro {
 
@@ -60,6 +61,13 @@ struct Busy {
 
 void begin_step(Self* self);
 
+// "forward of 'vision' stage 0 replica 1, micro-batch 3 (task 12)", for the trace log.
+std::string task_text(const SectionGraph& g, const Task& t) {
+  return fmt::format("{} of '{}' stage {} replica {}, micro-batch {} (task {})",
+                     t.kind == Task::Kind::Forward ? "forward" : "backward", g.section(t.section).name, t.stage,
+                     t.replica, t.micro_batch, t.id);
+}
+
 void end_run(Self* self, std::string error, bool interrupted = false, bool bad_input = false) {
   auto& st = self->state;
   if (st.ended) return;
@@ -83,6 +91,7 @@ void checkpoint_then(Self* self, std::function<void()> next) {
             st.checkpoint_waiters.clear();
             if (!c.error.empty()) return end_run(self, fmt::format("checkpoint after step {}: {}", self->state.step, c.error));
             self->state.last_checkpoint = c.dir;
+            log(LogLevel::Info, "checkpoint of steps 0..{} written: {}", self->state.step - 1, c.dir);
             next();
           },
           [=](caf::error& err) { end_run(self, fmt::format("checkpointer lost: {}", caf::to_string(err))); });
@@ -98,6 +107,8 @@ void finish_step(Self* self) {
   self->send(st.cfg.tracer, TraceEvent{"scheduler", fmt::format("step {}", st.step), "step", st.step_begin_us,
                                        trace_now_us() - st.step_begin_us});
   self->send(st.driver, StepReport{st.step, loss, n, step_s, st.sched_s});
+  log(LogLevel::Debug, "step {} done: loss {:.6f}, {} samples, {:.1f} ms ({:.1f} ms in the scheduler)", st.step, loss, n,
+      1e3 * step_s, 1e3 * st.sched_s);
   st.exec.reset();
   ++st.step;
   st.run_samples += n;
@@ -190,12 +201,17 @@ void dispatch(Self* self) {
   for (RunTask& t : st.exec->release()) {
     const caf::actor& dest = st.cfg.replicas.at(t.task.section).at(t.task.stage).at(t.task.replica);
     const int64_t step = st.step;
+    if (log_enabled(LogLevel::Trace))
+      log(LogLevel::Trace, "step {}: {} dispatched", step, task_text(*st.cfg.graph, t.task));
     self->request(dest, caf::infinite, std::move(t))
         .then(
             [=](const TaskDone& d) {
               auto& st = self->state;
               if (st.ended || d.step != step) return;
               if (!d.error.empty()) return end_run(self, d.error);
+              if (log_enabled(LogLevel::Trace))
+                log(LogLevel::Trace, "step {}: {} done in {:.3f} ms", step,
+                    task_text(*st.cfg.graph, st.exec->schedule().tasks.at(size_t(d.task))), 1e-3 * double(d.duration_us));
               try {
                 Busy busy{self};
                 st.exec->complete(d);
@@ -225,6 +241,7 @@ void begin_step(Self* self) {
   }
   if (st.step >= st.last_step) return end_run(self, {});
   if (st.hold_at && st.step >= *st.hold_at) {
+    if (!st.held) log(LogLevel::Info, "paused before step {}", st.step);
     st.held = true;
     return;
   }

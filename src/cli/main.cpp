@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "log/log.h"
 #include "config/runtime_config.h"
 #include "dsl/frontend.h"
 #include "dsl/limits.h"
@@ -66,6 +67,11 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   auto* repl = app.add_flag("--repl", cli.repl, "open the debug REPL on this terminal while it runs (docs/repl.md)");
   app.add_flag("--json", cli.json, "print a machine-readable summary as the last line of stdout");
   app.add_flag("--quiet", cli.quiet, "no progress bar");
+  std::string log_level_name = "warn";
+  app.add_option("--log-level", log_level_name,
+                 "what the run logs on stderr: error, warn (default), info (checkpoints, steering), debug (every "
+                 "step), trace (every task); the REPL's loglevel changes it while the run trains")
+      ->check(CLI::IsMember({"error", "warn", "info", "debug", "trace"}));
   std::string gpu_selfcheck = "on";
   app.add_option("--gpu-selfcheck", gpu_selfcheck,
                  "on: the first use of a CUDA device checks the fast kernels against the reference path; off skips it")
@@ -92,6 +98,7 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
     return 2;
   }
   cli.gpu_selfcheck = gpu_selfcheck == "on";
+  set_log_level(*parse_log_level(log_level_name));
   if (*steps_opt) cli.steps = steps;
   if (*stop_opt) cli.stop_after = stop_after;
   return -1;

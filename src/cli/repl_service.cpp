@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "actors/repl_command.h"
+#include "log/log.h"
 
 namespace maestro {
 
@@ -81,7 +82,7 @@ struct ReplService::Impl {
     if (!c.authed) {
       const auto now = Clock::now();
       if (now < next_attempt) {
-        fmt::print(stderr, "maestro-run: repl: token attempt from {} refused (rate limit)\n", c.peer);
+        log(LogLevel::Warn, "repl: token attempt from {} refused (rate limit)", c.peer);
         send_all(c, "error: too many token attempts; retry in a second");
         return drop(c);
       }
@@ -90,7 +91,7 @@ struct ReplService::Impl {
         return send_all(c, "ok");
       }
       next_attempt = now + std::chrono::seconds(1);
-      fmt::print(stderr, "maestro-run: repl: wrong token from {}, refused\n", c.peer);
+      log(LogLevel::Warn, "repl: wrong token from {}, refused", c.peer);
       send_all(c, "error: wrong token");
       return drop(c);
     }

@@ -64,6 +64,7 @@ BOOST_AUTO_TEST_CASE(bad_command_lines_exit_2_with_usage) {
       {"models/tiny_mllm.sect", "--baseline", "megatron"},
       {"models/tiny_mllm.sect", "--simulate", "--baseline", "fastest"},
       {"models/tiny_mllm.sect", "--schedule", "random"},
+      {"models/tiny_mllm.sect", "--log-level", "verbose"},
       {"models/tiny_mllm.sect", "--steps", "0"},
       {"models/tiny_mllm.sect", "--steps", "ten"},
       {"models/tiny_mllm.sect", "--stop-after", "0"},

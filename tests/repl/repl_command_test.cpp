@@ -34,6 +34,10 @@ BOOST_AUTO_TEST_CASE(every_command_parses) {
   BOOST_TEST(parse_repl_command("trace start /tmp/t.json").command.arg == "/tmp/t.json");
   BOOST_TEST((parse_repl_command("trace stop").command.kind == Kind::TraceStop));
   BOOST_TEST((parse_repl_command("resume").command.kind == Kind::Resume));
+  BOOST_TEST((parse_repl_command("loglevel").command.kind == Kind::LogLevel));
+  BOOST_TEST(parse_repl_command("loglevel").command.arg.empty());
+  BOOST_TEST(parse_repl_command("loglevel debug --json").command.arg == "debug");
+  BOOST_TEST(parse_repl_command("loglevel debug --json").command.json);
   BOOST_TEST(parse_repl_command("step 3").command.count == 3);
   BOOST_TEST((parse_repl_command("checkpoint").command.kind == Kind::Checkpoint));
   BOOST_TEST((parse_repl_command("detach").command.kind == Kind::Detach));
@@ -67,6 +71,9 @@ BOOST_AUTO_TEST_CASE(bad_lines_name_what_is_wrong) {
   check("trace stop now", "usage: trace start FILE");
   check("trace begin x", "usage: trace start FILE");
   check("plan --yaml", "unknown option '--yaml'");
+  check("loglevel verbose", "LEVEL is one of error, warn, info, debug, trace, not 'verbose'");
+  check("loglevel DEBUG", "not 'DEBUG'");
+  check("loglevel info debug", "usage: loglevel [LEVEL]");
   check("help nothing", "unknown command 'nothing'");
   check(std::string("topo\x01logy"), "not printable");
   check(std::string(maestro::kReplMaxLine + 1, 'a'), "line too long");

@@ -69,8 +69,11 @@ assert any(l.startswith("{\"last_loss\"") for l in lines), "no answer after the 
 assert json.loads(lines[-1])["losses"] == ref["losses"], "losses changed"
 print("10 MiB line and garbage refused; losses unchanged")' "$W/junk.out" "$REF" || fail "garbage"
 
-# checkpoint now, then --resume from it continues with the same losses
-{ echo "trace start $W/repl-trace.json"; echo 'step 3'; sleep 1.5; echo 'trace stop'; echo 'checkpoint --json'; echo resume; } |
+# checkpoint now, then --resume from it continues with the same losses;
+# loglevel: at warn (the default) the run logs nothing on stderr, at debug
+# every step's end and at info the checkpoint and the steering
+{ echo 'loglevel --json'; echo "trace start $W/repl-trace.json"; echo 'step 3'; sleep 1.5; echo 'trace stop';
+  echo 'loglevel debug'; echo 'checkpoint --json'; echo resume; } |
   "$RUN" $MODEL --steps $STEPS --json --quiet --repl --config "$(config ck)" > "$W/ck.out" 2> "$W/ck.err" ||
   fail "checkpoint run: $(cat "$W/ck.err")"
 CK=$(py 'import json,sys
@@ -84,6 +87,19 @@ names = {e.get("name") for e in ev}
 assert {"step 0", "step 1", "step 2"} <= names, sorted(n for n in names if n and n.startswith("step"))' "$W/repl-trace.json" ||
   fail "the trace recorded from the REPL lacks the steps"
 [ -d "$CK" ] || fail "checkpoint answered '$CK', not a folder: $(cat "$W/ck.out")"
+grep -q '^{"level":"warn","ok":true}$' "$W/ck.out" || fail "loglevel --json: $(grep level "$W/ck.out")"
+grep -q '^log level debug (was warn)' "$W/ck.out" || fail "loglevel debug: $(grep 'log level' "$W/ck.out")"
+py 'import sys, re
+err = open(sys.argv[1]).read().splitlines()
+first = next(i for i, l in enumerate(err) if "[info] repl: log level debug (was warn)" in l)
+assert not [l for l in err[:first] if "[info]" in l or "[debug]" in l], ("logged below warn before loglevel", err[:first])
+after = err[first:]
+assert any(re.search(r"\[info\] checkpoint of steps 0..3 written: .*step-00000004$", l) for l in after), after
+assert any(re.search(r"\[info\] repl: resume: running from step 4$", l) for l in after), after
+steps = [int(m.group(1)) for l in after for m in [re.search(r"\[debug\] step (\d+) done: loss", l)] if m]
+assert steps and steps == list(range(4, 12)), steps
+print("loglevel: silent at warn; at debug steps", steps[0], "to", steps[-1], "and the checkpoint logged")' "$W/ck.err" ||
+  fail "loglevel: $(cat "$W/ck.err")"
 case "$CK" in *step-00000004) ;; *) fail "checkpoint after 'step 3' is $CK, not step 4";; esac
 "$RUN" $MODEL --steps $STEPS --json --quiet --resume "$CK" --config "$(config resumed)" > "$W/resumed.out" ||
   fail "--resume $CK refused"
