@@ -18,14 +18,18 @@ trap 'rm -rf "$W"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 config() { printf '[runtime]\nthreads = 2\n[checkpoint]\ndir = "%s"\n' "$W/$1" > "$W/$1.toml"; echo "$W/$1.toml"; }
 py() { /usr/bin/python3 -c "$@"; }
+# wait_for TEXT FILE: until FILE holds TEXT, at most 60 s.
+wait_for() { for _ in $(seq 600); do grep -q "$1" "$2" 2>/dev/null && return; sleep 0.1; done; }
 
 # the uninterrupted run
 "$RUN" $MODEL --steps $STEPS --json --quiet --config "$(config ref)" > "$W/ref.out" || fail "reference run"
 REF=$(tail -1 "$W/ref.out")
 
-# pause: two stats 2 s apart show the same step; topology; resume
-{ echo pause; sleep 1; echo 'stats --json'; sleep 2; echo 'stats --json'; echo 'topology --json'; echo 'actor llm/1 replica --json'; echo 'wave --json'; echo resume; } |
-  "$RUN" $MODEL --steps $STEPS --json --repl --config "$(config pause)" > "$W/pause.out" 2> "$W/pause.err" ||
+# pause: two stats 2 s apart show the same step; topology; resume. The
+# first stats waits until the run says (log level info) that it is paused:
+# on a loaded machine a step can outlast any fixed sleep.
+{ echo pause; wait_for 'paused before step' "$W/pause.err"; echo 'stats --json'; sleep 2; echo 'stats --json'; echo 'topology --json'; echo 'actor llm/1 replica --json'; echo 'wave --json'; echo resume; } |
+  "$RUN" $MODEL --steps $STEPS --json --repl --log-level info --config "$(config pause)" > "$W/pause.out" 2> "$W/pause.err" ||
   fail "paused run: $(cat "$W/pause.err")"
 py '
 import json, sys
@@ -67,14 +71,16 @@ assert any(l.startswith("error: line too long") for l in lines), "no error for t
 assert sum(l.startswith("error: ") for l in lines) >= 2, "garbage not refused"
 assert any(l.startswith("{\"last_loss\"") for l in lines), "no answer after the garbage"
 assert json.loads(lines[-1])["losses"] == ref["losses"], "losses changed"
-print("10 MiB line and garbage refused; losses unchanged")' "$W/junk.out" "$REF" || fail "garbage"
+logged = [l for l in open(sys.argv[3]).read().splitlines() if "] " in l and l.split("] ")[0].endswith(("[info", "[debug", "[trace"))]
+assert not logged, ("the default level (warn) logged", logged)
+print("10 MiB line and garbage refused; losses unchanged; nothing logged below warn")' "$W/junk.out" "$REF" "$W/junk.err" || fail "garbage"
 
 # checkpoint now, then --resume from it continues with the same losses;
-# loglevel: at warn (the default) the run logs nothing on stderr, at debug
-# every step's end and at info the checkpoint and the steering
-{ echo 'loglevel --json'; echo "trace start $W/repl-trace.json"; echo 'step 3'; sleep 1.5; echo 'trace stop';
-  echo 'loglevel debug'; echo 'checkpoint --json'; echo resume; } |
-  "$RUN" $MODEL --steps $STEPS --json --quiet --repl --config "$(config ck)" > "$W/ck.out" 2> "$W/ck.err" ||
+# loglevel: at info (--log-level) the run logs the pause but no step, from
+# `loglevel debug` on every step's end, the checkpoint and the steering
+{ echo 'loglevel --json'; echo "trace start $W/repl-trace.json"; echo 'step 3'; wait_for 'paused before step 4' "$W/ck.err";
+  echo 'trace stop'; echo 'loglevel debug'; echo 'checkpoint --json'; echo resume; } |
+  "$RUN" $MODEL --steps $STEPS --json --quiet --repl --log-level info --config "$(config ck)" > "$W/ck.out" 2> "$W/ck.err" ||
   fail "checkpoint run: $(cat "$W/ck.err")"
 CK=$(py 'import json,sys
 for l in open(sys.argv[1]):
@@ -87,18 +93,19 @@ names = {e.get("name") for e in ev}
 assert {"step 0", "step 1", "step 2"} <= names, sorted(n for n in names if n and n.startswith("step"))' "$W/repl-trace.json" ||
   fail "the trace recorded from the REPL lacks the steps"
 [ -d "$CK" ] || fail "checkpoint answered '$CK', not a folder: $(cat "$W/ck.out")"
-grep -q '^{"level":"warn","ok":true}$' "$W/ck.out" || fail "loglevel --json: $(grep level "$W/ck.out")"
-grep -q '^log level debug (was warn)' "$W/ck.out" || fail "loglevel debug: $(grep 'log level' "$W/ck.out")"
+grep -q '^{"level":"info","ok":true}$' "$W/ck.out" || fail "loglevel --json: $(grep level "$W/ck.out")"
+grep -q '^log level debug (was info)' "$W/ck.out" || fail "loglevel debug: $(grep 'log level' "$W/ck.out")"
 py 'import sys, re
 err = open(sys.argv[1]).read().splitlines()
-first = next(i for i, l in enumerate(err) if "[info] repl: log level debug (was warn)" in l)
-assert not [l for l in err[:first] if "[info]" in l or "[debug]" in l], ("logged below warn before loglevel", err[:first])
+first = next(i for i, l in enumerate(err) if "[info] repl: log level debug (was info)" in l)
+assert not [l for l in err[:first] if "[debug]" in l], ("debug lines at level info", err[:first])
+assert any(l.endswith("[info] paused before step 4") for l in err[:first]), ("the pause not logged at info", err[:first])
 after = err[first:]
 assert any(re.search(r"\[info\] checkpoint of steps 0..3 written: .*step-00000004$", l) for l in after), after
 assert any(re.search(r"\[info\] repl: resume: running from step 4$", l) for l in after), after
 steps = [int(m.group(1)) for l in after for m in [re.search(r"\[debug\] step (\d+) done: loss", l)] if m]
 assert steps and steps == list(range(4, 12)), steps
-print("loglevel: silent at warn; at debug steps", steps[0], "to", steps[-1], "and the checkpoint logged")' "$W/ck.err" ||
+print("loglevel: no step lines at info; at debug steps", steps[0], "to", steps[-1], "and the checkpoint logged")' "$W/ck.err" ||
   fail "loglevel: $(cat "$W/ck.err")"
 case "$CK" in *step-00000004) ;; *) fail "checkpoint after 'step 3' is $CK, not step 4";; esac
 "$RUN" $MODEL --steps $STEPS --json --quiet --resume "$CK" --config "$(config resumed)" > "$W/resumed.out" ||
@@ -109,8 +116,8 @@ assert r["losses"] == ref["losses"][4:], (r["losses"], ref["losses"][4:])
 print("checkpoint at step 4 resumed; losses equal the uninterrupted run")' "$REF" "$W/resumed.out" || fail "resume"
 
 # quit: exit 0 with a checkpoint of the steps done
-{ echo "step 2"; sleep 1; echo quit; } |
-  "$RUN" $MODEL --steps $STEPS --json --quiet --repl --config "$(config quit)" > "$W/quit.out" 2> "$W/quit.err"
+{ echo "step 2"; wait_for 'paused before step 3' "$W/quit.err"; echo quit; } |
+  "$RUN" $MODEL --steps $STEPS --json --quiet --repl --log-level info --config "$(config quit)" > "$W/quit.out" 2> "$W/quit.err"
 rc=$?
 [ $rc -eq 0 ] || fail "quit: exit $rc: $(cat "$W/quit.err")"
 py 'import json,sys,os
