@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -223,6 +224,23 @@ BOOST_AUTO_TEST_CASE(check_json_values) {
   j = nlohmann::json::parse(last_line(r.out));
   BOOST_TEST(j["params"]["teacher"] == 70'553'706'496LL);  // Llama-3-70B
   BOOST_TEST(j["params"]["student"] == 8'030'261'248LL);   // Llama-3-8B
+  // InternVL-Chat-V1.5 (26B), published 25.5 B: docs/graph.md
+  r = maestro_run({"models/internvl_26b.sect", "--check", "--json"});
+  j = nlohmann::json::parse(last_line(r.out));
+  BOOST_TEST(j["params"]["vision"] == 5'536'649'600LL);   // InternViT-6B-448px-V1.5, published 5,540 M
+  BOOST_TEST(j["params"]["llm"] == 19'861'149'696LL);     // InternLM2-20B
+  BOOST_TEST(std::abs(j["total_params"].get<double>() - 25.5e9) / 25.5e9 <= 0.002);
+  // the pixel shuffle shows in --print graph and --print json
+  r = maestro_run({"models/internvl_26b.sect", "--print", "graph"});
+  BOOST_TEST(r.out.find("shuffle 1/2 -> 256 tokens x 12800") != std::string::npos, r.out);
+  r = maestro_run({"models/internvl_26b.sect", "--print", "json"});
+  j = nlohmann::json::parse(r.out);
+  BOOST_TEST(j["sections"][0]["model"]["pixel_shuffle"] == 0.5);
+  BOOST_TEST(j["sections"][0]["model"]["tokens_per_image"] == 256);
+  r = maestro_run({"models/video_7b.sect", "--print", "json"});
+  j = nlohmann::json::parse(r.out);
+  BOOST_TEST(j["data"]["video_frames"]["min"] == 8);
+  BOOST_TEST(j["data"]["video_frames"]["max"] == 64);
 }
 
 BOOST_AUTO_TEST_CASE(print_graph_on_every_model) {
