@@ -176,6 +176,29 @@ BOOST_AUTO_TEST_CASE(located_runtime_errors_use_the_one_format) {
   BOOST_TEST(std::regex_match(rest, std::regex(R"(:\d+:\d+: error: section 'llm': pp = 3: .+)")), r.err);
 }
 
+// A pixel-shuffled vit and synthetic video frames train for real: tiny_mllm
+// with pixel_shuffle 0.5 (16 px images of 4 px patches: 4 tokens of 4·64)
+// and a video_text share of 2–4 frames.
+BOOST_AUTO_TEST_CASE(pixel_shuffle_and_video_frames_train) {
+  std::ifstream in("models/tiny_mllm.sect");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<std::pair<std::string, std::string>> edits = {
+      {"patch: 4, image: 16);", "patch: 4, image: 16, pixel_shuffle: 0.5);"},
+      {"section vision_proj {\n  model = mlp(in: 64,", "section vision_proj {\n  model = mlp(in: 256,"},
+      {"mix { image_text = 0.5;", "mix { video_text = 0.1; image_text = 0.4;"},
+      {"  images       = 1;", "  images       = 1;\n  video_frames = uniform(min: 2, max: 4);"}};
+  for (const auto& [from, to] : edits) {
+    BOOST_TEST_REQUIRE(text.find(from) != std::string::npos, from);
+    text.replace(text.find(from), from.size(), to);
+  }
+  const std::string path = write_temp("maestro_e2e_shuffle.sect", text);
+  const ProcessResult check = maestro_run({path, "--print", "graph"});
+  BOOST_TEST(check.out.find("shuffle 1/2 -> 4 tokens x 256") != std::string::npos, check.out);
+  const ProcessResult r = maestro_run({path, "--steps", "2"});
+  BOOST_TEST(r.status == 0, r.err);
+  BOOST_TEST(r.out.find("trained 2 steps") != std::string::npos, r.out);
+}
+
 BOOST_AUTO_TEST_CASE(good_config_file) {
   const ProcessResult r = maestro_run({"models/tiny_mllm.sect", "--config", "configs/default.toml", "--check"});
   BOOST_TEST(r.status == 0, r.err);
