@@ -36,7 +36,10 @@ std::string model_summary(const ModelSpec& model) {
                        t->causal ? "" : " bidirectional");
   }
   if (auto* v = std::get_if<VitSpec>(&model.spec))
-    return fmt::format("vit L{} h{} heads{} ffn{} p{}/{}", v->layers, v->hidden, v->heads, v->ffn, v->patch, v->image);
+    return fmt::format("vit L{} h{} heads{} ffn{} p{}/{}{}", v->layers, v->hidden, v->heads, v->ffn, v->patch, v->image,
+                       v->merge > 1 ? fmt::format(" shuffle 1/{} -> {} tokens x {}", v->merge, v->tokens_per_image(),
+                                                  v->output_width())
+                                    : "");
   if (auto* a = std::get_if<AudioEncoderSpec>(&model.spec))
     return fmt::format("audio_encoder L{} h{} heads{} ffn{} mel{}", a->layers, a->hidden, a->heads, a->ffn,
                        a->mel_bins);

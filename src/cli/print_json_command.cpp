@@ -23,7 +23,9 @@ json to_json(const ModelSpec& model) {
                   {"rope_theta", t->rope_theta}, {"norm_eps", t->norm_eps}});
   } else if (auto* v = std::get_if<VitSpec>(&model.spec)) {
     j.update(json{{"layers", v->layers}, {"hidden", v->hidden}, {"heads", v->heads}, {"ffn", v->ffn},
-                  {"patch", v->patch}, {"image", v->image}, {"channels", v->channels}, {"norm_eps", v->norm_eps}});
+                  {"patch", v->patch}, {"image", v->image}, {"channels", v->channels}, {"norm_eps", v->norm_eps},
+                  {"pixel_shuffle", 1.0 / double(v->merge)}, {"tokens_per_image", v->tokens_per_image()},
+                  {"output_width", v->output_width()}});
   } else if (auto* a = std::get_if<AudioEncoderSpec>(&model.spec)) {
     j.update(json{{"layers", a->layers}, {"hidden", a->hidden}, {"heads", a->heads}, {"ffn", a->ffn},
                   {"mel_bins", a->mel_bins}, {"frames_per_token", a->frames_per_token},
@@ -86,6 +88,7 @@ json to_json(const DataSpec& d) {
   j["text_tokens"] = d.text_tokens ? to_json(*d.text_tokens) : json(nullptr);
   j["images"] = d.images ? to_json(*d.images) : json(nullptr);
   j["audio_frames"] = d.audio_frames ? to_json(*d.audio_frames) : json(nullptr);
+  j["video_frames"] = d.video_frames ? to_json(*d.video_frames) : json(nullptr);
   j["loc"] = to_json(d.loc);
   return j;
 }

@@ -15,7 +15,7 @@ uint64_t splitmix64(uint64_t x) {
 }
 
 // Fields of a sample, each with its own stream.
-enum Field : uint64_t { kMix = 1, kText1, kText2, kImage1, kImage2, kAudio1, kAudio2 };
+enum Field : uint64_t { kMix = 1, kText1, kText2, kImage1, kImage2, kAudio1, kAudio2, kVideo1, kVideo2 };
 
 }  // namespace
 
@@ -65,6 +65,8 @@ Sampler::Sampler(const DataSpec& data, int64_t global_batch) : data_(data), glob
       throw std::invalid_argument("data: mix entry '" + e.name + "' has images but no `images` distribution");
     if (e.modalities.has(Modality::Audio) && !data_.audio_frames)
       throw std::invalid_argument("data: mix entry '" + e.name + "' has audio but no `audio_frames` distribution");
+    if (e.modalities.has(Modality::Video) && !data_.video_frames)
+      throw std::invalid_argument("data: mix entry '" + e.name + "' has video but no `video_frames` distribution");
   }
   if (!(total_weight_ > 0)) throw std::invalid_argument("data: the mix weights sum to zero");
   if (!data_.text_tokens) {
@@ -92,6 +94,10 @@ Sample Sampler::sample(int64_t id) const {
   }
   if (s.modalities.has(Modality::Image))
     s.images = int32_t(std::max(1.0, draw(*data_.images, uniform01(seed, id, kImage1), uniform01(seed, id, kImage2))));
+  if (s.modalities.has(Modality::Video)) {  // frames are images to the vision section (manifest.cpp alike)
+    s.modalities.add(Modality::Image);
+    s.images += int32_t(std::max(1.0, draw(*data_.video_frames, uniform01(seed, id, kVideo1), uniform01(seed, id, kVideo2))));
+  }
   if (s.modalities.has(Modality::Audio))
     s.audio_frames =
         int32_t(std::max(1.0, draw(*data_.audio_frames, uniform01(seed, id, kAudio1), uniform01(seed, id, kAudio2))));

@@ -5,6 +5,8 @@
 #include "dsl/checker.h"
 #include "dsl/limits.h"
 
+#include <cmath>
+
 namespace maestro::sect {
 
 namespace {
@@ -32,7 +34,8 @@ const std::map<std::string, std::vector<Param>>& builtin_params() {
         {"rope_theta", T::Real, false}, {"norm_eps", T::Real, false}}},
       {"vit",
        {{"layers", T::Int, true}, {"hidden", T::Int, true}, {"heads", T::Int, true}, {"ffn", T::Int, true},
-        {"patch", T::Int, true}, {"image", T::Int, true}, {"channels", T::Int, false}, {"norm_eps", T::Real, false}}},
+        {"patch", T::Int, true}, {"image", T::Int, true}, {"channels", T::Int, false}, {"norm_eps", T::Real, false},
+        {"pixel_shuffle", T::Real, false}}},
       {"audio_encoder",
        {{"layers", T::Int, true}, {"hidden", T::Int, true}, {"heads", T::Int, true}, {"ffn", T::Int, true},
         {"mel_bins", T::Int, false}, {"frames_per_token", T::Int, false}, {"max_frames", T::Int, false},
@@ -146,6 +149,26 @@ std::optional<ModelSpec> Checker::model_expr(const Expr& e) {
     real_arg("norm_eps", v.norm_eps);
     divides("heads", v.heads, "hidden", v.hidden, false);
     divides("patch", v.patch, "image", v.image, false);
+    if (const Expr* r = a->get("pixel_shuffle")) {
+      // 1/merge for a whole merge that divides the patch grid (InternVL: 0.5).
+      auto ratio = positive_real(*r, "'pixel_shuffle'");
+      ok &= ratio.has_value();
+      if (ratio) {
+        const double merge = std::round(1.0 / *ratio);
+        if (*ratio > 1.0 || merge > double(limits::kImage) || std::abs(merge * *ratio - 1.0) > 1e-9) {
+          error(r->span, fmt::format("'pixel_shuffle' must be 1/k for a whole k ≥ 1 (0.5 merges 2×2 patches "
+                                     "into one token), not {}", show(*ratio)));
+          ok = false;
+        } else if (ok && v.grid() % int64_t(merge) != 0) {
+          error(r->span, fmt::format("'pixel_shuffle' {} merges {}×{} patches, which must divide the {}×{} patch "
+                                     "grid (image {} / patch {})", show(*ratio), int64_t(merge), int64_t(merge), v.grid(),
+                                     v.grid(), v.image, v.patch));
+          ok = false;
+        } else {
+          v.merge = int64_t(merge);
+        }
+      }
+    }
     spec.spec = v;
   } else if (e.text == "audio_encoder") {
     AudioEncoderSpec m;

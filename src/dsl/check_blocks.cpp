@@ -314,9 +314,14 @@ void Checker::check_edge(const std::string& a, const std::string& b, FlowKind ki
   const Section* to = program_.find_section(b);
   if (!from || !to || !info(a).model_ok || !info(b).model_ok) return;
   if (kind == FlowKind::Activations) {
-    if (from->model.output_width() != to->model.input_width())
-      error(edge, fmt::format("flow {} -> {}: '{}' emits width {} but '{}' takes width {}", a, b, a,
-                              from->model.output_width(), b, to->model.input_width()));
+    if (from->model.output_width() != to->model.input_width()) {
+      const auto* v = std::get_if<VitSpec>(&from->model.spec);
+      const std::string why = v && v->merge > 1 ? fmt::format(" ({} × {}×{} pixel-shuffled patches)", v->hidden,
+                                                              v->merge, v->merge)
+                                                : "";
+      error(edge, fmt::format("flow {} -> {}: '{}' emits width {}{} but '{}' takes width {}", a, b, a,
+                              from->model.output_width(), why, b, to->model.input_width()));
+    }
     return;
   }
   for (const Section* end : {from, to})
@@ -477,7 +482,7 @@ void Checker::read_mix(const Block& b, Span key_span) {
 }
 
 void Checker::read_data(const Stmt& s) {
-  auto keys = entries(*s.block, {"source", "text_tokens", "images", "audio_frames", "on_bad_sample"}, {"mix"},
+  auto keys = entries(*s.block, {"source", "text_tokens", "images", "audio_frames", "video_frames", "on_bad_sample"}, {"mix"},
                       "in the data block");
   DataSpec& d = program_.data;
   d.loc = SourceLoc{files_[s.span.file].display, s.span.line, s.span.col};
@@ -507,6 +512,15 @@ void Checker::read_data(const Stmt& s) {
     error(s.span, "the data block has no 'text_tokens' (a synthetic source draws lengths from it)");
   if (auto it = keys.find("images"); it != keys.end()) d.images = distribution(*it->second->value, "'images'", limits::kSampleImages);
   if (auto it = keys.find("audio_frames"); it != keys.end()) d.audio_frames = distribution(*it->second->value, "'audio_frames'", limits::kSampleTokens);
+  if (auto it = keys.find("video_frames"); it != keys.end())
+    d.video_frames = distribution(*it->second->value, "'video_frames'", limits::kSampleImages);
+  else if (synthetic && mix_ok_)
+    for (const MixEntry& m : d.mix)
+      if (m.modalities.has(Modality::Video) && keys.missing("video_frames")) {
+        error(s.span, fmt::format("mix entry '{}' has video, but the data block has no 'video_frames' (frames per "
+                                  "sample, e.g. uniform(min: 8, max: 64))", m.name));
+        break;
+      }
   if (auto it = keys.find("on_bad_sample"); it != keys.end())
     if (auto v = string(*it->second->value, "'on_bad_sample'")) {
       if (*v != "error" && *v != "skip")

@@ -57,12 +57,19 @@ struct TransformerSpec {
   double norm_eps = 1e-5;
 };
 
-// vit(layers, hidden, heads, ffn, patch, image, channels = 3, norm_eps = 1e-5): CLIP vision.
+// vit(layers, hidden, heads, ffn, patch, image, channels = 3, norm_eps = 1e-5,
+//     pixel_shuffle = 1): CLIP vision. pixel_shuffle: 1/merge (InternVL's
+// downsample_ratio): each merge×merge block of patches leaves as one token
+// of merge²·hidden channels (docs/language.md, "pixel_shuffle").
 struct VitSpec {
   int64_t layers = 0, hidden = 0, heads = 0, ffn = 0, patch = 0, image = 0;
   int64_t channels = 3;
   double norm_eps = 1e-5;
-  int64_t patches_per_image() const { return (image / patch) * (image / patch); }
+  int64_t merge = 1;  // pixel_shuffle = 1/merge; merge divides image/patch
+  int64_t grid() const { return image / patch; }                        // patches per side
+  int64_t patches_per_image() const { return grid() * grid(); }         // positions - 1 inside the encoder
+  int64_t tokens_per_image() const { return patches_per_image() / (merge * merge); }  // what it emits
+  int64_t output_width() const { return hidden * merge * merge; }
 };
 
 // audio_encoder(layers, hidden, heads, ffn, mel_bins = 80, frames_per_token = 2,
@@ -98,10 +105,11 @@ struct ModelSpec {
     if (auto* m = std::get_if<MlpSpec>(&spec)) return m->in;
     return hidden();
   }
-  // Width of what it emits on an activations flow (mlp: out; encoders and
-  // transformer: hidden).
+  // Width of what it emits on an activations flow (mlp: out; vit:
+  // merge²·hidden; audio encoder and transformer: hidden).
   int64_t output_width() const {
     if (auto* m = std::get_if<MlpSpec>(&spec)) return m->out;
+    if (auto* v = std::get_if<VitSpec>(&spec)) return v->output_width();
     return hidden();
   }
 
@@ -204,6 +212,10 @@ struct DataSpec {
   std::string manifest;   // files: absolute path
   std::vector<MixEntry> mix;
   std::optional<Distribution> text_tokens, images, audio_frames;
+  // Frames of a sample with video (synthetic). Frames are images to the
+  // vision section, as with a manifest's "video" list: such a sample also
+  // has the image modality and its images count the frames too.
+  std::optional<Distribution> video_frames;
   bool skip_bad_samples = false;  // files: on_bad_sample = "skip" (default "error")
   SourceLoc loc;
 };

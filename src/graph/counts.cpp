@@ -10,9 +10,10 @@ namespace {
 
 int64_t precision_bytes(Precision p) { return p == Precision::BF16 ? 2 : 4; }
 
-// Images in a vit sequence of `tokens` emitted embeddings (rounded up).
+// Images in a vit sequence of `tokens` emitted embeddings (rounded up; a
+// pixel-shuffled vit emits tokens_per_image = patches / merge² per image).
 int64_t vit_images(const VitSpec& v, int64_t tokens) {
-  const int64_t n = v.patches_per_image();
+  const int64_t n = v.tokens_per_image();
   return (tokens + n - 1) / n;
 }
 
@@ -64,8 +65,11 @@ ActivationElements activation_elements(const ModelSpec& model) {
   }
   if (auto* v = std::get_if<VitSpec>(&model.spec)) {
     const int64_t h = v->hidden;
-    // ln1 in/out, q, k, v, attention out, ln2 in/out, fc1 out, gelu out
-    return {8 * h + 2 * v->ffn, v->channels * v->patch * v->patch + 2 * h, v->layers, v->heads, h};
+    // ln1 in/out, q, k, v, attention out, ln2 in/out, fc1 out, gelu out;
+    // outside: patch pixels, pre/post LayerNorm inputs (+ the pixel-shuffled
+    // copy of the output, h per position, when merge > 1)
+    const int64_t shuffled = v->merge > 1 ? h : 0;
+    return {8 * h + 2 * v->ffn, v->channels * v->patch * v->patch + 2 * h + shuffled, v->layers, v->heads, h};
   }
   if (auto* a = std::get_if<AudioEncoderSpec>(&model.spec)) {
     const int64_t h = a->hidden;

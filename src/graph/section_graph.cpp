@@ -25,7 +25,7 @@ int64_t SectionGraph::tokens(int node, const SampleSizes& sample) const {
   const Section& s = section(node);
   const auto consumes = [&](Modality m) { return std::find(s.consumes.begin(), s.consumes.end(), m) != s.consumes.end(); };
   if (auto* v = std::get_if<VitSpec>(&s.model.spec))
-    return sample.modalities.has(Modality::Image) ? sample.images * v->patches_per_image() : 0;
+    return sample.modalities.has(Modality::Image) ? sample.images * v->tokens_per_image() : 0;
   if (auto* a = std::get_if<AudioEncoderSpec>(&s.model.spec))
     return sample.modalities.has(Modality::Audio) ? sample.audio_frames / a->frames_per_token : 0;
   int64_t spliced = 0;

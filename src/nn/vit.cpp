@@ -5,6 +5,10 @@
 // post_layernorm on the patch rows, which are the output (class rows dropped).
 // As a pipeline stage: the embeddings and pre_layrnorm on the first stage,
 // post_layernorm on the last, its own layers on each.
+// With pixel_shuffle = 1/k (merge k > 1) the last stage then merges each k×k
+// block of patches into one token of k²·C channels, InternVL's pixel_shuffle:
+// token (i', j') of the (G/k)² grid is the patches (i'k + di, j'k + dj)
+// concatenated in (di, dj) row-major order.
 #include <fmt/format.h>
 
 #include "nn/encoder_weights.h"
@@ -12,6 +16,23 @@
 namespace maestro {
 
 namespace {
+
+// out [I, (G/k)², k²·C] <- in [I, G², C] (pixel shuffle), or the inverse
+// when `unshuffle`: in <- out. A permutation of C-float blocks.
+void pixel_shuffle(Backend& b, float* shuffled, float* patches, int64_t I, int64_t G, int64_t C, int64_t k,
+                   bool unshuffle) {
+  const int64_t g = G / k;
+  for (int64_t img = 0; img < I; ++img)
+    for (int64_t i = 0; i < g; ++i)
+      for (int64_t j = 0; j < g; ++j)
+        for (int64_t di = 0; di < k; ++di)
+          for (int64_t dj = 0; dj < k; ++dj) {
+            float* tok = shuffled + ((img * g + i) * g + j) * k * k * C + (di * k + dj) * C;
+            float* patch = patches + (img * G * G + (i * k + di) * G + (j * k + dj)) * C;
+            if (unshuffle) b.copy(patch, tok, C);
+            else b.copy(tok, patch, C);
+          }
+}
 
 class Vit final : public ModelImpl {
  public:
@@ -53,6 +74,7 @@ class Vit final : public ModelImpl {
     float* last = nullptr;               // [I*P, C] the stack's output, patch rows   last stage
     float *post_mean = nullptr, *post_rstd = nullptr;  // [I*P]
     float* out = nullptr;                // [I*P, C]
+    float* shuffled = nullptr;           // [I*P/k², k²·C] when merge k > 1
   };
 
   ForwardOutput forward(std::shared_ptr<ForwardContext> ctxp, const std::vector<SampleInput>& samples,
@@ -116,9 +138,16 @@ class Vit final : public ModelImpl {
       a.post_mean = ctx.take(I * P);
       a.post_rstd = ctx.take(I * P);
       b_.layernorm_forward(a.out, a.post_mean, a.post_rstd, a.last, post_w_.w, post_b_.w, I * P, C, stack_.dims.eps);
+      const int64_t k = spec_.merge, T_out = spec_.tokens_per_image(), W = spec_.output_width();
+      const float* emitted = a.out;
+      if (k > 1) {
+        a.shuffled = ctx.take(I * P * C);
+        pixel_shuffle(b_, a.shuffled, a.out, I, spec_.grid(), C, k, false);
+        emitted = a.shuffled;
+      }
       int64_t first = 0;
       for (int64_t n : g.sample_images) {
-        out.outputs.push_back({a.out + first * P * C, n * P, C});
+        out.outputs.push_back({emitted + first * T_out * W, n * T_out, W});
         first += n;
       }
     } else {
@@ -141,17 +170,25 @@ class Vit final : public ModelImpl {
     const int64_t K = spec_.channels * spec_.patch * spec_.patch;
     float* dhL = ctx.take_zeroed(N * C);  // class rows get no gradient from the output
     if (part_.last) {
-      float* dout = ctx.take_zeroed(I * P * C);
+      // The gradient of the emitted tokens [rows, W]; with merge k > 1 it is
+      // un-shuffled back onto the patch rows.
+      const int64_t k = spec_.merge, T_out = spec_.tokens_per_image(), W = spec_.output_width();
+      float* demitted = ctx.take_zeroed(I * P * C);
       int64_t first = 0;
       for (size_t i = 0; i < g.sample_images.size(); ++i) {
-        const int64_t rows = g.sample_images[i] * P;
+        const int64_t rows = g.sample_images[i] * T_out;
         if (i < output_grads.size() && !output_grads[i].empty()) {
-          if (int64_t(output_grads[i].size()) != rows * C)
+          if (int64_t(output_grads[i].size()) != rows * W)
             input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
-                                              output_grads[i].size(), rows, C));
-          b_.copy_from_host(dout + first * C, output_grads[i].data(), (rows * C) * sizeof(float));
+                                              output_grads[i].size(), rows, W));
+          b_.copy_from_host(demitted + first * W, output_grads[i].data(), (rows * W) * sizeof(float));
         }
         first += rows;
+      }
+      float* dout = demitted;
+      if (k > 1) {
+        dout = ctx.take(I * P * C);
+        pixel_shuffle(b_, demitted, dout, I, spec_.grid(), C, k, true);
       }
       float* dlast = ctx.take_zeroed(I * P * C);
       b_.layernorm_backward(dlast, post_w_.g, post_b_.g, dout, a.last, post_w_.w, a.post_mean, a.post_rstd, I * P, C);

@@ -28,6 +28,13 @@ Shape shape_of(const ModelSpec& m) {
 
 int64_t total(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t(0)); }
 
+// Rows inside the layers per emitted token: a pixel-shuffled vit runs
+// merge² patches for each token it emits (dsl/program.h VitSpec), others 1.
+int64_t rows_per_token(const ModelSpec& m) {
+  if (const auto* v = std::get_if<VitSpec>(&m.spec)) return v->merge * v->merge;
+  return 1;
+}
+
 }  // namespace
 
 double ring_all_reduce_s(double bytes, int64_t n, double bytes_per_s) {
@@ -61,8 +68,9 @@ std::vector<int64_t> RooflineCost::seq_lens(int s, const std::vector<const Sampl
 }
 
 double RooflineCost::efficiency(int s, int64_t tokens, int64_t tp) const {
-  const Shape sh = shape_of(graph_.section(s).model);
-  return cluster_.device.gemm.at(double(tokens) * double(sh.width) / double(tp));
+  const ModelSpec& model = graph_.section(s).model;
+  const Shape sh = shape_of(model);
+  return cluster_.device.gemm.at(double(tokens * rows_per_token(model)) * double(sh.width) / double(tp));
 }
 
 double RooflineCost::stage_forward_s(int s, const std::vector<int64_t>& lens, const SectionPlan& p) const {
@@ -74,7 +82,7 @@ double RooflineCost::stage_forward_s(int s, const std::vector<int64_t>& lens, co
   const double compute = flops / (peak_flops() * efficiency(s, tokens, p.tp));
   // Two all-reduces of the [tokens, width] activations per layer of the stage.
   const double layers = std::max(1.0, double(sh.layers) / double(p.pp));
-  const double bytes = double(tokens * sh.width * element_bytes());
+  const double bytes = double(tokens * rows_per_token(model) * sh.width * element_bytes());
   const double tp_link = cluster_.link_bytes_per_s(0, p.tp);
   return compute + 2.0 * layers * ring_all_reduce_s(bytes, p.tp, tp_link);
 }
@@ -95,7 +103,7 @@ int64_t RooflineCost::tp_all_reduce_bytes(int s, const std::vector<const Sample*
     for (const LossTerm& term : section.loss) forward += (term.kind == LossKind::CrossEntropy ? 2 : 3) * text;
     backward = 2 * t->layers * tokens * t->hidden * (section.recompute ? 2 : 1) + text * t->hidden;
   } else if (const auto* v = std::get_if<VitSpec>(&section.model.spec)) {
-    const int64_t rows = tokens + tokens / v->patches_per_image();  // + a class token per image
+    const int64_t rows = tokens * v->merge * v->merge + tokens / v->tokens_per_image();  // patches + a class token per image
     forward = 2 * v->layers * rows * v->hidden;
     backward = forward * (section.recompute ? 2 : 1);
   } else if (const auto* a = std::get_if<AudioEncoderSpec>(&section.model.spec)) {
@@ -112,10 +120,11 @@ int64_t RooflineCost::tp_all_reduce_bytes(int s, const std::vector<const Sample*
 
 double RooflineCost::stage_send_s(int s, int64_t tokens, const SectionPlan& p) const {
   if (p.pp <= 1) return 0.0;
-  const Shape sh = shape_of(graph_.section(s).model);
+  const ModelSpec& model = graph_.section(s).model;
+  const Shape sh = shape_of(model);
   // Stage boundaries cross nodes when one replica spans more than a node.
   const double link = cluster_.link_bytes_per_s(0, p.tp * p.pp);
-  return double(tokens * sh.width * element_bytes()) / double(p.tp) / link;
+  return double(tokens * rows_per_token(model) * sh.width * element_bytes()) / double(p.tp) / link;
 }
 
 double RooflineCost::forward_s(int s, const std::vector<const Sample*>& samples, const SectionPlan& p) const {

@@ -155,6 +155,45 @@ BOOST_AUTO_TEST_CASE(draw_covers_each_kind) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(video_frames_are_images_to_the_vision_section) {
+  // video_text 0.75 (8–64 frames), text 0.25; no images distribution needed
+  DataSpec d;
+  d.seed = 3;
+  d.mix = {entry("video_text", {Modality::Video, Modality::Text}, 0.75), entry("text", {Modality::Text}, 0.25)};
+  d.text_tokens = lognormal(48, 0.6, 256);
+  d.video_frames = uniform(8, 64);
+  const Sampler s(d, 64);
+  int videos = 0, lo = 1000, hi = 0;
+  for (int64_t id = 0; id < 2000; ++id) {
+    const Sample x = s.sample(id);
+    if (!x.modalities.has(Modality::Video)) {
+      BOOST_TEST(x.images == 0);
+      BOOST_TEST(!x.modalities.has(Modality::Image));
+      continue;
+    }
+    ++videos;
+    BOOST_TEST(x.modalities.has(Modality::Image));  // frames are images, as a manifest's "video" list
+    BOOST_TEST(x.images >= 8);
+    BOOST_TEST(x.images <= 64);
+    lo = std::min(lo, x.images), hi = std::max(hi, x.images);
+  }
+  BOOST_TEST(std::abs(videos / 2000.0 - 0.75) < 0.05);
+  BOOST_TEST(lo <= 10);  // the whole range is drawn
+  BOOST_TEST(hi >= 62);
+  // with an image as well: the frames add to the images
+  d.mix = {entry("image_video_text", {Modality::Image, Modality::Video, Modality::Text}, 1.0)};
+  Distribution two;
+  two.value = 2;
+  d.images = two;
+  for (int64_t id = 0; id < 200; ++id) {
+    const int images = Sampler(d, 4).sample(id).images;
+    BOOST_TEST(images >= 2 + 8);
+    BOOST_TEST(images <= 2 + 64);
+  }
+  d.video_frames.reset();
+  BOOST_CHECK_THROW(Sampler(d, 64), std::invalid_argument);
+}
+
 BOOST_AUTO_TEST_CASE(bad_data_blocks_are_refused) {
   DataSpec no_images = mllm_data(1);
   no_images.images.reset();

@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -176,6 +177,29 @@ BOOST_AUTO_TEST_CASE(located_runtime_errors_use_the_one_format) {
   BOOST_TEST(std::regex_match(rest, std::regex(R"(:\d+:\d+: error: section 'llm': pp = 3: .+)")), r.err);
 }
 
+// A pixel-shuffled vit and synthetic video frames train for real: tiny_mllm
+// with pixel_shuffle 0.5 (16 px images of 4 px patches: 4 tokens of 4·64)
+// and a video_text share of 2–4 frames.
+BOOST_AUTO_TEST_CASE(pixel_shuffle_and_video_frames_train) {
+  std::ifstream in("models/tiny_mllm.sect");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<std::pair<std::string, std::string>> edits = {
+      {"patch: 4, image: 16);", "patch: 4, image: 16, pixel_shuffle: 0.5);"},
+      {"section vision_proj {\n  model = mlp(in: 64,", "section vision_proj {\n  model = mlp(in: 256,"},
+      {"mix { image_text = 0.5;", "mix { video_text = 0.1; image_text = 0.4;"},
+      {"  images       = 1;", "  images       = 1;\n  video_frames = uniform(min: 2, max: 4);"}};
+  for (const auto& [from, to] : edits) {
+    BOOST_TEST_REQUIRE(text.find(from) != std::string::npos, from);
+    text.replace(text.find(from), from.size(), to);
+  }
+  const std::string path = write_temp("maestro_e2e_shuffle.sect", text);
+  const ProcessResult check = maestro_run({path, "--print", "graph"});
+  BOOST_TEST(check.out.find("shuffle 1/2 -> 4 tokens x 256") != std::string::npos, check.out);
+  const ProcessResult r = maestro_run({path, "--steps", "2"});
+  BOOST_TEST(r.status == 0, r.err);
+  BOOST_TEST(r.out.find("trained 2 steps") != std::string::npos, r.out);
+}
+
 BOOST_AUTO_TEST_CASE(good_config_file) {
   const ProcessResult r = maestro_run({"models/tiny_mllm.sect", "--config", "configs/default.toml", "--check"});
   BOOST_TEST(r.status == 0, r.err);
@@ -224,6 +248,23 @@ BOOST_AUTO_TEST_CASE(check_json_values) {
   j = nlohmann::json::parse(last_line(r.out));
   BOOST_TEST(j["params"]["teacher"] == 70'553'706'496LL);  // Llama-3-70B
   BOOST_TEST(j["params"]["student"] == 8'030'261'248LL);   // Llama-3-8B
+  // InternVL-Chat-V1.5 (26B), published 25.5 B: docs/graph.md
+  r = maestro_run({"models/internvl_26b.sect", "--check", "--json"});
+  j = nlohmann::json::parse(last_line(r.out));
+  BOOST_TEST(j["params"]["vision"] == 5'536'649'600LL);   // InternViT-6B-448px-V1.5, published 5,540 M
+  BOOST_TEST(j["params"]["llm"] == 19'861'149'696LL);     // InternLM2-20B
+  BOOST_TEST(std::abs(j["total_params"].get<double>() - 25.5e9) / 25.5e9 <= 0.002);
+  // the pixel shuffle shows in --print graph and --print json
+  r = maestro_run({"models/internvl_26b.sect", "--print", "graph"});
+  BOOST_TEST(r.out.find("shuffle 1/2 -> 256 tokens x 12800") != std::string::npos, r.out);
+  r = maestro_run({"models/internvl_26b.sect", "--print", "json"});
+  j = nlohmann::json::parse(r.out);
+  BOOST_TEST(j["sections"][0]["model"]["pixel_shuffle"] == 0.5);
+  BOOST_TEST(j["sections"][0]["model"]["tokens_per_image"] == 256);
+  r = maestro_run({"models/video_7b.sect", "--print", "json"});
+  j = nlohmann::json::parse(r.out);
+  BOOST_TEST(j["data"]["video_frames"]["min"] == 8);
+  BOOST_TEST(j["data"]["video_frames"]["max"] == 64);
 }
 
 BOOST_AUTO_TEST_CASE(print_graph_on_every_model) {

@@ -115,6 +115,26 @@ BOOST_AUTO_TEST_CASE(tiny_vit_by_hand) {
   BOOST_TEST(forward_flops(m, 8) == 2 * 2064.0);  // two images
 }
 
+BOOST_AUTO_TEST_CASE(pixel_shuffled_vit_by_hand) {
+  // image 8, patch 2: a 4×4 grid, 17 positions; pixel_shuffle 0.5 emits
+  // (4/2)² = 4 tokens of 4·4 = 16 channels per image, the same FLOPs as the
+  // unshuffled encoder on the same images (a permutation costs none):
+  // patch embedding 2·12·4·16 = 1536; layer 2·(4·16 + 2·32)·17 = 4352;
+  // attention 4·17²·4 = 4624.
+  ModelSpec m = vit(1, 4, 2, 8, 2, 8);
+  const ModelSpec plain = m;
+  std::get<VitSpec>(m.spec).merge = 2;
+  BOOST_TEST(std::get<VitSpec>(m.spec).tokens_per_image() == 4);
+  BOOST_TEST(m.output_width() == 16);
+  BOOST_TEST(forward_flops(m, 4) == 1536.0 + 4352.0 + 4624.0);
+  BOOST_TEST(forward_flops(m, 8) == forward_flops(plain, 32));  // two images
+  BOOST_TEST(parameter_count(m) == parameter_count(plain));
+  // activations per position: one more h (the shuffled copy), 17 positions per image
+  const int64_t extra = activation_bytes(m, {4}, Precision::FP32, ActivationKind::Train) -
+                        activation_bytes(plain, {16}, Precision::FP32, ActivationKind::Train);
+  BOOST_TEST(extra == 17 * 4 * 4);
+}
+
 BOOST_AUTO_TEST_CASE(linear_flops_are_twice_the_matmul_parameters) {
   // Llama-2-7B, one token: 2 × (params − embedding − norms), plus 2·h per layer of attention.
   const ModelSpec m = transformer(32, 4096, 32, 32, 11008, 32000);

@@ -72,6 +72,35 @@ BOOST_AUTO_TEST_CASE(vit_output_drops_class_tokens) {
   BOOST_CHECK_THROW(m.forward(in), std::invalid_argument);
 }
 
+// pixel_shuffle: 0.5 on 16 px images of 4 px patches: a 4×4 grid leaves as
+// 2×2 tokens of 4·24 channels, checked against InternVL's pixel_shuffle.
+ModelSpec shuffled_vit() {
+  ModelSpec m = small_vit();
+  auto& v = std::get<VitSpec>(m.spec);
+  v.image = 16;
+  v.merge = 2;
+  return m;
+}
+
+BOOST_AUTO_TEST_CASE(vit_pixel_shuffle_matches_torch, *kOracle) {
+  for (bool recompute : {false, true}) {
+    SectionModel m(make_section("vision", shuffled_vit(), Mode::Train, recompute), cpu(), 1);
+    randomize(m, 12);
+    const int64_t image = 3 * 16 * 16;
+    check_against_torch(m, {random_floats(2 * image, 3), random_floats(image, 4)}, "vit_shuffle");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(vit_pixel_shuffle_output_shape) {
+  SectionModel m(make_section("vision", shuffled_vit()), cpu(), 1);
+  std::vector<float> px = random_floats(2 * 3 * 16 * 16, 1);
+  std::vector<SampleInput> in(1);
+  in[0].values = span_of(px);
+  ForwardOutput fw = m.forward(in);
+  BOOST_CHECK_EQUAL(fw.outputs[0].rows, 2 * 4);  // two images of (16/4/2)² tokens
+  BOOST_CHECK_EQUAL(fw.outputs[0].cols, 4 * 24);
+}
+
 BOOST_AUTO_TEST_CASE(audio_encoder_matches_torch, *kOracle) {
   for (bool recompute : {false, true}) {
     SectionModel m(make_section("audio", small_audio(), Mode::Train, recompute), cpu(), 1);

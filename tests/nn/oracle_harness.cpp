@@ -112,7 +112,7 @@ nlohmann::json spec_json(const ModelSpec& m) {
          {"rope_theta", t->rope_theta}, {"norm_eps", t->norm_eps}};
   else if (auto* v = std::get_if<VitSpec>(&m.spec))
     j = {{"layers", v->layers}, {"hidden", v->hidden}, {"heads", v->heads}, {"ffn", v->ffn}, {"patch", v->patch},
-         {"image", v->image}, {"channels", v->channels}, {"norm_eps", v->norm_eps}};
+         {"image", v->image}, {"channels", v->channels}, {"norm_eps", v->norm_eps}, {"merge", v->merge}};
   else if (auto* a = std::get_if<AudioEncoderSpec>(&m.spec))
     j = {{"layers", a->layers}, {"hidden", a->hidden}, {"heads", a->heads}, {"ffn", a->ffn},
          {"mel_bins", a->mel_bins}, {"frames_per_token", a->frames_per_token}, {"max_frames", a->max_frames},

@@ -134,7 +134,20 @@ def vit(w, c, pixels):
             h = encoder_layer(h, w, f"vision_model.encoder.layers.{i}.", c["heads"], c["norm_eps"], CLIP)
         outs.append(h[1:])
     y = torch.cat(outs, dim=0)
-    return layer_norm(y, w["vision_model.post_layernorm.weight"], w["vision_model.post_layernorm.bias"], c["norm_eps"])
+    y = layer_norm(y, w["vision_model.post_layernorm.weight"], w["vision_model.post_layernorm.bias"], c["norm_eps"])
+    if c.get("merge", 1) > 1:
+        G = S // p
+        y = pixel_shuffle(y.reshape(I, G, G, -1), 1.0 / c["merge"]).reshape(-1, y.shape[-1] * c["merge"] ** 2)
+    return y
+
+
+def pixel_shuffle(x, scale_factor):
+    """InternVL's pixel_shuffle (ps_version 'v2'), as in modeling_internvl_chat.py."""
+    n, w, h, c = x.size()
+    x = x.view(n, w, int(h * scale_factor), int(c / scale_factor))
+    x = x.permute(0, 2, 1, 3).contiguous()
+    x = x.view(n, int(h * scale_factor), int(w * scale_factor), int(c / (scale_factor * scale_factor)))
+    return x.permute(0, 2, 1, 3).contiguous()
 
 
 def sinusoids(length, channels):  # Whisper's

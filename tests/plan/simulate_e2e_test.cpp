@@ -89,6 +89,13 @@ BOOST_AUTO_TEST_CASE(every_example_on_h100x64) {
   check_summary("models/kd_70b_to_8b.sect", "configs/h200x64.toml");
 }
 
+// Issue 18's workloads, each on 64 and on 1,024 H100s.
+BOOST_AUTO_TEST_CASE(issue18_workloads_on_64_and_1024_h100) {
+  for (const char* m : {"internvl_26b", "video_7b", "omni_whisper_7b", "kd_32b_to_1_5b", "kd_70b_to_8b"})
+    for (const char* config : {"configs/h100x64.toml", "configs/h100x1024.toml"})
+      check_summary(std::string("models/") + m + ".sect", config);
+}
+
 BOOST_AUTO_TEST_CASE(sequential_baseline_and_trace) {
   const std::string trace = (std::filesystem::temp_directory_path() / "maestro_simulate_e2e_trace.json").string();
   const Run r = run("models/tiny_mllm.sect --simulate --json --baseline sequential --steps 1 --trace " + trace);
