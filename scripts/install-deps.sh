@@ -3,7 +3,7 @@
 # with. Idempotent: installs only what is missing, and runs `apt-get update`
 # once, only when something is missing. The CUDA toolkit is not a Debian
 # package: when present in the standard prefix it is used for GPU device
-# detection only (there is no CUDA backend yet).
+# detection and to build the CUDA backend (src/gpu/cuda, needs nvcc).
 set -euo pipefail
 
 PACKAGES=(
@@ -16,7 +16,7 @@ PACKAGES=(
   libcli11-dev                     # command lines
   libfmt-dev                       # formatting
   libopenblas-dev                  # CPU sgemm
-  libibverbs-dev                   # RDMA device detection (no RDMA transport yet)
+  libibverbs-dev                   # RDMA device detection (src/rdma/devices.h); transfers go through UCX
   python3 python3-torch python3-numpy  # the test oracle (Debian's /usr/bin/python3)
   graphviz                         # tests that `dot` accepts --print dot
   clang libclang-rt-14-dev         # libFuzzer target, sanitizers

@@ -38,8 +38,10 @@ namespace {
 
 const std::vector<size_t> kSizes{size_t(4) << 10, size_t(1) << 20, size_t(64) << 20};
 
-size_t bw_iters(size_t bytes) { return std::clamp<size_t>((size_t(1) << 30) / bytes, 16, 20000); }
-size_t lat_iters(size_t bytes) { return bytes >= (size_t(64) << 20) ? 8 : bytes >= (size_t(1) << 20) ? 100 : 2000; }
+// 1 GiB per bandwidth run (at most 5000 puts), 8..500 latency samples: a round of
+// run.sh stays under a minute on this 2-core machine.
+size_t bw_iters(size_t bytes) { return std::clamp<size_t>((size_t(1) << 30) / bytes, 16, 5000); }
+size_t lat_iters(size_t bytes) { return bytes >= (size_t(64) << 20) ? 8 : bytes >= (size_t(1) << 20) ? 50 : 500; }
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();

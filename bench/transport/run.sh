@@ -1,31 +1,75 @@
 #!/usr/bin/env bash
-# Put bandwidth and latency (docs/PERFORMANCE.md, "Transfer engine"):
-# UcxTransport between two processes over each UCX transport of this host,
+# Put bandwidth and latency (docs/PERFORMANCE.md, "Transfer engine"): one
+# table of UcxTransport between two processes over each UCX transport here,
 # ucx_perftest ucp_put_bw / ucp_put_lat on the same sizes and transports,
-# memcpy and the same bytes as a CAF message. Usage: run.sh [BUILD_DIR]
+# memcpy and the same bytes as a CAF message; median and [min, max] over
+# ROUNDS rounds (interleaved, so load drifts hit all rows alike).
+#   bench/transport/run.sh [BUILD_DIR] [ROUNDS]      (defaults: build 3)
+# Prints the command, the machine (nproc, CPU model) and the load average
+# before and after. Raw lines of every round go to stderr.
 set -euo pipefail
 build=${1:-build}
+rounds=${2:-3}
 bin=$build/bench/transport/bench_transport_put
-uptime
-for tls in cma,sysv,self tcp; do
-  nice -n 5 "$bin" ucx "$tls"
-  for size in 4096 1048576 67108864; do
-    case $size in 4096) bw_n=20000 lat_n=2000 ;; 1048576) bw_n=1024 lat_n=100 ;; *) bw_n=16 lat_n=8 ;; esac
-    for test in ucp_put_bw ucp_put_lat; do
-      n=$bw_n; [ $test = ucp_put_lat ] && n=$lat_n
-      port=$((20000 + RANDOM % 20000))
-      UCX_TLS=$tls timeout 120 nice -n 5 ucx_perftest -p $port >/dev/null 2>&1 &
-      server=$!
-      sleep 0.5
-      # Final: iterations, latency 50%ile/average/overall (µs), bandwidth average/overall (MiB/s), message rates
-      UCX_TLS=$tls timeout 120 nice -n 5 ucx_perftest 127.0.0.1 -p $port -t $test -s $size -n $n 2>&1 |
-        awk -v tls="$tls" -v size=$size -v test=$test '/Final/ {
-          if (test == "ucp_put_bw") printf "ucx_perftest(%s) %s size=%s bw_GBps=%.3f iters=%s\n", tls, test, size, $7 * 1048576 / 1e9, $2;
-          else printf "ucx_perftest(%s) %s size=%s lat_us=%.1f (one way, median) iters=%s\n", tls, test, size, $3, $2 }'
-      wait $server || true
+[ -x "$bin" ] || { echo "run.sh: no $bin (cmake --build $build --target bench_transport_put)" >&2; exit 2; }
+command -v ucx_perftest >/dev/null || { echo "run.sh: no ucx_perftest (apt-get install ucx-utils)" >&2; exit 2; }
+echo "command: $0 $build $rounds   ($(date -u +%FT%TZ), git $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "machine: nproc=$(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), UCX $(ucx_info -v | sed -n "s/^# Version //p")"
+echo "load before: $(uptime)"
+raw=$(mktemp)
+trap 'rm -f "$raw"' EXIT
+
+# perftest TLS ALLOC TEST SIZE ITERS -> one line in the bench's format.
+# ALLOC (UCX_MEM_ALLOC_METHODS) "md,mmap,heap" is UCX's default: its buffers
+# come from the sysv memory domain, which shared-memory puts write into
+# directly; "heap" gives it malloc'd buffers like our pools, reachable only
+# through CMA between processes.
+perftest() {
+  local tls=$1 alloc=$2 test=$3 size=$4 n=$5 port=$((20000 + RANDOM % 20000)) server what="ucx_perftest($1)"
+  [ "$alloc" = heap ] && what="ucx_perftest($1,heap)"
+  UCX_MEM_ALLOC_METHODS=$alloc UCX_TLS=$tls timeout 60 nice -n 5 ucx_perftest -p $port >/dev/null 2>&1 &
+  server=$!
+  sleep 0.5
+  # Final: iterations, latency 50%ile/average/overall (µs), bandwidth average/overall (MiB/s), message rates
+  UCX_MEM_ALLOC_METHODS=$alloc UCX_TLS=$tls timeout 60 nice -n 5 ucx_perftest 127.0.0.1 -p $port -t $test -s $size -n $n 2>&1 |
+    awk -v tls="$what" -v size=$size -v test=$test '/Final/ {
+      if (test == "ucp_put_bw") printf "%s size=%s bw_GBps=%.3f\n", tls, size, $7 * 1048576 / 1e9;
+      else printf "%s size=%s lat_us=%.1f\n", tls, size, 2 * $3 }'  # round trip = 2 x one-way median
+  wait $server || true
+}
+
+for ((round = 1; round <= rounds; round++)); do
+  for tls in cma,sysv,self tcp; do
+    nice -n 5 "$bin" ucx "$tls"
+    for size in 4096 1048576 67108864; do
+      # perftest over tcp at 64 MiB takes minutes under load: fewer iterations.
+      case $size in 4096) bw_n=5000 lat_n=500 ;; 1048576) bw_n=1024 lat_n=50 ;; *) bw_n=8 lat_n=4 ;; esac
+      allocs="md,mmap,heap"
+      [ "$tls" = tcp ] || allocs+=" heap"
+      for alloc in $allocs; do
+        perftest "$tls" "$alloc" ucp_put_bw $size $bw_n
+        perftest "$tls" "$alloc" ucp_put_lat $size $lat_n
+      done
     done
   done
-done
-nice -n 5 "$bin" memcpy
-nice -n 5 "$bin" caf
-uptime
+  nice -n 5 "$bin" memcpy
+  nice -n 5 "$bin" caf
+done | tee /dev/stderr >"$raw"
+
+# One row per (what, size): median [min, max] of each measure over the rounds.
+awk '
+  function field(name,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] } return "" }
+  { key = $1 " " field("size"); if (!(key in seen)) { seen[key] = 1; order[++nkeys] = key }
+    v = field("bw_GBps"); if (v != "") bw[key] = bw[key] " " v
+    v = field("lat_us");  if (v != "") lat[key] = lat[key] " " v }
+  function stats(list,   a, n, i, j, t) {
+    n = split(list, a, " "); if (n == 0) return "-"
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return sprintf("%s [%s, %s]", a[int((n + 1) / 2)], a[1], a[n])
+  }
+  END {
+    printf "| %-28s | %9s | %-30s | %-30s |\n", "what", "bytes", "bandwidth GB/s: median [min, max]", "latency us (round trip): median [min, max]"
+    printf "|------------------------------|-----------|--------------------------------|--------------------------------|\n"
+    for (k = 1; k <= nkeys; k++) { split(order[k], p, " "); printf "| %-28s | %9s | %-30s | %-30s |\n", p[1], p[2], stats(bw[order[k]]), stats(lat[order[k]]) }
+  }' "$raw"
+echo "load after: $(uptime)"
