@@ -77,7 +77,7 @@ caf::behavior section_replica(caf::stateful_actor<ReplicaState>* self, std::vect
           if (d.error.empty()) {
             // The hand-off of the outputs' handles: from the worker finishing to here.
             const int64_t finished = d.begin_us + d.duration_us;
-            self->send(tracer, TraceEvent{track, fmt::format("ship {} outputs", d.outputs.size()), "transfer",
+            caf::anon_send(tracer, TraceEvent{track, fmt::format("ship {} outputs", d.outputs.size()), "transfer",
                                           finished, trace_now_us() - finished});
           }
           return d;
