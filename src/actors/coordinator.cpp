@@ -95,9 +95,16 @@ Coordinator::Coordinator(caf::actor_system& sys, const ProcessOptions& options, 
     std::string exe = std::filesystem::read_symlink("/proc/self/exe", ec).string(), flag = "--worker";
     if (ec) exe = "/proc/self/exe";
     char* argv[] = {exe.data(), flag.data(), const_cast<char*>(address.c_str()), nullptr};
+    // Its own process group: a terminal's Ctrl-C reaches the coordinator
+    // only, which checkpoints and then shuts the workers down.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
     pid_t pid = 0;
-    const int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv, environ);
+    const int rc = posix_spawn(&pid, "/proc/self/exe", &fa, &attr, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
     if (rc != 0) throw TrainFailure(1, fmt::format("cannot start worker {}: {}", p, std::strerror(rc)));
     children_.push_back(int(pid));
   }
@@ -194,9 +201,11 @@ void Coordinator::join(RunSetup& setup, caf::actor tracer) {
   if (!error.empty()) throw TrainFailure(1, error);
 }
 
-void Coordinator::shutdown(const std::string& reason) {
+void Coordinator::shutdown(const std::string& reason, bool failed) {
   for (const Worker& w : workers_) caf::anon_send(w.session, Shutdown{reason});
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // After a fault a worker may be the one that stopped answering: 2 s, then killed.
+  const auto grace = std::chrono::seconds(failed ? 2 : 10);
+  const auto deadline = std::chrono::steady_clock::now() + grace;
   for (int& pid : children_) {
     while (pid > 0) {
       int status = 0;
@@ -206,7 +215,8 @@ void Coordinator::shutdown(const std::string& reason) {
                        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
         pid = -1;
       } else if (std::chrono::steady_clock::now() > deadline) {
-        std::fprintf(stderr, "maestro-run: a worker process (pid %d) did not exit within 10 s: killed\n", pid);
+        std::fprintf(stderr, "maestro-run: a worker process (pid %d) did not exit within %d s: killed\n", pid,
+                     int(grace.count()));
         ::kill(pid, SIGKILL);
         ::waitpid(pid, nullptr, 0);
         pid = -1;

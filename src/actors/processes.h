@@ -151,8 +151,9 @@ class Coordinator {
   uint16_t port() const { return port_; }
   void join(RunSetup& setup, caf::actor tracer);
   const std::vector<Worker>& workers() const { return workers_; }
-  // Sends every worker Shutdown and waits (bounded) for the spawned ones to exit.
-  void shutdown(const std::string& reason);
+  // Sends every worker Shutdown and waits for the spawned ones to exit: up
+  // to 10 s, 2 s after a failed run (one may have stopped answering); then kills them.
+  void shutdown(const std::string& reason, bool failed);
 
   struct Door;
 

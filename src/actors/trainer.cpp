@@ -94,7 +94,7 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
     } catch (const TrainFailure& f) {
       for (const auto& group : setup.dp_groups) group->abort("the run did not start");
       caf::anon_send_exit(setup.tracer, caf::exit_reason::user_shutdown);
-      if (coordinator) coordinator->shutdown(f.what());
+      if (coordinator) coordinator->shutdown(f.what(), true);
       return failure(f.exit_code, f.what());
     }
   }
@@ -102,7 +102,7 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   if (coordinator)
     for (const Coordinator::Worker& w : coordinator->workers()) actors.watched.emplace_back(w.session, w.name);
   drive_run(sys, actors, setup, options, on_step, result);
-  if (coordinator) coordinator->shutdown(result.error.empty() ? "the run ended" : result.error);
+  if (coordinator) coordinator->shutdown(result.error.empty() ? "the run ended" : result.error, result.exit_code != 0);
   for (const auto& c : setup.tp_counters) result.tp_all_reduce_bytes += c->all_reduce_bytes();
   return result;  // ~actor_system waits for every actor
 }

@@ -154,6 +154,42 @@ bool wait_for_text(const std::string& path, const std::string& text, double seco
   return false;
 }
 
+// A loopback port nobody listens on now (bound, then released).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Connects to the port (retrying for up to 20 s while it is not open yet),
+// writes `bytes` and closes: a peer that speaks no protocol.
+bool send_garbage(int port, const std::string& bytes) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < end) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(uint16_t(port));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      const bool ok = ::write(fd, bytes.data(), bytes.size()) == ssize_t(bytes.size());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ::close(fd);
+      return ok;
+    }
+    ::close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(processes)
@@ -187,6 +223,118 @@ BOOST_AUTO_TEST_CASE(print_plan_shows_the_placement) {
   const ProcessResult r = maestro_run({"models/tiny_mllm.sect", "--config", config(), "--processes", "3", "--print", "plan"});
   BOOST_TEST(r.status == 0, r.err);
   BOOST_TEST(r.out.find("process 1:") != std::string::npos, r.out);
+}
+
+// Workers started by hand join a coordinator that waits for them at
+// --listen; before they do, a garbage client and a worker of another build
+// knock and are refused; the run goes on and matches one process.
+BOOST_AUTO_TEST_CASE(workers_join_by_hand_garbage_and_other_builds_refused) {
+  Env env("tcp");
+  const ProcessResult one = train("models/tiny_mllm.sect", 1);
+  BOOST_TEST_REQUIRE(one.status == 0, one.err);
+  const std::string address = "127.0.0.1:" + std::to_string(free_port());
+  Background coordinator({"models/tiny_mllm.sect", "--config", config(), "--steps", "3", "--json", "--quiet",
+                          "--processes", "3", "--listen", address}, "listen");
+  std::string garbage(4096, '\0');
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = char((i * 2654435761u) >> 13);
+  BOOST_TEST(send_garbage(std::stoi(address.substr(address.find(':') + 1)), garbage));
+  {
+    ::setenv("MAESTRO_BUILD_ID", "another-build", 1);
+    Background stranger({"--worker", address}, "stranger");
+    ::unsetenv("MAESTRO_BUILD_ID");
+    BOOST_TEST(stranger.wait(30) == 2);
+    BOOST_TEST(stranger.err().find("build another-build") != std::string::npos, stranger.err());
+  }
+  Background w1({"--worker", address}, "w1"), w2({"--worker", address}, "w2");
+  BOOST_TEST_REQUIRE(coordinator.wait(90) == 0, coordinator.err());
+  BOOST_TEST(w1.wait(15) == 0, w1.err());
+  BOOST_TEST(w2.wait(15) == 0, w2.err());
+  BOOST_TEST(coordinator.err().find("refused a worker") != std::string::npos, coordinator.err());
+  ProcessResult r;
+  r.out = coordinator.out();
+  same_losses(losses_of(r), losses_of(one));
+}
+
+// Under mpirun/srun: rank 0 coordinates at --coordinator, the others join it.
+BOOST_AUTO_TEST_CASE(launcher_ranks_pick_their_roles) {
+  Env env("tcp");
+  const ProcessResult one = train("models/tiny_kd.sect", 1);
+  BOOST_TEST_REQUIRE(one.status == 0, one.err);
+  const std::string address = "127.0.0.1:" + std::to_string(free_port());
+  const std::vector<std::string> args = {"models/tiny_kd.sect", "--config", config(), "--steps", "3", "--json",
+                                         "--quiet", "--coordinator", address};
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  ::setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  Background rank0(args, "rank0");
+  ::setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  Background rank1(args, "rank1");
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  BOOST_TEST_REQUIRE(rank0.wait(90) == 0, rank0.err());
+  BOOST_TEST(rank1.wait(15) == 0, rank1.err());
+  ProcessResult r;
+  r.out = rank0.out();
+  same_losses(losses_of(r), losses_of(one));
+  BOOST_TEST(rank1.out().empty());  // a worker prints nothing on stdout
+}
+
+// tiny_mllm with a checkpoint after every step, in a folder of its own.
+std::string checkpointed_model(const std::string& dir) {
+  std::ifstream in("models/tiny_mllm.sect");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string src = text.str();
+  const std::string anchor = "precision = fp32;";
+  src.replace(src.find(anchor), anchor.size(), anchor + "\n  checkpoint { every = 1; dir = \"" + dir + "\"; }");
+  const auto path = (fs::temp_directory_path() / "procs_tiny_ckpt.sect").string();
+  std::ofstream(path) << src;
+  return path;
+}
+
+// A worker killed with -9 (or stopped: it no longer answers heartbeats)
+// mid-run ends the run within 10 s with exit 1, naming the worker, its host
+// and its sections; the last checkpoint stays valid and --resume on fresh
+// processes continues with the uninterrupted run's losses.
+BOOST_AUTO_TEST_CASE(lost_worker_ends_the_run_and_resume_continues) {
+  Env env("tcp");
+  const std::string dir = (fs::temp_directory_path() / "procs_ckpt").string();
+  const std::string model = checkpointed_model(dir);
+  fs::remove_all(dir);
+  const ProcessResult whole = maestro_run({model, "--config", config(), "--steps", "8", "--json", "--quiet"});
+  BOOST_TEST_REQUIRE(whole.status == 0, whole.err);
+  const std::vector<double> reference = losses_of(whole);
+  BOOST_TEST_REQUIRE(reference.size() == 8u);
+  for (const int sig : {SIGKILL, SIGSTOP}) {
+    fs::remove_all(dir);
+    Background run({model, "--config", config(), "--steps", "8", "--processes", "3"}, "fault");
+    BOOST_TEST_REQUIRE(wait_for_text(run.out_path, "step 3/8", 60), run.err());
+    const std::vector<pid_t> workers = children_of(run.pid);
+    BOOST_TEST_REQUIRE(workers.size() == 2u);
+    ::kill(workers[0], sig);
+    const auto killed = std::chrono::steady_clock::now();
+    const int status = run.wait(30);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+    if (sig == SIGSTOP) {  // reap it
+      ::kill(workers[0], SIGKILL);
+      ::waitpid(workers[0], nullptr, WNOHANG);
+    }
+    BOOST_TEST(status == 1, run.err());
+    BOOST_TEST_MESSAGE((sig == SIGKILL ? "kill -9" : "SIGSTOP") << ": the run ended " << took << " s later");
+    BOOST_TEST(took <= 10.0, "the run took " << took << " s to end");
+    const std::string err = run.err();
+    BOOST_TEST(std::regex_search(err, std::regex("worker [12] \\(pid " + std::to_string(workers[0]) +
+                                                 " on [^;]+; hosts [a-z_]+/[0-9]")), err);
+    BOOST_TEST(err.find("lost mid-run") != std::string::npos, err);
+    const ProcessResult resumed = maestro_run({model, "--config", config(), "--steps", "8", "--json", "--quiet",
+                                               "--processes", "3", "--resume", dir});
+    BOOST_TEST_REQUIRE(resumed.status == 0, resumed.err);
+    const std::vector<double> tail = losses_of(resumed);
+    BOOST_TEST_REQUIRE(tail.size() >= 1u);
+    BOOST_TEST_REQUIRE(tail.size() <= 6u);  // the checkpoint holds at least steps 1-3 (step 3 was reported)
+    for (size_t i = 0; i < tail.size(); ++i)
+      BOOST_TEST(tail[i] == reference[reference.size() - tail.size() + i], "resumed step " << i);
+  }
+  fs::remove_all(dir);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
