@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "actors/gate.h"
 #include "actors/processes.h"
 #include "actors/train_phases.h"
 
@@ -77,12 +78,19 @@ Coordinator::Coordinator(caf::actor_system& sys, const ProcessOptions& options, 
   state_ = std::make_shared<Door>();
   state_->wanted = options.processes - 1;
   door_ = sys.spawn(door, state_);
-  auto port = sys.middleman().publish(door_, at.second, at.first.empty() ? nullptr : at.first.c_str(), true);
+  // CAF's door on a free port of the same host; the advertised address is the gate's (gate.h).
+  auto port = sys.middleman().publish(door_, 0, at.first.empty() ? nullptr : at.first.c_str(), true);
   if (!port) {
     caf::anon_send_exit(door_, caf::exit_reason::user_shutdown);
     throw TrainFailure(1, fmt::format("cannot listen on {}: {}", options.listen, sys.render(port.error())));
   }
-  port_ = *port;
+  try {
+    gate_ = std::make_unique<Gate>(at.first, at.second, *port);
+  } catch (const std::exception& e) {
+    caf::anon_send_exit(door_, caf::exit_reason::user_shutdown);
+    throw TrainFailure(1, fmt::format("cannot listen on {}: {}", options.listen, e.what()));
+  }
+  port_ = gate_->port();
   if (!options.spawn) return;
   // N-1 local workers: this binary, its stdout onto our stderr (the
   // coordinator's stdout carries the run's output and --json line).
@@ -111,6 +119,8 @@ Coordinator::Coordinator(caf::actor_system& sys, const ProcessOptions& options, 
 }
 
 Coordinator::~Coordinator() {
+  install_peer_tensors(nullptr);
+  if (tensor_server_) caf::anon_send_exit(tensor_server_, caf::exit_reason::user_shutdown);
   for (int pid : children_)
     if (pid > 0) {
       ::kill(pid, SIGKILL);
@@ -156,6 +166,11 @@ void Coordinator::join(RunSetup& setup, caf::actor tracer) {
   peers.endpoints[0] = endpoint_bytes(setup);
   peers.names[0] = fmt::format("the coordinator (pid {} on {})", ::getpid(), host_name());
   peers.rings = ring_entries(setup);
+  peers.transport_ids.resize(size_t(options_.processes));
+  peers.tensor_servers.resize(size_t(options_.processes));
+  peers.transport_ids[0] = setup.peer_transport->id();
+  peers.tensor_servers[0] = spawn_tensor_server(sys_, setup.peer_tensors.get());
+  tensor_server_ = peers.tensor_servers[0];
   setup.remote.resize(placement_.size());
   std::string error;
   bool bad_input = false;
@@ -170,6 +185,8 @@ void Coordinator::join(RunSetup& setup, caf::actor tracer) {
           peers.endpoints[size_t(w.process)] = std::move(j.endpoint);
           peers.names[size_t(w.process)] = w.name;
           peers.rings.insert(peers.rings.end(), j.rings.begin(), j.rings.end());
+          peers.transport_ids[size_t(w.process)] = j.transport_id;
+          peers.tensor_servers[size_t(w.process)] = j.tensor_server;
           for (const HostedReplica& h : j.replicas) {
             auto& stages = setup.remote.at(size_t(h.section));
             if (stages.size() <= size_t(h.stage)) stages.resize(size_t(h.stage) + 1);
@@ -202,6 +219,7 @@ void Coordinator::join(RunSetup& setup, caf::actor tracer) {
 }
 
 void Coordinator::shutdown(const std::string& reason, bool failed) {
+  install_peer_tensors(nullptr);  // no tensor crosses any more
   for (const Worker& w : workers_) caf::anon_send(w.session, Shutdown{reason});
   // After a fault a worker may be the one that stopped answering: 2 s, then killed.
   const auto grace = std::chrono::seconds(failed ? 2 : 10);

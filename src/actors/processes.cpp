@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "actors/gate.h"
 #include "actors/train_phases.h"
 #include "rdma/ucx_transport.h"
 
@@ -62,12 +63,14 @@ void configure_process_system(caf::actor_system_config& cfg, size_t heartbeat_ms
       .add_message_type<Joined>("maestro.Joined")
       .add_message_type<ConnectPeers>("maestro.ConnectPeers")
       .add_message_type<Shutdown>("maestro.Shutdown")
+      .add_message_type<FetchTensor>("maestro.FetchTensor")
+      .add_message_type<PutEnded>("maestro.PutEnded")
       .add_message_type<std::vector<uint8_t>>("maestro.bytes")
       .add_message_type<std::vector<std::vector<int>>>("maestro.placement");
   cfg.load<caf::io::middleman>();
-  // A CAF peer of another application (or another protocol version) is
-  // refused in CAF's own handshake, before any message.
-  cfg.set("middleman.app-identifiers", std::vector<std::string>{fmt::format("maestro-run/{}", kProcessProtocolVersion)});
+  // MAESTRO_TEST_APP_ID: see docs/runtime.md
+  if (std::getenv("MAESTRO_TEST_APP_ID"))
+    cfg.set("middleman.app-identifiers", std::vector<std::string>{fmt::format("maestro-run/{}", kProcessProtocolVersion)});
   // CAF 0.17 sends no heartbeats by default: a peer that stops answering
   // (not only one whose socket closes) is then noticed after
   // connection-timeout without traffic.
@@ -99,6 +102,13 @@ void connect_peers(RunSetup& setup, const ConnectPeers& peers, int process) {
   for (size_t p = 0; p < peers.endpoints.size(); ++p)
     if (int(p) != process && !peers.endpoints[p].empty())
       ucx->connect(std::as_bytes(std::span<const uint8_t>(peers.endpoints[p])), peers.names.at(p));
+  std::map<uint64_t, std::pair<caf::actor, std::string>> servers;
+  for (size_t p = 0; p < peers.tensor_servers.size(); ++p)
+    servers[peers.transport_ids.at(p)] = {peers.tensor_servers[p], peers.names.at(p)};
+  if (setup.peer_tensors) {
+    setup.peer_tensors->set_servers(std::move(servers));
+    install_peer_tensors(setup.peer_tensors.get());
+  }
   for (const RunSetup::RingRank& rank : setup.rings) {
     const int size = rank.ring->size();
     auto find = [&](int replica) -> const RingMailbox& {
@@ -137,6 +147,7 @@ struct WorkerState {
 };
 
 void stop_local(WorkerState& st) {
+  install_peer_tensors(nullptr);
   for (const auto& group : st.setup.dp_groups) group->abort("the run ended");
   for (const caf::actor& a : st.actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   st.actors.clear();
@@ -162,12 +173,22 @@ int serve_worker(const std::string& address, const PrepareWorkerRun& prepare, do
   caf::actor door;
   std::string last_error;
   while (!door) {
-    auto got = sys.middleman().remote_actor(where.first, where.second);
-    if (got) {
-      door = *got;
-      break;
+    try {  // the gate first (gate.h), then CAF's door at the port it gives
+      const uint16_t caf_port = pass_gate(where.first, where.second, 5);
+      auto got = sys.middleman().remote_actor(where.first, caf_port);
+      if (got) {
+        door = *got;
+        break;
+      }
+      last_error = sys.render(got.error());
+    } catch (const std::runtime_error& e) {
+      last_error = e.what();
+      if (last_error.starts_with("refused: ")) {
+        std::fprintf(stderr, "maestro-run: error: %s: %s by the coordinator at %s\n", me.c_str(), last_error.c_str(),
+                     address.c_str());
+        return 2;
+      }
     }
-    last_error = sys.render(got.error());
     if (std::chrono::steady_clock::now() > deadline) {
       std::fprintf(stderr, "maestro-run: error: %s: cannot reach the coordinator at %s within %.0f s: %s\n", me.c_str(),
                    address.c_str(), connect_timeout_s, last_error.c_str());
@@ -216,6 +237,9 @@ int serve_worker(const std::string& address, const PrepareWorkerRun& prepare, do
                     if (handles[s][k][r]) j.replicas.push_back({int32_t(s), int32_t(k), int32_t(r), handles[s][k][r]});
               j.endpoint = endpoint_bytes(st.setup);
               j.rings = ring_entries(st.setup);
+              j.transport_id = st.setup.peer_transport->id();
+              j.tensor_server = spawn_tensor_server(sys, st.setup.peer_tensors.get());
+              st.actors.push_back(j.tensor_server);
             } catch (const TrainFailure& f) {
               j.error = f.what();
               j.bad_input = f.exit_code == 2;

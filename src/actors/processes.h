@@ -29,8 +29,9 @@
 
 namespace maestro {
 
+// Checked twice: in the gate's preamble (gate.h) and in Hello.
 // Bumped whenever a message of this file or of messages.h changes shape.
-inline constexpr int32_t kProcessProtocolVersion = 1;
+inline constexpr int32_t kProcessProtocolVersion = 2;
 
 // This binary's build id: FNV-1a 64 of its executable file (/proc/self/exe),
 // in hex — two processes of one run must run the same build. The
@@ -87,6 +88,8 @@ struct Joined {
   std::vector<HostedReplica> replicas;
   std::vector<uint8_t> endpoint;  // UcxTransport::endpoint_info()
   std::vector<RingEntry> rings;
+  uint64_t transport_id = 0;      // its UcxTransport::id(): the owner in its tensor handles
+  caf::actor tensor_server;       // puts its exported tensors into a consumer's pool (peer_tensors.h)
 };
 // coordinator -> every worker: the endpoints of all processes ([process];
 // empty for none) and every ring rank's mailbox. Replies std::string ("" = connected).
@@ -94,6 +97,8 @@ struct ConnectPeers {
   std::vector<std::vector<uint8_t>> endpoints;
   std::vector<std::string> names;  // "worker 2 (pid 123 on host-b)"
   std::vector<RingEntry> rings;
+  std::vector<uint64_t> transport_ids;   // [process]
+  std::vector<caf::actor> tensor_servers;  // [process]
 };
 // coordinator -> worker: the run is over; stop and exit 0.
 struct Shutdown {
@@ -107,8 +112,8 @@ MAESTRO_INSPECT(Welcome, x.error, x.process)
 MAESTRO_INSPECT(Assignment, x.process, x.processes, x.spec, x.placement, x.tracer)
 MAESTRO_INSPECT(HostedReplica, x.section, x.stage, x.replica, x.handle)
 MAESTRO_INSPECT(RingEntry, x.section, x.stage, x.tp_rank, x.replica, x.mailbox)
-MAESTRO_INSPECT(Joined, x.error, x.bad_input, x.replicas, x.endpoint, x.rings)
-MAESTRO_INSPECT(ConnectPeers, x.endpoints, x.names, x.rings)
+MAESTRO_INSPECT(Joined, x.error, x.bad_input, x.replicas, x.endpoint, x.rings, x.transport_id, x.tensor_server)
+MAESTRO_INSPECT(ConnectPeers, x.endpoints, x.names, x.rings, x.transport_ids, x.tensor_servers)
 MAESTRO_INSPECT(Shutdown, x.reason)
 
 // The run's messages (add_message_types) and the ones above, plus the
@@ -123,11 +128,14 @@ std::string host_name();
 
 // The set-up's side of joining (RunSetup, train_phases.h): its UCX
 // endpoint info (empty without one), its ring ranks' mailboxes, and
-// connecting both to the peers' (`process` = this one, skipped).
+// connecting both to the peers' (`process` = this one, skipped), which
+// also installs the process's PeerTensors with every peer's tensor server.
 struct RunSetup;
 std::vector<uint8_t> endpoint_bytes(const RunSetup& setup);
 std::vector<RingEntry> ring_entries(const RunSetup& setup);
 void connect_peers(RunSetup& setup, const ConnectPeers& peers, int process);
+
+class Gate;  // gate.h
 
 // The coordinator's side (coordinator.cpp): publishes the door at
 // options.listen and, with options.spawn, starts processes-1 local workers
@@ -162,7 +170,8 @@ class Coordinator {
   ProcessOptions options_;
   std::vector<std::vector<int>> placement_;
   std::vector<std::string> sections_;
-  caf::actor door_;
+  caf::actor door_, tensor_server_;
+  std::unique_ptr<Gate> gate_;
   std::shared_ptr<Door> state_;
   uint16_t port_ = 0;
   std::vector<int> children_;  // pids of spawned workers

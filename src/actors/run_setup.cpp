@@ -78,6 +78,7 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   if (!options.placement.empty()) {  // across processes: the UCX engine carries the rings spanning them
     try {
       setup.peer_transport = std::make_shared<UcxTransport>();
+      setup.peer_tensors = std::make_shared<PeerTensors>(setup.peer_transport);
     } catch (const std::exception& e) {
       throw TrainFailure(1, fmt::format("the UCX transport cannot start: {}", e.what()));
     }

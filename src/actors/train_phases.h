@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/peer_tensors.h"
 #include "actors/run_plan.h"
 #include "actors/section_runner.h"
 #include "actors/step_inputs.h"
@@ -43,6 +44,7 @@ struct RunSetup {
   std::vector<double> past_losses;        // steps before first_step (resume)
   std::unique_ptr<LocalTransport> transport;  // the runners allocate from it: it outlives them
   std::shared_ptr<Transport> peer_transport;  // a UcxTransport across processes (below); outlives the rings
+  std::shared_ptr<PeerTensors> peer_tensors;  // over peer_transport: flow tensors crossing processes (peer_tensors.h)
   // The data-parallel group of each section × stage × tp rank, and the
   // tensor-parallel group of each replica (rank 0's handles): the replicas
   // all-reduce their gradients, a replica's tp ranks their activations

@@ -102,6 +102,10 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   if (coordinator)
     for (const Coordinator::Worker& w : coordinator->workers()) actors.watched.emplace_back(w.session, w.name);
   drive_run(sys, actors, setup, options, on_step, result);
+  if (setup.peer_tensors) {
+    result.tensor_puts = setup.peer_tensors->puts();
+    result.tensor_bytes_put = setup.peer_tensors->bytes_put();
+  }
   if (coordinator) coordinator->shutdown(result.error.empty() ? "the run ended" : result.error, result.exit_code != 0);
   for (const auto& c : setup.tp_counters) result.tp_all_reduce_bytes += c->all_reduce_bytes();
   return result;  // ~actor_system waits for every actor

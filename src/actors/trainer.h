@@ -111,6 +111,9 @@ struct TrainResult {
   // Bytes all-reduced by the tensor-parallel groups (one rank's payload per
   // call, summed over every replica of every tp > 1 section) in this run.
   uint64_t tp_all_reduce_bytes = 0;
+  // Across processes: flow tensors this process put one-sided into other
+  // processes' receive pools (actors/peer_tensors.h), and their bytes.
+  uint64_t tensor_puts = 0, tensor_bytes_put = 0;
 };
 
 // `graph` (and the Program it refers to), `plan` and `inputs` outlive the call.

@@ -245,6 +245,8 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
                         {"interrupted", r.interrupted},
                         {"skipped_samples", r.skipped_samples.size()},
                         {"tp_all_reduce_bytes", r.tp_all_reduce_bytes},
+                        {"tensor_puts", r.tensor_puts},
+                        {"tensor_bytes_put", r.tensor_bytes_put},
                         {"losses", r.losses}};
     for (const TrainResult::OptimizerMemory& m : r.optimizer_memory)
       j["optimizer_state"][m.part] = {{"dp", m.dp}, {"sharded", m.sharded}, {"bytes_per_replica", m.bytes_per_replica},
