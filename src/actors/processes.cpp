@@ -68,9 +68,9 @@ void configure_process_system(caf::actor_system_config& cfg, size_t heartbeat_ms
       .add_message_type<std::vector<uint8_t>>("maestro.bytes")
       .add_message_type<std::vector<std::vector<int>>>("maestro.placement");
   cfg.load<caf::io::middleman>();
-  // MAESTRO_TEST_APP_ID: see docs/runtime.md
-  if (std::getenv("MAESTRO_TEST_APP_ID"))
-    cfg.set("middleman.app-identifiers", std::vector<std::string>{fmt::format("maestro-run/{}", kProcessProtocolVersion)});
+  // A CAF peer of another application or protocol version is refused in
+  // CAF's own handshake too (behind the gate, gate.h).
+  cfg.set("middleman.app-identifiers", std::vector<std::string>{fmt::format("maestro-run/{}", kProcessProtocolVersion)});
   // CAF 0.17 sends no heartbeats by default: a peer that stops answering
   // (not only one whose socket closes) is then noticed after
   // connection-timeout without traffic.
