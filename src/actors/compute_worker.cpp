@@ -1,6 +1,8 @@
 // The compute worker of a section replica (see actors.h): the only code
 // that touches a replica's SectionRunner, one message at a time on its own
-// thread.
+// thread. Its trace events go anonymously: the tracer may be in another
+// process, and a message with a sender would make the middleman keep this
+// (detached) actor alive for the remote side, holding the shutdown.
 #include <fmt/format.h>
 
 #include "actors/actors.h"
@@ -36,7 +38,7 @@ caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<Secti
           d.error = fmt::format("{}: {} failed: {}", where(t.step), task_name(t.task), e.what());
         }
         d.duration_us = trace_now_us() - d.begin_us;
-        self->send(tracer, TraceEvent{track, task_name(t.task), "task", d.begin_us, d.duration_us});
+        caf::anon_send(tracer, TraceEvent{track, task_name(t.task), "task", d.begin_us, d.duration_us});
         return d;
       },
       [=](const ReduceGrads& g) -> GradsReduced {
@@ -49,7 +51,7 @@ caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<Secti
         } catch (const std::exception& e) {
           out.error = fmt::format("{}: reducing gradients failed: {}", where(g.step), e.what());
         }
-        self->send(tracer, TraceEvent{track, "all-reduce", "sync", begin, trace_now_us() - begin});
+        caf::anon_send(tracer, TraceEvent{track, "all-reduce", "sync", begin, trace_now_us() - begin});
         return out;
       },
       [=](const ApplyGrads& a) -> Applied {
@@ -60,7 +62,7 @@ caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<Secti
         } catch (const std::exception& e) {
           out.error = fmt::format("{}: optimizer step failed: {}", where(a.step), e.what());
         }
-        self->send(tracer, TraceEvent{track, "adamw", "sync", begin, trace_now_us() - begin});
+        caf::anon_send(tracer, TraceEvent{track, "adamw", "sync", begin, trace_now_us() - begin});
         return out;
       },
       [=](const SaveSection& s) -> Saved {
@@ -71,7 +73,7 @@ caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<Secti
         } catch (const std::exception& e) {
           out.error = fmt::format("section '{}': saving '{}' failed: {}", runner->section_name(), s.path, e.what());
         }
-        self->send(tracer, TraceEvent{track, "save", "checkpoint", begin, trace_now_us() - begin});
+        caf::anon_send(tracer, TraceEvent{track, "save", "checkpoint", begin, trace_now_us() - begin});
         return out;
       },
   };

@@ -5,6 +5,7 @@
 
 #include "actors/actors.h"
 #include "actors/describe.h"
+#include "actors/peer_tensors.h"
 
 namespace maestro {
 
@@ -57,12 +58,77 @@ std::string task_label(const Task& t) {
   return fmt::format("{} mb {}", t.kind == Task::Kind::Forward ? "forward" : "backward", t.micro_batch);
 }
 
+// A task whose inputs include tensors of other processes (placeholders,
+// peer_tensors.h): each is allocated in this process's receive pool and
+// fetched — its owner puts it there one-sided — then the task, now holding
+// local tensors only, is delegated back to this replica, whose answer goes
+// to the scheduler. A failed fetch answers the task with the error.
+caf::response_promise fetch_inputs(caf::stateful_actor<ReplicaState>* self, PeerTensors* peers, RunTask t,
+                                   const std::string& track) {
+  auto rp = self->make_response_promise();
+  auto task = std::make_shared<RunTask>(std::move(t));
+  struct Pending {
+    size_t left = 0;
+    std::string error;
+  };
+  auto st = std::make_shared<Pending>();
+  auto finish = [self, rp, task, st, track]() mutable {
+    if (st->error.empty()) {
+      rp.delegate(caf::actor_cast<caf::actor>(self), std::move(*task));
+      return;
+    }
+    TaskDone d;
+    d.step = task->step;
+    d.task = task->task.id;
+    d.error = fmt::format("{}: step {}: {}", track, task->step, st->error);
+    rp.deliver(std::move(d));
+  };
+  for (size_t i = 0; i < task->inputs.size(); ++i) {
+    FlowTensor& in = task->inputs[i];
+    if (!is_remote_placeholder(in.tensor)) continue;
+    const auto [server, name] = peers->server_of(in.tensor.buffer->owner);
+    const std::string what = fmt::format("fetching flow {} sample {} ({} bytes) from {}", in.flow, in.sample,
+                                         in.tensor.bytes(), name.empty() ? "an unknown process" : name);
+    TensorRef dst;
+    try {
+      if (!server) throw std::runtime_error("no tensor server for its owner");
+      dst = peers->receive_buffer(in.tensor.shape, in.tensor.dtype);
+    } catch (const std::exception& e) {
+      if (st->error.empty()) st->error = fmt::format("{}: {}", what, e.what());
+      continue;
+    }
+    if (dst.bytes() == 0) {  // nothing to move
+      in.tensor = dst;
+      continue;
+    }
+    ++st->left;
+    const uint64_t key = in.tensor.buffer->offset;
+    self->request(server, std::chrono::seconds(60), FetchTensor{key, peers->transport().describe(dst)})
+        .then(
+            [=](std::string& error) mutable {
+              if (error.empty())
+                task->inputs[i].tensor = dst;
+              else if (st->error.empty())
+                st->error = fmt::format("{}: {}", what, error);
+              if (--st->left == 0) finish();
+            },
+            [=](caf::error& e) mutable {
+              if (st->error.empty()) st->error = fmt::format("{}: {}", what, caf::to_string(e));
+              if (--st->left == 0) finish();
+            });
+  }
+  if (st->left == 0) finish();
+  return rp;
+}
+
 caf::behavior section_replica(caf::stateful_actor<ReplicaState>* self, std::vector<caf::actor> workers,
                               std::string track, caf::actor tracer, ActorInfo identity) {
   // The workers die with their replica.
   for (const caf::actor& w : workers) self->link_to(w);
   return {
-      [=](const RunTask& t) {
+      [=](RunTask& t) -> caf::response_promise {
+        if (PeerTensors* peers = peer_tensors(); peers && has_remote_inputs(t.inputs))
+          return fetch_inputs(self, peers, std::move(t), track);
         // Rank 0's outputs (the ranks' are the same, gathered where split).
         self->state.running.push_back(task_label(t.task));
         return ask_all<TaskDone>(self, workers, t, track, [=](std::vector<TaskDone>& done, const std::string& lost) {
@@ -77,13 +143,15 @@ caf::behavior section_replica(caf::stateful_actor<ReplicaState>* self, std::vect
           if (d.error.empty()) {
             // The hand-off of the outputs' handles: from the worker finishing to here.
             const int64_t finished = d.begin_us + d.duration_us;
-            self->send(tracer, TraceEvent{track, fmt::format("ship {} outputs", d.outputs.size()), "transfer",
+            caf::anon_send(tracer, TraceEvent{track, fmt::format("ship {} outputs", d.outputs.size()), "transfer",
                                           finished, trace_now_us() - finished});
           }
           return d;
         });
       },
       [=](const ReduceGrads& g) {
+        // Every task of the step is done, so every fetch of its tensors: the exports go.
+        if (PeerTensors* peers = peer_tensors()) peers->forget_exports();
         // The squared gradient norm: the sum of the ranks' shares (SectionModel::grad_sq_norm).
         return ask_all<GradsReduced>(self, workers, g, track, [](std::vector<GradsReduced>& r, const std::string& lost) {
           std::string error = first_error(r, lost);

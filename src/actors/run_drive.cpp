@@ -20,6 +20,7 @@ void drive_run(caf::actor_system& sys, const RunActors& actors, const RunSetup& 
   {
     caf::scoped_actor self{sys};
     self->monitor(actors.scheduler);
+    for (const auto& w : actors.watched) self->monitor(w.first);
     self->send(actors.scheduler, StartTraining{setup.first_step, setup.last_step});
     if (actors.repl) {
       const caf::actor repl = actors.repl;
@@ -52,6 +53,9 @@ void drive_run(caf::actor_system& sys, const RunActors& actors, const RunSetup& 
           [&](const caf::down_msg& down) {
             result.exit_code = 1;
             result.error = fmt::format("the scheduler stopped unexpectedly: {}", caf::to_string(down.reason));
+            for (const auto& w : actors.watched)  // a worker process died or stopped answering
+              if (down.source == w.first.address())
+                result.error = fmt::format("{} was lost mid-run: {}", w.second, sys.render(down.reason));
             done = true;
           });
     if (actors.repl)

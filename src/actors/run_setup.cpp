@@ -7,6 +7,7 @@
 
 #include "actors/checkpoint.h"
 #include "actors/train_phases.h"
+#include "rdma/ucx_transport.h"
 #include "transport/counted_communicator.h"
 #include "log/log.h"
 
@@ -76,16 +77,43 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   // 25 % per step on tiny_mllm at dp 1: docs/PERFORMANCE.md §4).
   setup.transport = std::make_unique<LocalTransport>();
   const Program& program = *graph.program;  // the sections' models and losses, as the engine reads them
+  if (!options.placement.empty()) {  // across processes: the UCX engine carries the rings spanning them
+    try {
+      setup.peer_transport = std::make_shared<UcxTransport>();
+      setup.peer_tensors = std::make_shared<PeerTensors>(setup.peer_transport);
+    } catch (const std::exception& e) {
+      throw TrainFailure(1, fmt::format("the UCX transport cannot start: {}", e.what()));
+    }
+  }
   setup.runners.resize(graph.nodes.size());
   for (size_t s = 0; s < graph.nodes.size(); ++s) {
-    const int64_t pp = plan.sections[s].pp, tp = plan.sections[s].tp;
+    const int64_t pp = plan.sections[s].pp, tp = plan.sections[s].tp, dp = plan.sections[s].dp;
+    // Across processes, a group whose replicas live in several processes is a
+    // ring over the UCX engine (this process holds its local ranks); a group
+    // held whole by this process stays in-process; another's is none of ours.
+    bool spans = false, any_here = false;
+    for (int64_t r = 0; r < dp; ++r) {
+      any_here = any_here || hosts(options, int(s), r);
+      if (!options.placement.empty() && options.placement[s][size_t(r)] != options.placement[s][0]) spans = true;
+    }
     const int pool_threads = int(std::max<int64_t>(1, setup.threads / (pp * plan.sections[s].dp * tp)));
     for (int64_t k = 0; k < pp; ++k) {
       setup.runners[s].emplace_back();
       // [tp rank][dp replica]: each tp rank's dp group — in-process on the CPU,
       // NCCL over the plan's devices on cuda (backend_factory.h).
       std::vector<std::vector<std::shared_ptr<Communicator>>> dp_group;
-      for (int64_t t = 0; t < tp; ++t) {
+      for (int64_t t = 0; t < tp && any_here; ++t) {
+        if (spans) {
+          dp_group.emplace_back(size_t(dp));
+          for (int64_t r = 0; r < dp; ++r)
+            if (hosts(options, int(s), r)) {
+              auto ring = std::make_shared<RingCommunicator>(*setup.peer_transport, int(r), int(dp));
+              setup.rings.push_back({int(s), int(k), int(t), int(r), ring});
+              setup.dp_groups.push_back(ring);
+              dp_group.back()[size_t(r)] = std::move(ring);
+            }
+          continue;
+        }
         try {
           dp_group.push_back(make_dp_group(options.backend, plan, int(s), k));
         } catch (const std::exception& e) {
@@ -94,6 +122,10 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
         setup.dp_groups.push_back(dp_group.back()[0]);
       }
       for (int64_t r = 0; r < plan.sections[s].dp; ++r) {
+        if (!hosts(options, int(s), r)) {  // another process's: an empty slot
+          setup.runners[s][size_t(k)].emplace_back();
+          continue;
+        }
         std::vector<std::shared_ptr<Communicator>> tp_group = make_local_group(int(tp));
         setup.dp_groups.push_back(tp_group[0]);
         if (tp > 1) {  // rank 0 counts the replica's all-reduce volume

@@ -8,23 +8,22 @@
 
 namespace maestro {
 
-RunActors spawn_run(caf::actor_system& sys, RunSetup& setup, const SectionGraph& graph, const Plan& plan,
-                    const StepInputs& inputs, const TrainSpec& train, const TrainOptions& options) {
-  RunActors out;
-  out.tracer = spawn_tracer(sys, !options.trace_path.empty());
-  out.all.push_back(out.tracer);
-  SchedulerConfig sc;
-  sc.graph = &graph;
-  sc.plan = &plan;
-  sc.replicas.resize(graph.nodes.size());
+std::vector<std::vector<std::vector<caf::actor>>> spawn_replicas(caf::actor_system& sys, RunSetup& setup,
+                                                                 const SectionGraph& graph, const TrainOptions& options,
+                                                                 caf::actor tracer, std::vector<caf::actor>& all) {
+  std::vector<std::vector<std::vector<caf::actor>>> out(graph.nodes.size());
   for (size_t s = 0; s < graph.nodes.size(); ++s)
     for (size_t k = 0; k < setup.runners[s].size(); ++k) {
-      sc.replicas[s].emplace_back();
+      out[s].emplace_back();
       for (size_t r = 0; r < setup.runners[s][k].size(); ++r) {
+        if (setup.runners[s][k][r].empty()) {  // hosted by another process
+          out[s][k].emplace_back();
+          continue;
+        }
         std::vector<caf::actor> workers;  // one per tp rank
         for (const std::shared_ptr<SectionRunner>& runner : setup.runners[s][k][r]) {
-          workers.push_back(spawn_compute_worker(sys, runner, int(s), int(k), int(r), out.tracer));
-          out.all.push_back(workers.back());
+          workers.push_back(spawn_compute_worker(sys, runner, int(s), int(k), int(r), tracer));
+          all.push_back(workers.back());
         }
         ActorInfo identity;
         identity.section = graph.nodes[s].name;
@@ -32,12 +31,28 @@ RunActors spawn_run(caf::actor_system& sys, RunSetup& setup, const SectionGraph&
         identity.replica = int(r);
         identity.device = options.backend == BackendKind::Cuda ? "cuda" : "cpu";
         const std::string track = fmt::format("{}/{} replica", setup.runners[s][k][r][0]->part_name(), r);
-        caf::actor replica = spawn_section_replica(sys, std::move(workers), track, out.tracer, std::move(identity));
-        sc.replicas[s][k].push_back(replica);
-        out.all.push_back(replica);
+        caf::actor replica = spawn_section_replica(sys, std::move(workers), track, tracer, std::move(identity));
+        out[s][k].push_back(replica);
+        all.push_back(replica);
       }
     }
   setup.runners.clear();  // the workers own them now
+  return out;
+}
+
+RunActors spawn_run(caf::actor_system& sys, RunSetup& setup, const SectionGraph& graph, const Plan& plan,
+                    const StepInputs& inputs, const TrainSpec& train, const TrainOptions& options) {
+  RunActors out;
+  out.tracer = setup.tracer ? setup.tracer : spawn_tracer(sys, !options.trace_path.empty());
+  out.all.push_back(out.tracer);
+  SchedulerConfig sc;
+  sc.graph = &graph;
+  sc.plan = &plan;
+  sc.replicas = spawn_replicas(sys, setup, graph, options, out.tracer, out.all);
+  for (size_t s = 0; s < sc.replicas.size(); ++s)  // the other processes' replicas (processes.h)
+    for (size_t k = 0; k < sc.replicas[s].size(); ++k)
+      for (size_t r = 0; r < sc.replicas[s][k].size(); ++r)
+        if (!sc.replicas[s][k][r]) sc.replicas[s][k][r] = setup.remote.at(s).at(k).at(r);
   const StepInputs* in = &inputs;
   sc.loader = spawn_data_loader(sys, [in](int64_t step) { return in->step(step); }, setup.last_step, out.tracer);
   out.all.push_back(sc.loader);

@@ -20,12 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "actors/peer_tensors.h"
 #include "actors/run_plan.h"
 #include "actors/section_runner.h"
 #include "actors/step_inputs.h"
 #include "actors/trainer.h"
 #include "transport/counted_communicator.h"
 #include "transport/local_transport.h"
+#include "transport/ring_communicator.h"
 
 namespace maestro {
 
@@ -41,6 +43,8 @@ struct RunSetup {
   int64_t threads = 1;                    // CAF scheduler threads and each CPU backend's
   std::vector<double> past_losses;        // steps before first_step (resume)
   std::unique_ptr<LocalTransport> transport;  // the runners allocate from it: it outlives them
+  std::shared_ptr<Transport> peer_transport;  // a UcxTransport across processes (below); outlives the rings
+  std::shared_ptr<PeerTensors> peer_tensors;  // over peer_transport: flow tensors crossing processes (peer_tensors.h)
   // The data-parallel group of each section × stage × tp rank, and the
   // tensor-parallel group of each replica (rank 0's handles): the replicas
   // all-reduce their gradients, a replica's tp ranks their activations
@@ -52,7 +56,31 @@ struct RunSetup {
   // [section][pp stage][dp replica][tp rank]; handed to the compute workers at spawn.
   std::vector<std::vector<std::vector<std::vector<std::shared_ptr<SectionRunner>>>>> runners;
   std::shared_ptr<const StepSchedules> schedules;
+  // Across processes (options.placement set): this process's transfer
+  // engine and its ranks of the dp rings that span processes (each also in
+  // dp_groups), connected once every process has joined; and the handles
+  // of the replicas other processes host ([section][stage][replica], null
+  // for this process's own).
+  struct RingRank {
+    int section = 0, stage = 0, tp_rank = 0, replica = 0;
+    std::shared_ptr<RingCommunicator> ring;
+  };
+  std::vector<RingRank> rings;
+  std::vector<std::vector<std::vector<caf::actor>>> remote;
+  caf::actor tracer;  // spawned before the workers join (they trace into it); null = spawn_run makes it
 };
+
+// Whether this process hosts replica `replica` of section `section`.
+inline bool hosts(const TrainOptions& options, int section, int64_t replica) {
+  return options.placement.empty() || options.placement[size_t(section)][size_t(replica)] == options.process;
+}
+
+// The replica actors (and their compute workers) over this process's
+// runners, [section][stage][replica] (null where another process hosts
+// it); every actor spawned is appended to `all`.
+std::vector<std::vector<std::vector<caf::actor>>> spawn_replicas(caf::actor_system& sys, RunSetup& setup,
+                                                                 const SectionGraph& graph, const TrainOptions& options,
+                                                                 caf::actor tracer, std::vector<caf::actor>& all);
 
 // Throws TrainFailure.
 RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec& train, const TrainOptions& options);
@@ -61,6 +89,8 @@ struct RunActors {
   caf::actor scheduler, tracer;
   caf::actor repl;              // null unless options.repl has front ends
   std::vector<caf::actor> all;  // every actor spawned, the scheduler and tracer included
+  // Across processes: each worker's session and its name; losing one ends the run (exit 1).
+  std::vector<std::pair<caf::actor, std::string>> watched;
 };
 
 // Moves the runners into their compute workers. `graph`, `plan`, `inputs`,

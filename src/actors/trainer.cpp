@@ -6,7 +6,9 @@
 
 #include <caf/all.hpp>
 
+#include "actors/actors.h"
 #include "actors/messages.h"
+#include "actors/processes.h"
 #include "actors/train_phases.h"
 #include "transport/counted_communicator.h"
 
@@ -24,7 +26,19 @@ TrainResult failure(int code, std::string message) {
 }  // namespace
 
 TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs& inputs, const TrainSpec& train,
-                  const TrainOptions& options, const std::function<void(const StepProgress&)>& on_step) {
+                  const TrainOptions& given, const std::function<void(const StepProgress&)>& on_step) {
+  TrainOptions options = given;
+  const int processes = options.processes.processes;
+  std::vector<std::string> names;
+  for (const SectionNode& n : graph.nodes) names.push_back(n.name);
+  if (processes > 1) {
+    for (size_t s = 0; s < graph.nodes.size(); ++s)
+      if (plan.sections[s].pp > 1)
+        return failure(2, fmt::format("section '{}' has pp {}: pipeline stages across processes are not supported yet "
+                                      "(run with --processes 1, or pp = 1)", names[s], plan.sections[s].pp));
+    options.placement = place_replicas(plan, processes);
+    options.process = 0;
+  }
   RunSetup setup;
   try {
     setup = set_up_run(graph, plan, train, options);
@@ -51,6 +65,14 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
                                                   "(unsharded {:.2f} MiB)", m.part, m.dp, m.bytes_per_replica / 1048576.0,
                                                   m.unsharded_bytes / 1048576.0));
       }
+  if (processes > 1) {
+    result.plan_lines.push_back(fmt::format("placement over {} processes, round-robin over (section, replica):", processes));
+    for (int p = 0; p < processes; ++p)
+      result.plan_lines.push_back(fmt::format("  process {}{}: {}", p, p == 0 ? " (coordinator)" : "",
+                                              hosted_by(options.placement, names, p)));
+    const char* tls = std::getenv("UCX_TLS");
+    result.transport = fmt::format("ucx (UCX_TLS={})", tls && *tls ? tls : "UCX's choice");
+  }
   if (options.on_plan) options.on_plan(result.plan_lines);
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", size_t(setup.threads));
@@ -58,10 +80,33 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   // cores the compute workers need: the sharing policy's workers sleep on a
   // condition variable instead (docs/PERFORMANCE.md §4: 1.36× faster steps).
   cfg.set("scheduler.policy", caf::atom("sharing"));
-  add_message_types(cfg);
+  if (processes > 1)
+    configure_process_system(cfg);
+  else
+    add_message_types(cfg);
   caf::actor_system sys{cfg};
-  const RunActors actors = spawn_run(sys, setup, graph, plan, inputs, train, options);
+  std::unique_ptr<Coordinator> coordinator;
+  if (processes > 1) {
+    try {
+      setup.tracer = spawn_tracer(sys, !options.trace_path.empty());
+      coordinator = std::make_unique<Coordinator>(sys, options.processes, options.placement, names);
+      coordinator->join(setup, setup.tracer);
+    } catch (const TrainFailure& f) {
+      for (const auto& group : setup.dp_groups) group->abort("the run did not start");
+      caf::anon_send_exit(setup.tracer, caf::exit_reason::user_shutdown);
+      if (coordinator) coordinator->shutdown(f.what(), true);
+      return failure(f.exit_code, f.what());
+    }
+  }
+  RunActors actors = spawn_run(sys, setup, graph, plan, inputs, train, options);
+  if (coordinator)
+    for (const Coordinator::Worker& w : coordinator->workers()) actors.watched.emplace_back(w.session, w.name);
   drive_run(sys, actors, setup, options, on_step, result);
+  if (setup.peer_tensors) {
+    result.tensor_puts = setup.peer_tensors->puts();
+    result.tensor_bytes_put = setup.peer_tensors->bytes_put();
+  }
+  if (coordinator) coordinator->shutdown(result.error.empty() ? "the run ended" : result.error, result.exit_code != 0);
   for (const auto& c : setup.tp_counters) result.tp_all_reduce_bytes += c->all_reduce_bytes();
   return result;  // ~actor_system waits for every actor
 }

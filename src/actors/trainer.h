@@ -32,6 +32,31 @@ struct ReplFrontEnd {
   std::function<void()> stop;
 };
 
+// What a worker process needs to build the coordinator's run itself
+// (actors/processes.h): the model's source and the run options the
+// coordinator resolved (its TOML and flags), so both build one graph and plan.
+struct RunSpec {
+  std::string model_path;    // the coordinator's path (imports and data files resolve from it)
+  std::string model_source;  // the .sect text
+  int64_t steps = -1;        // --steps, -1 = train.steps
+  bool shard = false;        // the resolved adamw(shard: ...) / [runtime] shard_optimizer
+  int64_t slots = 1;         // the CPU slots the coordinator planned for
+  std::string schedule = "wavefront";
+  int64_t stop_after = -1;   // -1 = none
+  std::string resume;
+  uint64_t seed = 0;         // the resolved seed
+  int64_t threads = 0;       // [runtime] threads
+};
+
+// A run over several processes (actors/processes.h); processes = 1 is one process.
+struct ProcessOptions {
+  int processes = 1;
+  bool spawn = true;                 // spawn processes-1 local workers; else wait for them to join
+  std::string listen = "127.0.0.1:0";  // where the coordinator publishes its door (port 0 = any)
+  double join_timeout_s = 60;        // how long the coordinator waits for its workers
+  RunSpec spec;                      // what the workers get
+};
+
 struct TrainOptions {
   std::string schedule = "wavefront";  // wavefront | monolithic
   std::optional<int64_t> stop_after;   // stop once this many steps are done (the schedule runs over train.steps)
@@ -45,6 +70,12 @@ struct TrainOptions {
   const std::atomic<bool>* interrupt = nullptr;  // SIGINT: checkpoint and stop
   std::function<void(const std::vector<std::string>&)> on_plan;  // the plan lines, before the first step
   std::vector<ReplFrontEnd> repl;      // none = no repl actor
+  ProcessOptions processes;            // > 1: the coordinator of a multi-process run
+  // Set on a worker process (and by the coordinator for itself): which
+  // process hosts each replica ([section][dp replica]) and which one this
+  // is; empty = every replica here.
+  std::vector<std::vector<int>> placement;
+  int process = 0;
 };
 
 struct StepProgress {
@@ -64,8 +95,8 @@ struct TrainResult {
   std::string checkpoint;            // last checkpoint folder written, "" = none
   bool interrupted = false;
   double sched_share = 0;            // scheduler busy time / step time, over the run
-  std::string transport = "local";
-  std::vector<std::string> plan_lines;  // "llm: dp 2, micro_batch 8" per section
+  std::string transport = "local";   // "local", or "ucx (UCX_TLS=...)" across processes
+  std::vector<std::string> plan_lines;  // "llm: dp 2, micro_batch 8" per section (+ placement across processes)
   std::vector<std::string> skipped_samples;  // manifest lines left out (on_bad_sample = "skip")
   // Per train section part ("llm", "llm.stage1"): the AdamW moments each
   // replica holds (replica 0's tp rank 0 with tp > 1; the last shard may be one float smaller),
@@ -80,6 +111,9 @@ struct TrainResult {
   // Bytes all-reduced by the tensor-parallel groups (one rank's payload per
   // call, summed over every replica of every tp > 1 section) in this run.
   uint64_t tp_all_reduce_bytes = 0;
+  // Across processes: flow tensors this process put one-sided into other
+  // processes' receive pools (actors/peer_tensors.h), and their bytes.
+  uint64_t tensor_puts = 0, tensor_bytes_put = 0;
 };
 
 // `graph` (and the Program it refers to), `plan` and `inputs` outlive the call.

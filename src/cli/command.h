@@ -33,7 +33,14 @@ struct CliOptions {
   bool repl = false;               // --repl: the debug REPL on this terminal (cli/repl_terminal.h)
   std::string calibrate;           // --calibrate OUT.toml
   bool gpu_selfcheck = true;       // --gpu-selfcheck=on|off (gpu/backend_factory.h)
+  int64_t processes = 1;           // --processes N (docs/runtime.md, "Processes and hosts")
+  std::string listen;              // --listen HOST:PORT: the coordinator waits there for workers started by hand
+  std::string worker;              // --worker HOST:PORT: join that coordinator
+  std::string coordinator;         // --coordinator HOST:PORT: under mpirun/srun, rank 0 listens there
 };
+
+// `maestro-run --worker HOST:PORT` (worker_command.cpp): the exit status.
+int run_worker(const std::string& address);
 
 // Returns the process exit status: 0 ok, 1 runtime failure, 2 invalid input.
 using CommandFn = int (*)(const Program&, const RuntimeConfig&, const CliOptions&);

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 
@@ -78,6 +79,18 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
       ->check(CLI::IsMember({"on", "off"}));
   auto* calibrate =
       app.add_option("--calibrate", cli.calibrate, "measure this machine and write a device profile to OUT.toml");
+  auto* processes = app.add_option("--processes", cli.processes,
+                                   "run over N processes: N-1 local workers spawned (or joining with --listen)")
+                        ->check(whole_number(256));
+  auto* listen = app.add_option("--listen", cli.listen,
+                                "with --processes: wait at HOST:PORT for the workers (maestro-run --worker HOST:PORT) "
+                                "instead of spawning them")
+                     ->needs(processes);
+  auto* worker = app.add_option("--worker", cli.worker, "join the coordinator at HOST:PORT as a worker process");
+  auto* coordinator = app.add_option("--coordinator", cli.coordinator,
+                                     "under mpirun/srun: rank 0 coordinates at HOST:PORT, the other ranks join it");
+  worker->excludes(processes, listen, coordinator, check, print, simulate, calibrate, repl);
+  coordinator->excludes(processes, listen);
   check->excludes(print, simulate, calibrate, stop_opt);
   stop_opt->excludes(print, simulate, calibrate);
   print->excludes(simulate, calibrate);
@@ -92,6 +105,31 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   } catch (const CLI::ParseError& e) {
     fmt::print(stderr, "maestro-run: error: {}\n{}\n", e.what(), kUsage);
     return 2;
+  }
+  if (!cli.worker.empty()) return -1;  // a worker gets its model from the coordinator
+  if (!cli.coordinator.empty()) {  // mpirun / srun: the rank decides the role
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank) rank = std::getenv("SLURM_PROCID");
+    const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+    if (!size) size = std::getenv("SLURM_NTASKS");
+    if (!rank || !size) {
+      fmt::print(stderr, "maestro-run: error: --coordinator needs the launcher's rank and size in the environment "
+                         "(OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE from mpirun, SLURM_PROCID/SLURM_NTASKS from srun)\n");
+      return 2;
+    }
+    std::string r = rank, n = size;
+    std::string why = whole_number(256)(n);
+    if (!why.empty() || r.empty() || r.find_first_not_of("0123456789") != std::string::npos || r.size() > 3 ||
+        std::stoll(r) >= std::stoll(n)) {
+      fmt::print(stderr, "maestro-run: error: --coordinator: rank '{}' of size '{}' from the environment is not valid\n", r, n);
+      return 2;
+    }
+    if (std::stoll(r) > 0) {
+      cli.worker = cli.coordinator;
+      return -1;
+    }
+    cli.processes = std::stoll(n);
+    cli.listen = cli.coordinator;
   }
   if (cli.model_path.empty() && cli.calibrate.empty()) {
     fmt::print(stderr, "maestro-run: error: a model file is required\n{}\n", kUsage);
@@ -115,6 +153,7 @@ std::string command_name(const CliOptions& cli) {
 int run(int argc, char** argv) {
   CliOptions cli;
   if (const int status = parse_command_line(argc, argv, cli); status >= 0) return status;
+  if (!cli.worker.empty()) return run_worker(cli.worker);
 
   RuntimeConfig config;
   try {

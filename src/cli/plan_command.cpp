@@ -12,6 +12,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "actors/processes.h"
+#include "actors/run_plan.h"
+#include "actors/step_inputs.h"
 #include "cli/command.h"
 #include "cli/engine_calibration.h"
 #include "data/sampler.h"
@@ -122,10 +125,28 @@ std::string tp_lines(const Planned& p) {
   return out;
 }
 
-int print_plan_command(const Program& program, const RuntimeConfig& config, const CliOptions&) {
+// With --processes N: where a real run on this machine puts each section
+// replica (the CPU run's plan, actors/run_plan.h; actors/processes.h).
+std::string placement_lines(const Program& program, const RuntimeConfig& config, int64_t processes) {
+  if (processes <= 1) return "";
+  const Program runnable = cpu_runnable(program);
+  const SectionGraph graph = build_graph(runnable);
+  const StepInputs inputs(graph, runnable.data, runnable.train.global_batch);
+  const Plan plan = plan_cpu_run(graph, cpu_slots(config.runtime.threads), inputs.step(0)->batch);
+  const std::vector<std::vector<int>> placement = place_replicas(plan, int(processes));
+  std::vector<std::string> names;
+  for (const SectionNode& n : graph.nodes) names.push_back(n.name);
+  std::string out = fmt::format("training on this machine over {} processes (round-robin over section replicas):\n", processes);
+  for (int p = 0; p < int(processes); ++p)
+    out += fmt::format("  process {}{}: {}\n", p, p == 0 ? " (coordinator)" : "", hosted_by(placement, names, p));
+  return out;
+}
+
+int print_plan_command(const Program& program, const RuntimeConfig& config, const CliOptions& cli) {
   return with_plan(program, config, [&](const Planned& p) {
     return fmt::format("plan: {} on {}\n", program.file, cluster_line(p.cluster)) + plan_table(p) +
-           fmt::format("in-flight cap: {} micro-batches per replica\n", p.plan.in_flight_cap) + tp_lines(p);
+           fmt::format("in-flight cap: {} micro-batches per replica\n", p.plan.in_flight_cap) + tp_lines(p) +
+           placement_lines(program, config, cli.processes);
   });
 }
 

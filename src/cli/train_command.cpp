@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <csignal>
 #include <cstdio>
 #include <optional>
@@ -92,9 +95,19 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     std::fprintf(stderr, "maestro-run: error: %s%s\n", config.file.empty() ? "" : (config.file + ": ").c_str(), e.what());
     return 2;
   }
-  if (config.transport.kind != "auto" && config.transport.kind != "local") {
+  if (cli.processes <= 1 && config.transport.kind != "auto" && config.transport.kind != "local") {
     std::fprintf(stderr, "maestro-run: error: transport.kind = \"%s\": a single-process CPU run uses the local transport only\n",
                  config.transport.kind.c_str());
+    return 2;
+  }
+  if (cli.processes > 1 && config.transport.kind == "local") {
+    std::fprintf(stderr, "maestro-run: error: --processes %lld: transport.kind = \"local\" cannot reach other processes "
+                 "(use \"auto\" or \"ucx\")\n", (long long)cli.processes);
+    return 2;
+  }
+  if (cli.processes > 1 && backend.kind != BackendKind::Cpu) {
+    std::fprintf(stderr, "maestro-run: error: --processes %lld: worker processes run the CPU backend only in this build "
+                 "(set [runtime] backend = \"cpu\")\n", (long long)cli.processes);
     return 2;
   }
   set_stop_handlers(on_stop_signal);  // from here on, a signal stops the run cleanly
@@ -122,6 +135,26 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
   opt.backend = backend.kind;
   opt.checkpoint_keep = config.checkpoint.keep;
   opt.interrupt = &g_interrupt;
+  if (cli.processes > 1) {  // the coordinator of a run over processes (actors/processes.h)
+    opt.processes.processes = int(cli.processes);
+    opt.processes.spawn = cli.listen.empty();
+    if (!cli.listen.empty()) opt.processes.listen = cli.listen;
+    RunSpec& spec = opt.processes.spec;
+    std::error_code ec;
+    const std::filesystem::path abs = std::filesystem::absolute(cli.model_path, ec);
+    spec.model_path = ec ? cli.model_path : abs.string();
+    std::ifstream in(cli.model_path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    spec.model_source = text.str();
+    spec.steps = cli.steps.value_or(-1);
+    spec.shard = program.train.optimizer.shard;
+    spec.schedule = cli.schedule;
+    spec.stop_after = cli.stop_after.value_or(-1);
+    spec.resume = cli.resume;
+    spec.seed = config.runtime.seed.value_or(program.train.seed);
+    spec.threads = config.runtime.threads;
+  }
 
   Program runnable;
   SectionGraph graph;
@@ -135,6 +168,7 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     // so `auto` resolves to dp = 1 (see below).
     const int64_t slots = backend.kind == BackendKind::Cuda ? 1 : cpu_slots(opt.threads);
     plan = plan_cpu_run(graph, slots, inputs->step(0)->batch);  // sized on step 0, as --print plan
+    opt.processes.spec.slots = slots;  // the workers plan with the same slots
     if (backend.kind == BackendKind::Cuda) {  // dp > 1 reduces over NCCL, one GPU per rank of a dp group
       std::vector<std::string> names;
       for (const auto& node : graph.nodes) names.push_back(node.name);
@@ -211,6 +245,8 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
                         {"interrupted", r.interrupted},
                         {"skipped_samples", r.skipped_samples.size()},
                         {"tp_all_reduce_bytes", r.tp_all_reduce_bytes},
+                        {"tensor_puts", r.tensor_puts},
+                        {"tensor_bytes_put", r.tensor_bytes_put},
                         {"losses", r.losses}};
     for (const TrainResult::OptimizerMemory& m : r.optimizer_memory)
       j["optimizer_state"][m.part] = {{"dp", m.dp}, {"sharded", m.sharded}, {"bytes_per_replica", m.bytes_per_replica},

@@ -1,0 +1,248 @@
+// The coordinator's side of a multi-process run (processes.h): the door
+// actor workers say Hello to, spawning local workers, and joining them.
+#include <fmt/format.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "actors/gate.h"
+#include "actors/processes.h"
+#include "actors/train_phases.h"
+
+extern char** environ;
+
+namespace maestro {
+
+// Workers admitted by the door, in arrival order; the coordinator's thread waits on it.
+struct Coordinator::Door {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Hello> joined;
+  int wanted = 0;
+};
+
+namespace {
+
+caf::behavior door(caf::event_based_actor* self, std::shared_ptr<Coordinator::Door> st) {
+  return {
+      [=](Hello& h) -> Welcome {
+        const std::string who = fmt::format("a worker (pid {} on {})", h.pid, h.host.empty() ? "?" : h.host);
+        std::string refusal;
+        if (h.version != kProcessProtocolVersion)
+          refusal = fmt::format("protocol version {}, this coordinator speaks {}", h.version, kProcessProtocolVersion);
+        else if (h.build != build_id())
+          refusal = fmt::format("build {}, this coordinator is build {}: run the same maestro-run binary everywhere",
+                                h.build, build_id());
+        else if (!h.session)
+          refusal = "no session actor";
+        int process = 0;
+        if (refusal.empty()) {
+          std::lock_guard<std::mutex> lock(st->mu);
+          if (int(st->joined.size()) >= st->wanted)
+            refusal = fmt::format("the run has all its {} processes", st->wanted + 1);
+          else {
+            st->joined.push_back(h);
+            process = int(st->joined.size());
+            st->cv.notify_all();
+          }
+        }
+        if (!refusal.empty()) {
+          std::fprintf(stderr, "maestro-run: refused %s: %s\n", who.c_str(), refusal.c_str());
+          return Welcome{refusal, 0};
+        }
+        return Welcome{"", process};
+      },
+  };
+}
+
+}  // namespace
+
+Coordinator::Coordinator(caf::actor_system& sys, const ProcessOptions& options, std::vector<std::vector<int>> placement,
+                         std::vector<std::string> sections)
+    : sys_(sys), options_(options), placement_(std::move(placement)), sections_(std::move(sections)) {
+  std::pair<std::string, uint16_t> at;
+  try {
+    at = parse_address(options.listen);
+  } catch (const std::invalid_argument& e) {
+    throw TrainFailure(2, fmt::format("listen address: {}", e.what()));
+  }
+  state_ = std::make_shared<Door>();
+  state_->wanted = options.processes - 1;
+  door_ = sys.spawn(door, state_);
+  // CAF's door on a free port of the same host; the advertised address is the gate's (gate.h).
+  auto port = sys.middleman().publish(door_, 0, at.first.empty() ? nullptr : at.first.c_str(), true);
+  if (!port) {
+    caf::anon_send_exit(door_, caf::exit_reason::user_shutdown);
+    throw TrainFailure(1, fmt::format("cannot listen on {}: {}", options.listen, sys.render(port.error())));
+  }
+  try {
+    gate_ = std::make_unique<Gate>(at.first, at.second, *port);
+  } catch (const std::exception& e) {
+    caf::anon_send_exit(door_, caf::exit_reason::user_shutdown);
+    throw TrainFailure(1, fmt::format("cannot listen on {}: {}", options.listen, e.what()));
+  }
+  port_ = gate_->port();
+  if (!options.spawn) return;
+  // N-1 local workers: this binary, its stdout onto our stderr (the
+  // coordinator's stdout carries the run's output and --json line).
+  const std::string address = fmt::format("{}:{}", at.first.empty() || at.first == "0.0.0.0" ? "127.0.0.1" : at.first, port_);
+  for (int p = 1; p < options.processes; ++p) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, 2, 1);
+    std::error_code ec;  // argv[0]: the binary's real path, so `ps` names it
+    std::string exe = std::filesystem::read_symlink("/proc/self/exe", ec).string(), flag = "--worker";
+    if (ec) exe = "/proc/self/exe";
+    char* argv[] = {exe.data(), flag.data(), const_cast<char*>(address.c_str()), nullptr};
+    // Its own process group: a terminal's Ctrl-C reaches the coordinator
+    // only, which checkpoints and then shuts the workers down.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, "/proc/self/exe", &fa, &attr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) throw TrainFailure(1, fmt::format("cannot start worker {}: {}", p, std::strerror(rc)));
+    children_.push_back(int(pid));
+  }
+}
+
+Coordinator::~Coordinator() {
+  install_peer_tensors(nullptr);
+  if (tensor_server_) caf::anon_send_exit(tensor_server_, caf::exit_reason::user_shutdown);
+  for (int pid : children_)
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  caf::anon_send_exit(door_, caf::exit_reason::user_shutdown);
+}
+
+void Coordinator::join(RunSetup& setup, caf::actor tracer) {
+  const int wanted = options_.processes - 1;
+  {  // the workers' Hellos, bounded; a spawned worker that already exited fails the run at once
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.join_timeout_s);
+    std::unique_lock<std::mutex> lock(state_->mu);
+    while (int(state_->joined.size()) < wanted) {
+      for (int& pid : children_) {
+        int status = 0;
+        if (pid > 0 && ::waitpid(pid, &status, WNOHANG) == pid) {
+          pid = -1;
+          throw TrainFailure(1, fmt::format("a worker process exited before joining (status {})",
+                                            WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)));
+        }
+      }
+      if (std::chrono::steady_clock::now() > deadline)
+        throw TrainFailure(1, fmt::format("only {} of {} worker processes joined within {:.0f} s (listening on port {})",
+                                          state_->joined.size(), wanted, options_.join_timeout_s, port_));
+      state_->cv.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    for (size_t i = 0; i < state_->joined.size(); ++i) {
+      const Hello& h = state_->joined[i];
+      const int p = int(i) + 1;
+      workers_.push_back({p, h.session, h.host, h.pid,
+                          fmt::format("worker {} (pid {} on {}; hosts {})", p, h.pid, h.host, hosted_by(placement_, sections_, p))});
+    }
+  }
+  caf::scoped_actor self{sys_};
+  const auto timeout = std::chrono::seconds(120);  // a worker builds its share of the model meanwhile
+  std::vector<decltype(self->request(caf::actor{}, timeout, Assignment{}))> pending;
+  for (const Worker& w : workers_)
+    pending.push_back(self->request(w.session, timeout, Assignment{w.process, options_.processes, options_.spec, placement_, tracer}));
+  ConnectPeers peers;
+  peers.endpoints.resize(size_t(options_.processes));
+  peers.names.resize(size_t(options_.processes));
+  peers.endpoints[0] = endpoint_bytes(setup);
+  peers.names[0] = fmt::format("the coordinator (pid {} on {})", ::getpid(), host_name());
+  peers.rings = ring_entries(setup);
+  peers.transport_ids.resize(size_t(options_.processes));
+  peers.tensor_servers.resize(size_t(options_.processes));
+  peers.transport_ids[0] = setup.peer_transport->id();
+  peers.tensor_servers[0] = spawn_tensor_server(sys_, setup.peer_tensors.get());
+  tensor_server_ = peers.tensor_servers[0];
+  setup.remote.resize(placement_.size());
+  std::string error;
+  bool bad_input = false;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const Worker& w = workers_[i];
+    pending[i].receive(
+        [&](Joined& j) {
+          if (!j.error.empty()) {
+            if (error.empty()) error = j.error, bad_input = j.bad_input;
+            return;
+          }
+          peers.endpoints[size_t(w.process)] = std::move(j.endpoint);
+          peers.names[size_t(w.process)] = w.name;
+          peers.rings.insert(peers.rings.end(), j.rings.begin(), j.rings.end());
+          peers.transport_ids[size_t(w.process)] = j.transport_id;
+          peers.tensor_servers[size_t(w.process)] = j.tensor_server;
+          for (const HostedReplica& h : j.replicas) {
+            auto& stages = setup.remote.at(size_t(h.section));
+            if (stages.size() <= size_t(h.stage)) stages.resize(size_t(h.stage) + 1);
+            auto& replicas = stages[size_t(h.stage)];
+            if (replicas.size() <= size_t(h.replica)) replicas.resize(size_t(h.replica) + 1);
+            replicas[size_t(h.replica)] = h.handle;
+          }
+        },
+        [&](caf::error& e) {
+          if (error.empty()) error = fmt::format("{} did not join: {}", w.name, sys_.render(e));
+        });
+  }
+  if (!error.empty()) throw TrainFailure(bad_input ? 2 : 1, error);
+  std::vector<decltype(self->request(caf::actor{}, timeout, ConnectPeers{}))> connecting;
+  for (const Worker& w : workers_) connecting.push_back(self->request(w.session, std::chrono::seconds(30), peers));
+  try {
+    connect_peers(setup, peers, 0);
+  } catch (const std::exception& e) {
+    error = fmt::format("the coordinator cannot connect to its workers: {}", e.what());
+  }
+  for (size_t i = 0; i < workers_.size(); ++i)
+    connecting[i].receive(
+        [&](std::string& e) {
+          if (error.empty()) error = e;
+        },
+        [&](caf::error& e) {
+          if (error.empty()) error = fmt::format("{} did not connect: {}", workers_[i].name, sys_.render(e));
+        });
+  if (!error.empty()) throw TrainFailure(1, error);
+}
+
+void Coordinator::shutdown(const std::string& reason, bool failed) {
+  install_peer_tensors(nullptr);  // no tensor crosses any more
+  for (const Worker& w : workers_) caf::anon_send(w.session, Shutdown{reason});
+  // After a fault a worker may be the one that stopped answering: 2 s, then killed.
+  const auto grace = std::chrono::seconds(failed ? 2 : 10);
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  for (int& pid : children_) {
+    while (pid > 0) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+          std::fprintf(stderr, "maestro-run: a worker process (pid %d) ended with status %d\n", pid,
+                       WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        pid = -1;
+      } else if (std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "maestro-run: a worker process (pid %d) did not exit within %d s: killed\n", pid,
+                     int(grace.count()));
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+        pid = -1;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  }
+}
+
+}  // namespace maestro

@@ -1,0 +1,113 @@
+// Tensors across processes by one-sided puts (peer_tensors.h).
+#include "actors/peer_tensors.h"
+
+#include <fmt/format.h>
+
+#include "actors/messages.h"
+
+namespace maestro {
+
+PeerTensors::PeerTensors(std::shared_ptr<Transport> transport) : transport_(std::move(transport)) {
+  pool_ = transport_->register_pool(kReceivePoolBytes, Device::Host);
+}
+
+uint64_t PeerTensors::export_tensor(const TensorRef& t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t key = next_key_++;
+  exports_[key] = t;
+  return key;
+}
+
+TensorRef PeerTensors::imported(uint64_t owner_id, uint64_t key, std::vector<int64_t> shape, DType dtype) {
+  if (owner_id == owner()) {
+    TensorRef t = exported(key);
+    if (t.empty()) throw std::invalid_argument(fmt::format("tensor handle {} is not (or no longer) exported here", key));
+    return t;
+  }
+  auto b = std::make_shared<Buffer>();  // a placeholder: no bytes, the owner and key
+  b->owner = owner_id;
+  b->pool = kRemotePlaceholderPool;
+  b->offset = key;
+  return TensorRef{std::move(b), std::move(shape), dtype};
+}
+
+TensorRef PeerTensors::exported(uint64_t key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = exports_.find(key);
+  return it == exports_.end() ? TensorRef{} : it->second;
+}
+
+void PeerTensors::forget_exports() {
+  std::lock_guard<std::mutex> lock(mu_);
+  exports_.clear();
+}
+
+size_t PeerTensors::exports() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return exports_.size();
+}
+
+TensorRef PeerTensors::receive_buffer(std::vector<int64_t> shape, DType dtype) {
+  return transport_->allocate(std::move(shape), dtype, pool_);
+}
+
+void PeerTensors::set_servers(std::map<uint64_t, std::pair<caf::actor, std::string>> servers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  servers_ = std::move(servers);
+}
+
+std::pair<caf::actor, std::string> PeerTensors::server_of(uint64_t owner_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = servers_.find(owner_id);
+  return it == servers_.end() ? std::pair<caf::actor, std::string>{} : it->second;
+}
+
+PeerTensors* peer_tensors() { return static_cast<PeerTensors*>(tensor_exporter().load()); }
+
+void install_peer_tensors(PeerTensors* p) { tensor_exporter().store(p); }
+
+bool has_remote_inputs(const std::vector<FlowTensor>& inputs) {
+  for (const FlowTensor& f : inputs)
+    if (is_remote_placeholder(f.tensor)) return true;
+  return false;
+}
+
+namespace {
+
+struct ServerState {
+  uint64_t next = 1;
+  std::unordered_map<uint64_t, caf::typed_response_promise<std::string>> pending;
+};
+
+caf::behavior tensor_server(caf::stateful_actor<ServerState>* self, PeerTensors* tensors) {
+  return {
+      [=](const FetchTensor& f) -> caf::result<std::string> {
+        const TensorRef src = tensors->exported(f.key);
+        if (src.empty()) return fmt::format("tensor {} is not (or no longer) exported by this process", f.key);
+        const uint64_t token = self->state.next++;
+        auto rp = self->make_response_promise<std::string>();
+        self->state.pending.emplace(token, rp);
+        caf::actor me = caf::actor_cast<caf::actor>(self);
+        // `done` runs on the transport's progress thread: back to this actor by message.
+        tensors->transport().put(src, f.dst, [me, token, src](const std::string& error) {
+          caf::anon_send(me, PutEnded{token, error, src.bytes()});
+        });
+        return rp;
+      },
+      [=](const PutEnded& e) {
+        auto it = self->state.pending.find(e.token);
+        if (it == self->state.pending.end()) return;
+        if (e.error.empty()) tensors->count_put(e.bytes);
+        it->second.deliver(e.error);
+        self->state.pending.erase(it);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_tensor_server(caf::actor_system& sys, PeerTensors* tensors) {
+  return sys.spawn(tensor_server, tensors);
+}
+
+}  // namespace maestro

@@ -1,0 +1,101 @@
+// PeerTensors: how a flow tensor crosses a process (issue 12) — by a
+// one-sided UCX put into the consumer's registered pool, never as bytes in a
+// CAF message. Installed as the process's TensorExporter (wire_format.h)
+// while a run spans processes:
+//   1. a message leaving the process (TaskDone from a worker, RunTask from
+//      the scheduler) carries each host tensor as a handle (this process's
+//      transport id, a key); the tensor stays in an export table;
+//   2. the consumer's replica (replica.cpp) sees placeholders in its
+//      RunTask, allocates each tensor in this process's receive pool (a
+//      registered UCX pool, `kReceivePoolBytes`, its rkey in the endpoint
+//      info every peer has), and asks the owner's tensor server
+//      FetchTensor{key, descriptor};
+//   3. the owner's server puts the tensor into that descriptor
+//      (UcxTransport::put: ucp_put_nbx + flush; bounds checked before any
+//      byte moves) and answers once the bytes are there; the replica then
+//      runs the task on the local copies.
+// A handle coming back to its owner is the owner's tensor again (no copy).
+// Exports are dropped when a step's gradients are reduced (ReduceGrads: by
+// then every task of the step, and so every fetch, is done).
+#pragma once
+
+#include <atomic>
+#include <caf/all.hpp>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/messages.h"
+#include "transport/transport.h"
+
+namespace maestro {
+
+// consumer -> the owner's tensor server: put the exported tensor `key` into
+// `dst` (a block of the consumer's receive pool). Replies std::string: "" =
+// the bytes are there, else why not (nothing written).
+struct FetchTensor {
+  uint64_t key = 0;
+  TensorDescriptor dst;
+};
+MAESTRO_INSPECT(FetchTensor, x.key, x.dst)
+// tensor server -> itself, from the transport's progress thread: a put ended.
+struct PutEnded {
+  uint64_t token = 0;
+  std::string error;
+  uint64_t bytes = 0;
+};
+MAESTRO_INSPECT(PutEnded, x.token, x.error, x.bytes)
+
+class PeerTensors final : public TensorExporter {
+ public:
+  static constexpr size_t kReceivePoolBytes = size_t(256) << 20;  // per process; tensors in flight to it
+  // Registers the receive pool in `transport` (before its endpoint info is
+  // sent). Throws what register_pool throws.
+  explicit PeerTensors(std::shared_ptr<Transport> transport);
+
+  uint64_t owner() const override { return transport_->id(); }
+  uint64_t export_tensor(const TensorRef& t) override;
+  TensorRef imported(uint64_t owner, uint64_t key, std::vector<int64_t> shape, DType dtype) override;
+
+  TensorRef exported(uint64_t key) const;  // empty when unknown (or forgotten)
+  void forget_exports();
+  size_t exports() const;
+  Transport& transport() { return *transport_; }
+  // A tensor to receive into: a block of the receive pool. Throws when the pool is full.
+  TensorRef receive_buffer(std::vector<int64_t> shape, DType dtype);
+
+  // What this process's tensor server put into consumers' pools.
+  void count_put(uint64_t bytes) { ++puts_, bytes_put_ += bytes; }
+  uint64_t puts() const { return puts_; }
+  uint64_t bytes_put() const { return bytes_put_; }
+
+  // Every process's tensor server, by transport id; and a name for errors.
+  void set_servers(std::map<uint64_t, std::pair<caf::actor, std::string>> servers);
+  std::pair<caf::actor, std::string> server_of(uint64_t owner) const;
+
+ private:
+  std::shared_ptr<Transport> transport_;
+  uint64_t pool_ = 0;
+  mutable std::mutex mu_;
+  uint64_t next_key_ = 1;
+  std::unordered_map<uint64_t, TensorRef> exports_;
+  std::map<uint64_t, std::pair<caf::actor, std::string>> servers_;
+  std::atomic<uint64_t> puts_{0}, bytes_put_{0};
+};
+
+// The process's PeerTensors while installed (tensor_exporter()), else null.
+PeerTensors* peer_tensors();
+// Installs `p` as the process's exporter (null uninstalls).
+void install_peer_tensors(PeerTensors* p);
+
+// The tensor server of this process: FetchTensor -> std::string.
+caf::actor spawn_tensor_server(caf::actor_system& sys, PeerTensors* tensors);
+
+// Whether a task's inputs hold placeholders to fetch first.
+bool has_remote_inputs(const std::vector<FlowTensor>& inputs);
+
+}  // namespace maestro

@@ -1,0 +1,199 @@
+// A run over several processes (docs/runtime.md, "Processes and hosts"):
+// the coordinator (the `maestro-run MODEL.sect` process: scheduler, loader,
+// checkpointer, tracer, and its share of the section replicas) publishes a
+// door actor with CAF's middleman; each worker process (`maestro-run
+// --worker HOST:PORT`) connects to it, says Hello (protocol version, build
+// id), receives its Assignment — the model's source and the resolved run
+// options, so it builds the same graph and plan itself, and which section
+// replicas it hosts — spawns those replicas' actors and answers Joined with
+// their handles, its UcxTransport's endpoint info and its dp rings'
+// mailboxes. ConnectPeers hands every process everybody's info; then the
+// scheduler drives remote replicas exactly as local ones. Shutdown ends a
+// worker (exit 0); a lost coordinator ends it with exit 1.
+//
+// This file: the placement of replicas on processes and the protocol's
+// messages (each with `inspect`, registered on both sides by
+// add_process_message_types).
+#pragma once
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actors/messages.h"
+#include "actors/trainer.h"
+#include "plan/plan.h"
+#include "transport/ring_communicator.h"
+
+namespace maestro {
+
+// Checked twice: in the gate's preamble (gate.h) and in Hello.
+// Bumped whenever a message of this file or of messages.h changes shape.
+inline constexpr int32_t kProcessProtocolVersion = 2;
+
+// This binary's build id: FNV-1a 64 of its executable file (/proc/self/exe),
+// in hex — two processes of one run must run the same build. The
+// environment's MAESTRO_BUILD_ID replaces it (to test the refusal, or to
+// mix builds knowingly).
+std::string build_id();
+
+// Which process hosts each section replica: [section][dp replica] ->
+// process (0 = the coordinator). Round-robin over (section, replica) in
+// section order, replica order: unit i goes to process i mod `processes`,
+// so the replicas of a section spread over the processes (its gradients
+// reduce across them). A replica's pipeline stages and tp ranks stay in
+// one process.
+std::vector<std::vector<int>> place_replicas(const Plan& plan, int processes);
+// "vision/0, llm/1": the replicas a process hosts.
+std::string hosted_by(const std::vector<std::vector<int>>& placement, const std::vector<std::string>& sections,
+                      int process);
+
+// worker -> door: I want to join. `session` is the worker's actor, which
+// the coordinator then talks to.
+struct Hello {
+  int32_t version = 0;
+  std::string build;
+  std::string host;
+  int64_t pid = 0;
+  caf::actor session;
+};
+// door -> worker: "" and the process index it got, or why it is refused.
+struct Welcome {
+  std::string error;
+  int32_t process = 0;
+};
+
+// coordinator -> worker session.
+struct Assignment {
+  int32_t process = 0, processes = 1;
+  RunSpec spec;
+  std::vector<std::vector<int>> placement;  // place_replicas, as the coordinator computed it
+  caf::actor tracer;
+};
+// A replica hosted by a worker, and a rank of a dp ring it holds.
+struct HostedReplica {
+  int32_t section = 0, stage = 0, replica = 0;
+  caf::actor handle;
+};
+struct RingEntry {
+  int32_t section = 0, stage = 0, tp_rank = 0, replica = 0;
+  RingMailbox mailbox;
+};
+// worker -> coordinator: the answer to Assignment.
+struct Joined {
+  std::string error;    // "" = ready; else why it cannot host its share (exit code in `bad_input`)
+  bool bad_input = false;
+  std::vector<HostedReplica> replicas;
+  std::vector<uint8_t> endpoint;  // UcxTransport::endpoint_info()
+  std::vector<RingEntry> rings;
+  uint64_t transport_id = 0;      // its UcxTransport::id(): the owner in its tensor handles
+  caf::actor tensor_server;       // puts its exported tensors into a consumer's pool (peer_tensors.h)
+};
+// coordinator -> every worker: the endpoints of all processes ([process];
+// empty for none) and every ring rank's mailbox. Replies std::string ("" = connected).
+struct ConnectPeers {
+  std::vector<std::vector<uint8_t>> endpoints;
+  std::vector<std::string> names;  // "worker 2 (pid 123 on host-b)"
+  std::vector<RingEntry> rings;
+  std::vector<uint64_t> transport_ids;   // [process]
+  std::vector<caf::actor> tensor_servers;  // [process]
+};
+// coordinator -> worker: the run is over; stop and exit 0.
+struct Shutdown {
+  std::string reason;
+};
+
+MAESTRO_INSPECT(RunSpec, x.model_path, x.model_source, x.steps, x.shard, x.slots, x.schedule, x.stop_after, x.resume,
+                x.seed, x.threads)
+MAESTRO_INSPECT(Hello, x.version, x.build, x.host, x.pid, x.session)
+MAESTRO_INSPECT(Welcome, x.error, x.process)
+MAESTRO_INSPECT(Assignment, x.process, x.processes, x.spec, x.placement, x.tracer)
+MAESTRO_INSPECT(HostedReplica, x.section, x.stage, x.replica, x.handle)
+MAESTRO_INSPECT(RingEntry, x.section, x.stage, x.tp_rank, x.replica, x.mailbox)
+MAESTRO_INSPECT(Joined, x.error, x.bad_input, x.replicas, x.endpoint, x.rings, x.transport_id, x.tensor_server)
+MAESTRO_INSPECT(ConnectPeers, x.endpoints, x.names, x.rings, x.transport_ids, x.tensor_servers)
+MAESTRO_INSPECT(Shutdown, x.reason)
+
+// The run's messages (add_message_types) and the ones above, plus the
+// middleman and its heartbeat (every `heartbeat_ms`): what both ends set.
+void configure_process_system(caf::actor_system_config& cfg, size_t heartbeat_ms = 500);
+
+// "HOST:PORT" -> (host, port); throws std::invalid_argument naming the text.
+std::pair<std::string, uint16_t> parse_address(const std::string& text);
+
+// This host's name (gethostname).
+std::string host_name();
+
+// The set-up's side of joining (RunSetup, train_phases.h): its UCX
+// endpoint info (empty without one), its ring ranks' mailboxes, and
+// connecting both to the peers' (`process` = this one, skipped), which
+// also installs the process's PeerTensors with every peer's tensor server.
+struct RunSetup;
+std::vector<uint8_t> endpoint_bytes(const RunSetup& setup);
+std::vector<RingEntry> ring_entries(const RunSetup& setup);
+void connect_peers(RunSetup& setup, const ConnectPeers& peers, int process);
+
+class Gate;  // gate.h
+
+// The coordinator's side (coordinator.cpp): publishes the door at
+// options.listen and, with options.spawn, starts processes-1 local workers
+// (this binary, `--worker 127.0.0.1:PORT`); join() waits (bounded) for them,
+// hands out the assignments, collects their replicas and connects every
+// process's transfer engine and rings. Throws TrainFailure.
+class Coordinator {
+ public:
+  struct Worker {
+    int process = 0;
+    caf::actor session;
+    std::string host;
+    int64_t pid = 0;
+    std::string name;  // "worker 1 (pid 123 on host-a; hosts llm/1, audio/0)"
+  };
+  Coordinator(caf::actor_system& sys, const ProcessOptions& options, std::vector<std::vector<int>> placement,
+              std::vector<std::string> sections);
+  ~Coordinator();  // kills spawned workers still running
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+  uint16_t port() const { return port_; }
+  void join(RunSetup& setup, caf::actor tracer);
+  const std::vector<Worker>& workers() const { return workers_; }
+  // Sends every worker Shutdown and waits for the spawned ones to exit: up
+  // to 10 s, 2 s after a failed run (one may have stopped answering); then kills them.
+  void shutdown(const std::string& reason, bool failed);
+
+  struct Door;
+
+ private:
+  caf::actor_system& sys_;
+  ProcessOptions options_;
+  std::vector<std::vector<int>> placement_;
+  std::vector<std::string> sections_;
+  caf::actor door_, tensor_server_;
+  std::unique_ptr<Gate> gate_;
+  std::shared_ptr<Door> state_;
+  uint16_t port_ = 0;
+  std::vector<int> children_;  // pids of spawned workers
+  std::vector<Worker> workers_;
+};
+
+// What the worker side of the protocol needs to build its share of the run
+// from an Assignment: the graph, plan and train block the coordinator has
+// (cli/worker_command.cpp builds them from the RunSpec); they outlive the call.
+struct WorkerRun {
+  const SectionGraph* graph = nullptr;
+  const Plan* plan = nullptr;
+  const TrainSpec* train = nullptr;
+  TrainOptions options;
+};
+// Throws TrainFailure-like std::invalid_argument (bad input) or std::runtime_error.
+using PrepareWorkerRun = std::function<WorkerRun(const RunSpec&)>;
+
+// The worker's side: connects to the coordinator at `address` (retrying for
+// up to `connect_timeout_s`), joins, hosts its replicas until Shutdown.
+// Returns the exit status: 0 after Shutdown, 1 when the coordinator is lost
+// or a runtime fault, 2 when refused or the assignment is bad input.
+int serve_worker(const std::string& address, const PrepareWorkerRun& prepare, double connect_timeout_s = 30);
+
+}  // namespace maestro

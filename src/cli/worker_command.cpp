@@ -1,0 +1,65 @@
+// `maestro-run --worker HOST:PORT`: a worker process of a multi-process run
+// (actors/processes.h). It has no model of its own: the coordinator sends
+// the model's source and the run options it resolved, and the worker builds
+// the same runnable program, graph, step inputs and plan from them, as the
+// train command does, then hosts the replicas it is assigned.
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+
+#include "actors/processes.h"
+#include "actors/run_plan.h"
+#include "actors/step_inputs.h"
+#include "cli/command.h"
+#include "dsl/frontend.h"
+
+namespace maestro {
+
+namespace {
+
+// What the worker's runners refer to: built once per Assignment, alive
+// until the process ends.
+struct BuiltRun {
+  Program runnable;
+  SectionGraph graph;
+  std::unique_ptr<StepInputs> inputs;
+  Plan plan;
+};
+
+}  // namespace
+
+int run_worker(const std::string& address) {
+  std::vector<std::unique_ptr<BuiltRun>> built;  // outlives serve_worker's actors
+  auto prepare = [&](const RunSpec& spec) -> WorkerRun {
+    Diagnostics diags;
+    std::optional<Program> loaded = load_program_text(spec.model_source, spec.model_path, diags);
+    if (!loaded) {
+      std::ostringstream text;
+      diags.render(text);
+      throw std::invalid_argument("the coordinator's model does not load here: " + text.str());
+    }
+    Program program = std::move(*loaded);
+    if (spec.steps >= 0) program.train.steps = spec.steps;
+    program.train.optimizer.shard = spec.shard;
+    auto b = std::make_unique<BuiltRun>();
+    b->runnable = cpu_runnable(program);
+    b->graph = build_graph(b->runnable);
+    b->inputs = std::make_unique<StepInputs>(b->graph, b->runnable.data, b->runnable.train.global_batch);
+    b->plan = plan_cpu_run(b->graph, spec.slots, b->inputs->step(0)->batch);  // the coordinator's slots: its plan
+    WorkerRun run;
+    run.graph = &b->graph;
+    run.plan = &b->plan;
+    run.train = &b->runnable.train;
+    run.options.schedule = spec.schedule;
+    if (spec.stop_after >= 0) run.options.stop_after = spec.stop_after;
+    run.options.resume = spec.resume;
+    run.options.seed = spec.seed;
+    run.options.threads = spec.threads;
+    run.options.backend = BackendKind::Cpu;
+    built.push_back(std::move(b));
+    return run;
+  };
+  return serve_worker(address, prepare);
+}
+
+}  // namespace maestro
