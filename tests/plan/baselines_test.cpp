@@ -88,15 +88,16 @@ BOOST_AUTO_TEST_CASE(megatron_padding_and_packing_lengths) {
   BOOST_TEST(bins[2][0]->text_tokens == 450);
 }
 
-// Equal micro-batches: 1F1B takes (m + pp - 1)·(f + b); one stage 0 twice
-// as slow adds its extra time once per micro-batch.
+// Equal micro-batches: 1F1B takes (m + pp - 1)·(f + b). A stage 0 twice as
+// slow bounds the step by its own m·(f + b) and makes it slower than the
+// balanced pipeline (6 micro-batches on 4 stages: 39 s against 27 s).
 BOOST_AUTO_TEST_CASE(one_f_one_b_matches_the_closed_form) {
   const size_t m = 6, pp = 4;
   std::vector<std::vector<double>> f(m, std::vector<double>(pp, 1.0)), b(m, std::vector<double>(pp, 2.0));
   BOOST_TEST(one_f_one_b_s(f, b) == double(m + pp - 1) * 3.0, boost::test_tools::tolerance(1e-12));
   for (auto& row : f) row[0] = 2.0;
   for (auto& row : b) row[0] = 4.0;
-  BOOST_TEST(one_f_one_b_s(f, b) >= double(m) * 6.0 + double(pp - 1) * 3.0 - 1e-9);
+  BOOST_TEST(one_f_one_b_s(f, b) >= double(m) * 6.0);
   BOOST_TEST(one_f_one_b_s(f, b) > double(m + pp - 1) * 3.0);
 }
 
