@@ -22,7 +22,7 @@ struct CliOptions {
   bool check = false;              // --check
   std::string print;               // --print graph|plan|schedule|json|dot
   bool simulate = false;           // --simulate
-  std::string baseline;            // --baseline megatron|sequential
+  std::string baseline;            // --baseline megatron|sequential|megatron-ideal|mimo|all
   std::string schedule = "wavefront";  // --schedule wavefront|monolithic
   std::optional<int64_t> steps;    // --steps (overrides train.steps, the schedule's length)
   std::optional<int64_t> stop_after;  // --stop-after (train: stop there with a checkpoint)

@@ -187,16 +187,34 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
         if (!f) throw std::runtime_error("cannot write the trace to " + trace_path);
       }
     }
+    // The ladder (docs/planner.md, "Baselines"): the one named, or with
+    // `all` every baseline, slowest rung first as the issue orders them.
+    std::vector<BaselineResult> ladder;
+    auto run_baseline = [&](const std::string& name) {
+      if (name == "sequential") ladder.push_back(sequential_baseline(p.graph, p.cluster, *p.cost, batches));
+      if (name == "megatron-ideal") ladder.push_back(tuned_megatron(p.graph, p.cluster, *p.cost, batches));
+      if (name == "megatron") ladder.push_back(tuned_faithful_megatron(p.graph, p.cluster, *p.cost, batches));
+      if (name == "mimo") ladder.push_back(tuned_mimo(p.graph, p.cluster, *p.cost, batches));
+    };
+    if (cli.baseline == "all")
+      for (const char* name : {"sequential", "megatron", "megatron-ideal", "mimo"}) run_baseline(name);
+    else if (!cli.baseline.empty())
+      run_baseline(cli.baseline);
+    // `baseline`/`speedup` (text and JSON): the named one, megatron for `all`.
     std::optional<BaselineResult> baseline;
-    if (cli.baseline == "megatron") baseline = tuned_megatron(p.graph, p.cluster, *p.cost, batches);
-    if (cli.baseline == "sequential") baseline = sequential_baseline(p.graph, p.cluster, *p.cost, batches);
+    for (const BaselineResult& b : ladder)
+      if (b.name == (cli.baseline == "all" ? "megatron" : cli.baseline)) baseline = b;
 
     std::string out = fmt::format("simulate: {} on {}, mean of {} step{} of {} samples\n", program.file,
                                   cluster_line(p.cluster), steps, steps == 1 ? "" : "s", program.train.global_batch);
     out += plan_table(p);
     out += fmt::format("iteration  {:.4f} s   lower bound {:.4f} s   utilization {:.1f}%\n", iteration, lower_bound,
                        100 * lower_bound / iteration);
-    if (baseline)
+    if (cli.baseline == "all")
+      for (const BaselineResult& b : ladder)
+        out += fmt::format("{:<14} {:.4f} s   maestro {:.2f}× faster{}\n", b.name, b.iteration_s, b.iteration_s / iteration,
+                           b.config.empty() ? "" : "   " + b.config);
+    else if (baseline)
       out += fmt::format("{:<10} {:.4f} s{}\nspeedup    {:.2f}×\n", baseline->name, baseline->iteration_s,
                          baseline->config.empty() ? "" : "   " + baseline->config, baseline->iteration_s / iteration);
     if (!trace_path.empty()) out += fmt::format("trace of step 0: {}\n", trace_path);
@@ -219,6 +237,14 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
       if (baseline) {
         j["baseline"] = {{"name", baseline->name}, {"iteration_s", baseline->iteration_s}, {"config", baseline->config}};
         j["speedup"] = baseline->iteration_s / iteration;
+      }
+      if (!ladder.empty()) {
+        // Each rung, then Maestro itself; speedup = the rung's time / Maestro's.
+        j["ladder"] = nlohmann::ordered_json::array();
+        for (const BaselineResult& b : ladder)
+          j["ladder"].push_back({{"name", b.name}, {"iteration_s", b.iteration_s}, {"config", b.config},
+                                 {"speedup", b.iteration_s / iteration}});
+        j["ladder"].push_back({{"name", "maestro"}, {"iteration_s", iteration}, {"config", ""}, {"speedup", 1.0}});
       }
       out += j.dump() + "\n";
     }

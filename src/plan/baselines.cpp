@@ -100,8 +100,8 @@ BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const Co
         }
     }
   }
-  if (!best) throw PlanError("megatron baseline: no configuration fits (last tried " + last_problem + ")");
-  return {"megatron", megatron_iteration_s(g, cl, cost, *best, batches), best->str(), best};
+  if (!best) throw PlanError("megatron-ideal baseline: no configuration fits (last tried " + last_problem + ")");
+  return {"megatron-ideal", megatron_iteration_s(g, cl, cost, *best, batches), best->str(), best};
 }
 
 BaselineResult sequential_baseline(const SectionGraph& g, const Cluster& cl, const CostModel& cost,

@@ -110,6 +110,33 @@ BOOST_AUTO_TEST_CASE(sequential_baseline_and_trace) {
   std::filesystem::remove(trace);
 }
 
+// --baseline all: the ladder sequential → megatron → megatron-ideal → mimo →
+// maestro, each rung's speedup its time over Maestro's; `baseline` and
+// `speedup` stay the megatron rung's.
+BOOST_AUTO_TEST_CASE(ladder_of_every_baseline) {
+  const Run r = run("models/tiny_mllm.sect --simulate --json --baseline all --steps 1");
+  BOOST_TEST_CONTEXT(r.out) {
+    BOOST_REQUIRE(r.status == 0);
+    const nlohmann::json j = last_line_json(r.out);
+    BOOST_REQUIRE(j["ladder"].is_array());
+    std::vector<std::string> names;
+    for (const auto& rung : j["ladder"]) {
+      names.push_back(rung["name"]);
+      BOOST_TEST(double(rung["iteration_s"]) > 0.0);
+      BOOST_TEST(double(rung["speedup"]) == double(rung["iteration_s"]) / double(j["iteration_s"]),
+                 boost::test_tools::tolerance(1e-9));
+    }
+    BOOST_TEST(names == (std::vector<std::string>{"sequential", "megatron", "megatron-ideal", "mimo", "maestro"}),
+               boost::test_tools::per_element());
+    BOOST_TEST(j["baseline"]["name"] == "megatron");
+    BOOST_TEST(double(j["speedup"]) == double(j["ladder"][1]["speedup"]), boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(std::string(j["ladder"][3]["config"]).find("micro_batch=") != std::string::npos);
+  }
+  const Run one = run("models/tiny_mllm.sect --simulate --json --baseline mimo --steps 1");
+  BOOST_TEST(one.status == 0, one.out);
+  BOOST_TEST(last_line_json(one.out)["baseline"]["name"] == "mimo", one.out);
+}
+
 BOOST_AUTO_TEST_CASE(kd_70b_fits_64_h100s_with_the_sharded_optimizer) {
   // Unsharded the student's 18 B per parameter over tp = 2 is 72.3 GB per
   // device; the planner shards its optimizer state over its dp replicas.

@@ -1,0 +1,158 @@
+// The faithful Megatron-LM and MIMO baselines' structural rules (issue 18):
+// encoders on stage 0, the teacher in the student's layout, padding and
+// packing lengths by hand, the 1F1B replay against the closed form, ZeRO-1
+// memory by hand, MIMO's one micro-batch size per module.
+#include <boost/test/unit_test.hpp>
+
+#include <fmt/format.h>
+
+#include "data/sampler.h"
+#include "plan/baselines.h"
+#include "plan/cluster.h"
+#include "plan/roofline_cost.h"
+#include "support/test_programs.h"
+
+namespace maestro {
+using namespace maestro::test;
+namespace {
+
+Sample text_sample(int64_t id, int32_t tokens) {
+  Sample x;
+  x.id = id;
+  x.modalities.add(Modality::Text);
+  x.text_tokens = tokens;
+  return x;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(baselines)
+
+// tiny_mllm: the vision encoder and the projector wholly on stage 0, the
+// LLM split first_stage_layers / L on stage 0 and the rest evenly.
+BOOST_AUTO_TEST_CASE(megatron_puts_encoders_on_stage_0) {
+  const Program program = load("models/tiny_mllm.sect");
+  const SectionGraph g = build_graph(program);
+  const int llm = g.find("llm");
+  BOOST_REQUIRE(llm >= 0);
+  const int64_t layers = std::get<TransformerSpec>(g.section(llm).model.spec).layers;
+  BOOST_REQUIRE(layers >= 2);
+  const FaithfulMegatronConfig c{1, 2, 1, 1, 1, false, false};
+  for (int s = 0; s < int(g.nodes.size()); ++s) {
+    BOOST_TEST_CONTEXT(g.nodes[size_t(s)].name) {
+      if (s == llm) {
+        BOOST_TEST(megatron_stage_share(g, g.topo_order, s, 0, c) == 1.0 / double(layers));
+        BOOST_TEST(megatron_stage_share(g, g.topo_order, s, 1, c) == double(layers - 1) / double(layers));
+      } else {
+        BOOST_TEST(megatron_stage_share(g, g.topo_order, s, 0, c) == 1.0);
+        BOOST_TEST(megatron_stage_share(g, g.topo_order, s, 1, c) == 0.0);
+      }
+    }
+  }
+}
+
+// KD: the teacher takes the student's layout — the same stage shares,
+// whatever the teacher's own `parallel` block says.
+BOOST_AUTO_TEST_CASE(megatron_teacher_in_the_students_layout) {
+  const Program program = load("models/kd_70b_to_8b.sect");
+  const SectionGraph g = build_graph(program);
+  const int teacher = g.find("teacher"), student = g.find("student");
+  for (const FaithfulMegatronConfig c : {FaithfulMegatronConfig{2, 4, 8, 1, 8, false, true},
+                                         FaithfulMegatronConfig{2, 4, 8, 1, 5, true, true}})
+    for (int64_t j = 0; j < c.pp; ++j)
+      BOOST_TEST(megatron_stage_share(g, g.topo_order, teacher, j, c) ==
+                 megatron_stage_share(g, g.topo_order, student, j, c));
+  // On stage 0: 5 of the student's 32 layers.
+  BOOST_TEST(megatron_stage_share(g, g.topo_order, student, 0, {2, 4, 8, 1, 5, false, true}) == 5.0 / 32.0);
+}
+
+// Padding by hand: 100, 300, 200 tokens pad to 300 each at pp = 1 and to
+// the decoder's seq_length at pp > 1; packing into 500-token bins in loader
+// order: {100, 300}, {200}, {450}.
+BOOST_AUTO_TEST_CASE(megatron_padding_and_packing_lengths) {
+  const Program program = load("models/kd_70b_to_8b.sect");
+  const SectionGraph g = build_graph(program);
+  const int student = g.find("student");
+  Batch batch;
+  for (int32_t n : {100, 300, 200, 450}) batch.samples.push_back(text_sample(int64_t(batch.samples.size()), n));
+  const std::vector<const Sample*> mb = {&batch.samples[0], &batch.samples[1], &batch.samples[2]};
+  BOOST_TEST(padded_lengths(g, student, mb, 1, 8192) == (std::vector<int64_t>{300, 300, 300}),
+             boost::test_tools::per_element());
+  BOOST_TEST(padded_lengths(g, student, mb, 2, 8192) == (std::vector<int64_t>{8192, 8192, 8192}),
+             boost::test_tools::per_element());
+  const auto bins = pack_loader_order(g, student, batch, 500);
+  BOOST_REQUIRE(bins.size() == 3u);
+  BOOST_TEST(bins[0].size() == 2u);
+  BOOST_TEST(bins[1].size() == 1u);
+  BOOST_TEST(bins[1][0]->text_tokens == 200);
+  BOOST_TEST(bins[2][0]->text_tokens == 450);
+}
+
+// Equal micro-batches: 1F1B takes (m + pp - 1)·(f + b). A stage 0 twice as
+// slow bounds the step by its own m·(f + b) and makes it slower than the
+// balanced pipeline (6 micro-batches on 4 stages: 39 s against 27 s).
+BOOST_AUTO_TEST_CASE(one_f_one_b_matches_the_closed_form) {
+  const size_t m = 6, pp = 4;
+  std::vector<std::vector<double>> f(m, std::vector<double>(pp, 1.0)), b(m, std::vector<double>(pp, 2.0));
+  BOOST_TEST(one_f_one_b_s(f, b) == double(m + pp - 1) * 3.0, boost::test_tools::tolerance(1e-12));
+  for (auto& row : f) row[0] = 2.0;
+  for (auto& row : b) row[0] = 4.0;
+  BOOST_TEST(one_f_one_b_s(f, b) >= double(m) * 6.0);
+  BOOST_TEST(one_f_one_b_s(f, b) > double(m + pp - 1) * 3.0);
+}
+
+// ZeRO-1 by hand: tiny_kd trains in fp32, so a train section of P
+// parameters at tp = pp = 1 keeps 4P (weights) + 4P (gradients) + 8P (Adam
+// moments, no separate master copy) bytes; with the distributed optimizer
+// over dp = 4 the 8P is split in 4: 10P. The frozen teacher keeps its 4T
+// weights. The baseline's memory refusal quotes 10P + 4T.
+BOOST_AUTO_TEST_CASE(megatron_memory_with_the_distributed_optimizer) {
+  const Program program = load("models/tiny_kd.sect");
+  const SectionGraph g = build_graph(program);
+  Cluster cl = make_cluster(load_runtime_config("configs/h100x8.toml"));
+  const RooflineCost cost(g, cl);
+  const int student = g.find("student"), teacher = g.find("teacher");
+  const int64_t P = g.nodes[size_t(student)].params;
+  const SectionPlan sharded{0, 4, 1, 1, 4, 1, true}, full{0, 4, 1, 1, 4, 1, false};
+  BOOST_TEST(cost.weights_bytes_per_device(student, full) == 16 * P);
+  BOOST_TEST(cost.weights_bytes_per_device(student, sharded) == 10 * P);
+  // Frozen teacher: its fp32 weights only, sharding or not.
+  const int64_t T = g.nodes[size_t(teacher)].params;
+  BOOST_TEST(cost.weights_bytes_per_device(teacher, sharded) == 4 * T);
+  cl.devices = 4;
+  cl.device.memory_bytes = 1;  // nothing fits: the message gives the weights
+  const Batch batch = Sampler(program.data, program.train.global_batch).batch(0);
+  std::string problem;
+  faithful_megatron_iteration_s(g, cl, cost, {1, 1, 4, 1, 1, false, true}, batch, &problem);
+  BOOST_TEST(problem.find(fmt::format("stage 0: {:.1f} GB of weights", double(10 * P + 4 * T) / 1e9)) !=
+                 std::string::npos,
+             problem);
+}
+
+// MIMO: each module one static micro-batch size (its config lists every
+// section once, each with one micro_batch=), and never slower than nothing:
+// a positive time; the megatron baseline fits tiny_mllm on 8 H100.
+BOOST_AUTO_TEST_CASE(mimo_keeps_one_micro_batch_per_module) {
+  const Program program = load("models/tiny_mllm.sect");
+  const SectionGraph g = build_graph(program);
+  const Cluster cl = make_cluster(load_runtime_config("configs/h100x8.toml"));
+  const RooflineCost cost(g, cl);
+  const std::vector<Batch> batches = {Sampler(program.data, program.train.global_batch).batch(0)};
+  const BaselineResult mimo = tuned_mimo(g, cl, cost, batches);
+  BOOST_TEST_MESSAGE("mimo: " << mimo.config);
+  BOOST_TEST(mimo.iteration_s > 0.0);
+  for (const SectionNode& n : g.nodes) {
+    const size_t at = mimo.config.find(n.name + "[");
+    BOOST_REQUIRE_MESSAGE(at != std::string::npos, n.name + " missing from " + mimo.config);
+    const size_t next = mimo.config.find(';', at);
+    const std::string module = mimo.config.substr(at, next == std::string::npos ? std::string::npos : next - at);
+    BOOST_TEST(module.find("micro_batch=") == module.rfind("micro_batch="), module);
+  }
+  const BaselineResult megatron = tuned_faithful_megatron(g, cl, cost, batches);
+  BOOST_TEST(megatron.name == "megatron");
+  BOOST_TEST(megatron.iteration_s > 0.0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace maestro
