@@ -632,7 +632,7 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
     // simulated both ways (the cap refitted), the faster kept.
     Plan other = plan;
     other.levers.per_step_micro_batch = !plan.levers.per_step_micro_batch;
-    if (other.levers.token_micro_batches) {
+    if (other.levers.token_micro_batches && options.levers.per_step_micro_batch) {  // off in options: never on
       if (options.raise_in_flight_cap) {
         finish_plan(other);
         raise_in_flight_cap(g, cl, cost, batch, other);
