@@ -1,10 +1,12 @@
 // The planner's and wavefront scheduler's levers switched off one at a time
 // (docs/PERFORMANCE.md §3): for one model and cluster, the mean simulated
 // iteration of the full plan, of the plan with sample reordering off, with
-// per-step token micro-batches off, with disjoint placement off, with the
+// token micro-batches off, with disjoint placement off, with the
 // in-flight cap left at the largest pp, all of them off, with devices
 // serving tasks first ready first served (not longest path first), with the grad sync
-// overlapped (against the sequential baseline under the same rule), and the
+// overlapped (against the sequential baseline under the same rule), with
+// the per-step micro-batch choice alone off (token budgets of micro_batch ×
+// the step's mean), and the
 // sequential baseline (each section alone on all devices). Each variant is
 // planned with its lever off, so the planner adapts to it.
 // Usage: bench_plan_ablation MODEL.sect CLUSTER.toml [STEPS]
@@ -71,12 +73,15 @@ int main(int argc, char** argv) {
     variants[2].options.levers.token_micro_batches = false;
     variants[3].options.disjoint_placement = false;
     variants[4].options.raise_in_flight_cap = false;
-    variants[5].options = {false, false, {false, false, false, false}};
+    variants[5].options = {false, false, {false, false, false, false, false}};
     variants[6].options.levers.critical_path_first = false;
     fmt::print("{} on {} × {}, mean of {} steps; sequential {:.4f} s ({:.4f} s with grad sync overlap)\n", argv[1],
                cl.devices, cl.device.name, steps, sequential, sequential_overlapped);
     // Off by default (docs/PERFORMANCE.md §3): the full plan with the grad
     // sync overlapped against the sequential baseline under the same rule.
+    // Per-step adaptation alone off: token micro-batches of micro_batch × the mean.
+    variants.push_back({"per-step mb off", {}});
+    variants.back().options.levers.per_step_micro_batch = false;
     variants.push_back({"sync overlap on", {}});
     variants.back().options.levers.overlap_grad_sync = true;
     for (const Variant& v : variants) {

@@ -39,6 +39,14 @@ struct ScheduleLevers {
   // active sample (never more than the memory bound's micro_batch largest
   // samples). Off: micro_batch samples each.
   bool token_micro_batches = true;
+  // Per-step adaptation (with token micro-batches): each step, each
+  // section's token budget chosen from that step's samples — from
+  // micro_batch × the step's mean tokens up to the memory bound (the tokens
+  // of the step's micro_batch largest samples), doubling — by the cost
+  // model's estimate of its busiest replica (forward + backward + pipeline
+  // fill). Off: micro_batch × the mean. The planner keeps whichever
+  // simulates faster on step 0 (docs/planner.md, step 6).
+  bool per_step_micro_batch = true;
   // Each train section's dp gradient reduction on its devices' communication
   // link, not their compute: it starts when the section's last backward
   // starts (Megatron's --overlap-grad-reduce: the buckets of the last

@@ -220,7 +220,9 @@ void raise_in_flight_cap(const SectionGraph& g, const Cluster& cl, const CostMod
       for (const Sample& x : batch.samples)
         if (const int64_t t = sample_tokens(g, int(s), x); t > 0) sum += t, ++count;
       for (const Sample* x : big) big_tokens += sample_tokens(g, int(s), *x);
-      const double share = std::min(1.0, double(p.micro_batch) * double(sum) / double(count) / double(big_tokens));
+      const double share = plan.levers.per_step_micro_batch
+                               ? 1.0
+                               : std::min(1.0, double(p.micro_batch) * double(sum) / double(count) / double(big_tokens));
       per_mb[s] = std::max(cost.activation_bytes(int(s), {big.front()}, p), int64_t(double(per_mb[s]) * share));
     }
   }
@@ -617,12 +619,26 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
         best_s = t, plan = std::move(other);
     };
     also(&ScheduleLevers::token_micro_batches, false);
+    // Per-step micro-batches lead the search to other shapes (larger
+    // micro-batches fill pipelines less): the search without them too.
+    if (plan.levers.token_micro_batches) also(&ScheduleLevers::per_step_micro_batch, false);
     // A tie on this batch (0.1 %) says the dispatch rule did not matter on
     // it (the step is set by something else, e.g. the longest sample):
     // first ready, first served is kept, whose plan does not lean on the
     // priorities (llava15_7b on 64 H100: equal on step 0, 5 % slower on
     // steps 1-3 with the longest-path plan).
     also(&ScheduleLevers::critical_path_first, true);
+    // The per-step micro-batch choice on or off for the chosen shapes,
+    // simulated both ways (the cap refitted), the faster kept.
+    Plan other = plan;
+    other.levers.per_step_micro_batch = !plan.levers.per_step_micro_batch;
+    if (other.levers.token_micro_batches && options.levers.per_step_micro_batch) {  // off in options: never on
+      if (options.raise_in_flight_cap) {
+        finish_plan(other);
+        raise_in_flight_cap(g, cl, cost, batch, other);
+      }
+      if (const double t = simulated_fitting_s(g, cl, other, cost, batch); t < best_s) best_s = t, plan = std::move(other);
+    }
   }
   return plan;
 }

@@ -252,8 +252,23 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
     }
     // Each replica's list cut into micro-batches: micro_batch samples, or by
     // tokens (ScheduleLevers::token_micro_batches); ids go round by round.
-    int64_t token_budget = 0;
     std::vector<int64_t> tokens_of(active[s].empty() ? 0 : n, 0);
+    auto cut_by = [&](int64_t token_budget) {  // 0: by count
+      std::vector<std::vector<std::vector<int32_t>>> cut(size_t(sp.dp));
+      for (int64_t r = 0; r < sp.dp; ++r) {
+        auto& out = cut[size_t(r)];
+        int64_t held = 0;
+        for (const Key& k : per_replica[size_t(r)]) {
+          const bool full = out.empty() || (token_budget > 0 ? held + tokens_of[size_t(k.sample)] > token_budget
+                                                             : int64_t(out.back().size()) == sp.micro_batch);
+          if (full) out.emplace_back(), held = 0;
+          out.back().push_back(k.sample);
+          held += token_budget > 0 ? tokens_of[size_t(k.sample)] : 0;
+        }
+      }
+      return cut;
+    };
+    std::vector<std::vector<std::vector<int32_t>>> cut;
     if (plan.levers.token_micro_batches && !active[s].empty()) {
       int64_t sum = 0;
       std::vector<int64_t> all;
@@ -265,19 +280,41 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
       }
       // micro_batch × the mean, within the memory bound of the micro_batch
       // largest samples (always: the mean is at most the largest).
-      token_budget = std::max<int64_t>(1, sp.micro_batch * sum / int64_t(all.size()));
-    }
-    std::vector<std::vector<std::vector<int32_t>>> cut(size_t(sp.dp));
-    for (int64_t r = 0; r < sp.dp; ++r) {
-      auto& out = cut[size_t(r)];
-      int64_t held = 0;
-      for (const Key& k : per_replica[size_t(r)]) {
-        const bool full = out.empty() || (token_budget > 0 ? held + tokens_of[size_t(k.sample)] > token_budget
-                                                           : int64_t(out.back().size()) == sp.micro_batch);
-        if (full) out.emplace_back(), held = 0;
-        out.back().push_back(k.sample);
-        held += token_budget > 0 ? tokens_of[size_t(k.sample)] : 0;
+      const int64_t by_mean = std::max<int64_t>(1, sp.micro_batch * sum / int64_t(all.size()));
+      cut = cut_by(by_mean);
+      if (plan.levers.per_step_micro_batch) {
+        // This step's memory bound: the tokens of its micro_batch largest
+        // active samples. Budgets from the mean up to it, doubling, each
+        // estimated as the busiest replica's forward + backward plus a
+        // pipeline fill of pp - 1 of its largest micro-batch; the least
+        // kept (the smaller budget on a tie: more micro-batches to overlap).
+        const size_t k = std::min(all.size(), size_t(sp.micro_batch));
+        std::partial_sort(all.begin(), all.begin() + std::ptrdiff_t(k), all.end(), std::greater<>());
+        int64_t bound = 0;
+        for (size_t j = 0; j < k; ++j) bound += all[j];
+        auto estimate = [&](const std::vector<std::vector<std::vector<int32_t>>>& c) {
+          double busiest = 0;
+          std::vector<const Sample*> mb;
+          for (const auto& replica : c) {
+            double work = 0, largest = 0;
+            for (const auto& ids : replica) {
+              mb.clear();
+              for (int32_t i : ids) mb.push_back(&samples[size_t(i)]);
+              const double t = cost.forward_s(s, mb, sp) + (sch.sections[s].backward ? cost.backward_s(s, mb, sp) : 0.0);
+              work += t, largest = std::max(largest, t);
+            }
+            busiest = std::max(busiest, work + double(sp.pp - 1) * largest);
+          }
+          return busiest;
+        };
+        double best = estimate(cut);
+        for (int64_t budget = std::min(2 * by_mean, bound); budget > by_mean; budget = budget == bound ? 0 : std::min(2 * budget, bound)) {
+          auto other = cut_by(budget);
+          if (const double t = estimate(other); t < best) best = t, cut = std::move(other);
+        }
       }
+    } else {
+      cut = cut_by(0);
     }
     auto& mbs = sch.sections[s].micro_batches;
     for (size_t c = 0;; ++c) {
