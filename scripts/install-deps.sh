@@ -25,6 +25,7 @@ PACKAGES=(
   python3-pil                      # the image oracle (PIL's bicubic resize)
   libedit-dev tmux                 # the debug REPL's line editing; its terminal test
   libucx-dev ucx-utils             # the transfer engine (UcxTransport) and ucx_perftest (bench/transport)
+  iproute2                         # `ip netns` + veth: the multi-host tests (tests/netns)
 )
 
 missing=()
