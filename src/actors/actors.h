@@ -32,9 +32,10 @@ caf::actor spawn_compute_worker(caf::actor_system& sys, std::shared_ptr<SectionR
 // the result back once every rank answered (rank 0's outputs, the first
 // error, the ranks' gradient norm² shares summed), and records each transfer
 // in the trace. `identity`: its section, stage, replica and device, as
-// Describe reports them.
+// Describe reports them; `memory_bytes`: what its ranks' runners hold at
+// spawn (each task's TaskDone updates it).
 caf::actor spawn_section_replica(caf::actor_system& sys, std::vector<caf::actor> workers, std::string track,
-                                 caf::actor tracer, ActorInfo identity = {});
+                                 caf::actor tracer, ActorInfo identity = {}, int64_t memory_bytes = 0);
 
 // Draws and materialises steps ahead of use: GetBatch{k} -> BatchReady.
 // Steps are materialised (files decoded) on `threads` threads of its own, in

@@ -38,6 +38,7 @@ caf::behavior compute_worker(caf::event_based_actor* self, std::shared_ptr<Secti
           d.error = fmt::format("{}: {} failed: {}", where(t.step), task_name(t.task), e.what());
         }
         d.duration_us = trace_now_us() - d.begin_us;
+        d.memory_bytes = int64_t(runner->memory_bytes());
         caf::anon_send(tracer, TraceEvent{track, task_name(t.task), "task", d.begin_us, d.duration_us});
         return d;
       },

@@ -17,6 +17,7 @@
 #include "actors/gate.h"
 #include "actors/processes.h"
 #include "actors/train_phases.h"
+#include "rdma/ucx_transport.h"
 
 extern char** environ;
 
@@ -130,6 +131,7 @@ Coordinator::~Coordinator() {
 }
 
 void Coordinator::join(RunSetup& setup, caf::actor tracer) {
+  transport_ = setup.peer_transport;
   const int wanted = options_.processes - 1;
   {  // the workers' Hellos, bounded; a spawned worker that already exited fails the run at once
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.join_timeout_s);
@@ -220,6 +222,13 @@ void Coordinator::join(RunSetup& setup, caf::actor tracer) {
 
 void Coordinator::shutdown(const std::string& reason, bool failed) {
   install_peer_tensors(nullptr);  // no tensor crosses any more
+  if (!failed) {  // everybody flushes while everybody is alive (Quiesce), then goes
+    caf::scoped_actor self{sys_};
+    std::vector<decltype(self->request(caf::actor{}, std::chrono::seconds(5), Quiesce{}))> quiescing;
+    for (const Worker& w : workers_) quiescing.push_back(self->request(w.session, std::chrono::seconds(5), Quiesce{}));
+    for (auto& q : quiescing) q.receive([](std::string&) {}, [](caf::error&) {});  // a late one only logs on exit
+    if (auto* ucx = dynamic_cast<UcxTransport*>(transport_.get())) ucx->quiesce();
+  }
   for (const Worker& w : workers_) caf::anon_send(w.session, Shutdown{reason});
   // After a fault a worker may be the one that stopped answering: 2 s, then killed.
   const auto grace = std::chrono::seconds(failed ? 2 : 10);

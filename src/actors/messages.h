@@ -61,6 +61,7 @@ struct TaskDone {
   int64_t begin_us = 0, duration_us = 0;
   std::string error;
   StageTensor stage_out;  // forward before the last stage / backward after the first: for the neighbouring stage
+  int64_t memory_bytes = 0;  // what the worker's runner holds after the task (SectionRunner::memory_bytes)
 };
 
 // scheduler -> every replica, once every task of the step is done: sum the
@@ -203,7 +204,7 @@ typename Inspector::result_type inspect(Inspector& f, StageTensor& x) {
 
 MAESTRO_INSPECT(FlowTensor, x.flow, x.sample, x.tensor)
 MAESTRO_INSPECT(RunTask, x.step, x.task, x.samples, x.inputs, x.data, x.stage_in)
-MAESTRO_INSPECT(TaskDone, x.step, x.task, x.outputs, x.begin_us, x.duration_us, x.error, x.stage_out)
+MAESTRO_INSPECT(TaskDone, x.step, x.task, x.outputs, x.begin_us, x.duration_us, x.error, x.stage_out, x.memory_bytes)
 MAESTRO_INSPECT(ReduceGrads, x.step)
 MAESTRO_INSPECT(TaskLoss, x.task, x.loss)
 MAESTRO_INSPECT(GradsReduced, x.section, x.stage, x.replica, x.grad_sq_norm, x.losses, x.error)

@@ -62,6 +62,7 @@ void configure_process_system(caf::actor_system_config& cfg, size_t heartbeat_ms
       .add_message_type<RingEntry>("maestro.RingEntry")
       .add_message_type<Joined>("maestro.Joined")
       .add_message_type<ConnectPeers>("maestro.ConnectPeers")
+      .add_message_type<Quiesce>("maestro.Quiesce")
       .add_message_type<Shutdown>("maestro.Shutdown")
       .add_message_type<FetchTensor>("maestro.FetchTensor")
       .add_message_type<PutEnded>("maestro.PutEnded")
@@ -258,6 +259,10 @@ int serve_worker(const std::string& address, const PrepareWorkerRun& prepare, do
             } catch (const std::exception& e) {
               return fmt::format("{}: connecting to its peers: {}", name, e.what());
             }
+            return "";
+          },
+          [&](Quiesce&) -> std::string {
+            if (auto* ucx = dynamic_cast<UcxTransport*>(st.setup.peer_transport.get())) ucx->quiesce();
             return "";
           },
           [&](Shutdown&) { done = true; }, lost,

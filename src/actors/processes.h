@@ -100,6 +100,12 @@ struct ConnectPeers {
   std::vector<uint64_t> transport_ids;   // [process]
   std::vector<caf::actor> tensor_servers;  // [process]
 };
+// coordinator -> worker, before Shutdown when the run ended well: flush the
+// transfer engine's endpoints while every peer is still alive
+// (UcxTransport::quiesce). Replies std::string ("" = done).
+struct Quiesce {
+  bool unused = false;
+};
 // coordinator -> worker: the run is over; stop and exit 0.
 struct Shutdown {
   std::string reason;
@@ -114,6 +120,7 @@ MAESTRO_INSPECT(HostedReplica, x.section, x.stage, x.replica, x.handle)
 MAESTRO_INSPECT(RingEntry, x.section, x.stage, x.tp_rank, x.replica, x.mailbox)
 MAESTRO_INSPECT(Joined, x.error, x.bad_input, x.replicas, x.endpoint, x.rings, x.transport_id, x.tensor_server)
 MAESTRO_INSPECT(ConnectPeers, x.endpoints, x.names, x.rings, x.transport_ids, x.tensor_servers)
+MAESTRO_INSPECT(Quiesce, x.unused)
 MAESTRO_INSPECT(Shutdown, x.reason)
 
 // The run's messages (add_message_types) and the ones above, plus the
@@ -173,6 +180,7 @@ class Coordinator {
   caf::actor door_, tensor_server_;
   std::unique_ptr<Gate> gate_;
   std::shared_ptr<Door> state_;
+  std::shared_ptr<Transport> transport_;  // this process's UcxTransport (join), quiesced at shutdown
   uint16_t port_ = 0;
   std::vector<int> children_;  // pids of spawned workers
   std::vector<Worker> workers_;

@@ -53,6 +53,31 @@ void describe_all(Self* self, std::function<void(std::vector<ActorInfo>)> done) 
             });
 }
 
+// The tp ranks of every replica with tp > 1, each a row after its replica:
+// the rank's compute worker as its replica sees it (what it was handed and
+// has not answered; the replica's `detail.ranks`). A worker busy computing
+// is not asked itself: it answers nothing until its task is done.
+std::vector<ActorInfo> with_tp_ranks(const std::vector<ActorInfo>& infos) {
+  std::vector<ActorInfo> out;
+  for (const ActorInfo& i : infos) {
+    out.push_back(i);
+    if (i.kind != "section-replica") continue;
+    const json d = json::parse(i.detail, nullptr, false);
+    if (d.is_discarded() || !d.contains("ranks") || d["ranks"].size() < 2) continue;
+    const std::string base = i.name.ends_with(" replica") ? i.name.substr(0, i.name.size() - 8) : i.name;
+    for (const json& r : d["ranks"]) {
+      ActorInfo t = i;
+      t.name = fmt::format("{} tp{}", base, r.value("rank", 0));
+      t.kind = "tp-rank";
+      t.mailbox = r.value("queued", int64_t(0));
+      t.state = r.value("state", std::string("?"));
+      t.detail = json{{"replica", i.name}, {"rank", r.value("rank", 0)}, {"actor", r.value("actor", uint64_t(0))}}.dump();
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
 std::string topology_text(const std::vector<ActorInfo>& infos) {
   std::string out = fmt::format("{:<24} {:<16} {:>8} {:<12} {:<6} {:>7}  {}\n", "ACTOR", "KIND", "PROCESS", "HOST",
                                 "DEVICE", "MAILBOX", "STATE");
@@ -139,22 +164,34 @@ std::string stats_answer(const ReplState& st, const std::vector<ActorInfo>& info
     const json d = json::parse(i.detail, nullptr, false);
     if (d.is_discarded()) continue;
     const double busy = d.value("busy_s", 0.0);
-    replicas.push_back({{"name", i.name}, {"section", i.section}, {"tasks_done", d.value("tasks_done", int64_t(0))},
-                        {"busy_s", busy}, {"busy_share", elapsed > 0 ? busy / elapsed : 0.0}});
+    replicas.push_back({{"name", i.name},
+                        {"section", i.section},
+                        {"process", i.process},
+                        {"tasks_done", d.value("tasks_done", int64_t(0))},
+                        {"busy_s", busy},
+                        {"busy_share", elapsed > 0 ? busy / elapsed : 0.0},
+                        {"memory_bytes", d.value("memory_bytes", int64_t(0))},
+                        {"bytes_in", d.value("bytes_in", int64_t(0))},
+                        {"bytes_out", d.value("bytes_out", int64_t(0))}});
   }
   json out = {{"step", sched.value("step", int64_t(0))},
               {"samples", sched.value("samples", int64_t(0))},
               {"samples_per_s", sched.value("samples_per_s", 0.0)},
+              {"tokens_per_s", sched.value("tokens_per_s", 0.0)},
               {"last_loss", sched.contains("last_loss") ? sched["last_loss"] : json(nullptr)},
               {"replicas", replicas}};
   if (as_json) return out.dump();
-  std::string text = fmt::format("steps done {}, samples {}, {:.2f} samples/s, last loss {}\n", out["step"].get<int64_t>(),
-                                 out["samples"].get<int64_t>(), out["samples_per_s"].get<double>(),
+  std::string text = fmt::format("steps done {}, samples {}, {:.2f} samples/s, {:.0f} tokens/s, last loss {}\n",
+                                 out["step"].get<int64_t>(), out["samples"].get<int64_t>(),
+                                 out["samples_per_s"].get<double>(), out["tokens_per_s"].get<double>(),
                                  out["last_loss"].is_null() ? std::string("-") : fmt::format("{:.6f}", out["last_loss"].get<double>()));
-  text += fmt::format("{:<24} {:>10} {:>9} {:>6}\n", "REPLICA", "TASKS", "BUSY_S", "BUSY");
+  text += fmt::format("{:<24} {:>6} {:>9} {:>5} {:>9} {:>9} {:>9}\n", "REPLICA", "TASKS", "BUSY_S", "BUSY", "MEM_MB",
+                      "IN_MB", "OUT_MB");
+  auto mb = [](const json& v) { return v.get<int64_t>() / 1048576.0; };
   for (const json& r : replicas)
-    text += fmt::format("{:<24} {:>10} {:>9.3f} {:>5.0f}%\n", r["name"].get<std::string>(), r["tasks_done"].get<int64_t>(),
-                        r["busy_s"].get<double>(), 100 * r["busy_share"].get<double>());
+    text += fmt::format("{:<24} {:>6} {:>9.3f} {:>4.0f}% {:>9.2f} {:>9.2f} {:>9.2f}\n", r["name"].get<std::string>(),
+                        r["tasks_done"].get<int64_t>(), r["busy_s"].get<double>(), 100 * r["busy_share"].get<double>(),
+                        mb(r["memory_bytes"]), mb(r["bytes_in"]), mb(r["bytes_out"]));
   return text;
 }
 
@@ -195,14 +232,15 @@ void execute(Self* self, const std::string& line, Answer answer) {
     case Kind::Plan: return answer(plan_answer(st, j));
     case Kind::Graph: return answer(graph_answer(st, j));
     case Kind::Topology:
-      return describe_all(self, [=](std::vector<ActorInfo> infos) {
+      return describe_all(self, [=](std::vector<ActorInfo> described) {
+        const std::vector<ActorInfo> infos = with_tp_ranks(described);
         if (!j) return answer(topology_text(infos));
         json a = json::array();
         for (const ActorInfo& i : infos) a.push_back(to_json(i));
         answer(json{{"actors", a}, {"count", infos.size()}}.dump());
       });
     case Kind::Actor:
-      return describe_all(self, [=](std::vector<ActorInfo> infos) { answer(actor_answer(infos, c.arg, j)); });
+      return describe_all(self, [=](std::vector<ActorInfo> infos) { answer(actor_answer(with_tp_ranks(infos), c.arg, j)); });
     case Kind::Wave:
       return describe_all(self, [=](std::vector<ActorInfo> infos) { answer(wave_answer(infos.at(0), j)); });
     case Kind::Stats:

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <deque>
+#include <nlohmann/json.hpp>
 
 #include "actors/actors.h"
 #include "actors/describe.h"
@@ -15,14 +16,21 @@ struct ReplicaState {
   const char* name = "section-replica";
   std::deque<std::string> running;  // tasks handed to the worker, oldest first
   int64_t tasks_done = 0, busy_us = 0;
+  int64_t memory_bytes = 0;           // the ranks' runners after their last task, summed
+  int64_t bytes_in = 0, bytes_out = 0;  // flow tensors received (task inputs) and produced (outputs)
+  // Per tensor-parallel rank: what this replica handed that rank's worker
+  // and it has not answered yet, oldest first — the rank's state in
+  // `topology` (the worker, busy computing, is not asked).
+  std::vector<std::deque<std::string>> rank_pending;
 };
 
 // Sends `msg` to every worker (tensor-parallel ranks: they run it together)
 // and delivers combine(replies, error) once all have answered — replies in
-// rank order; a lost worker is an error naming it.
+// rank order; a lost worker is an error naming it. `label` is what each
+// rank is doing until it answers.
 template <class Reply, class Msg, class Combine>
 caf::response_promise ask_all(caf::stateful_actor<ReplicaState>* self, const std::vector<caf::actor>& workers,
-                              const Msg& msg, const std::string& track, Combine combine) {
+                              const Msg& msg, const std::string& track, const std::string& label, Combine combine) {
   auto rp = self->make_response_promise<Reply>();
   struct Pending {
     std::vector<Reply> replies;
@@ -30,20 +38,36 @@ caf::response_promise ask_all(caf::stateful_actor<ReplicaState>* self, const std
     size_t left;
   };
   auto st = std::make_shared<Pending>(Pending{std::vector<Reply>(workers.size()), {}, workers.size()});
-  for (size_t r = 0; r < workers.size(); ++r)
+  auto& pending = self->state.rank_pending;
+  pending.resize(workers.size());
+  auto answered = [self](size_t r) {
+    auto& q = self->state.rank_pending[r];
+    if (!q.empty()) q.pop_front();
+  };
+  for (size_t r = 0; r < workers.size(); ++r) {
+    pending[r].push_back(label);
     self->request(workers[r], caf::infinite, msg)
         .then(
             [=](Reply& reply) mutable {
+              answered(r);
               st->replies[r] = std::move(reply);
               if (--st->left == 0) rp.deliver(combine(st->replies, st->lost));
             },
             [=](caf::error& err) mutable {
+              answered(r);
               if (st->lost.empty())
                 st->lost = fmt::format("{}: worker{} lost: {}", track,
                                        workers.size() > 1 ? fmt::format(" of tp rank {}", r) : "", caf::to_string(err));
               if (--st->left == 0) rp.deliver(combine(st->replies, st->lost));
             });
+  }
   return rp;
+}
+
+// "idle", "running X" or "running X (+n queued)" for a queue of labels.
+std::string queue_state(const std::deque<std::string>& q) {
+  if (q.empty()) return "idle";
+  return q.size() == 1 ? "running " + q.front() : fmt::format("running {} (+{} queued)", q.front(), q.size() - 1);
 }
 
 // The first error of the ranks' replies, else `lost`.
@@ -122,7 +146,8 @@ caf::response_promise fetch_inputs(caf::stateful_actor<ReplicaState>* self, Peer
 }
 
 caf::behavior section_replica(caf::stateful_actor<ReplicaState>* self, std::vector<caf::actor> workers,
-                              std::string track, caf::actor tracer, ActorInfo identity) {
+                              std::string track, caf::actor tracer, ActorInfo identity, int64_t memory_bytes) {
+  self->state.memory_bytes = memory_bytes;
   // The workers die with their replica.
   for (const caf::actor& w : workers) self->link_to(w);
   return {
@@ -131,10 +156,17 @@ caf::behavior section_replica(caf::stateful_actor<ReplicaState>* self, std::vect
           return fetch_inputs(self, peers, std::move(t), track);
         // Rank 0's outputs (the ranks' are the same, gathered where split).
         self->state.running.push_back(task_label(t.task));
-        return ask_all<TaskDone>(self, workers, t, track, [=](std::vector<TaskDone>& done, const std::string& lost) {
+        for (const FlowTensor& in : t.inputs) self->state.bytes_in += int64_t(in.tensor.bytes());
+        return ask_all<TaskDone>(self, workers, t, track, task_label(t.task), [=](std::vector<TaskDone>& done, const std::string& lost) {
           std::string error = first_error(done, lost);
+          int64_t memory = 0;
+          for (const TaskDone& r : done) memory += r.memory_bytes;
           TaskDone d = std::move(done[0]);
           auto& st = self->state;
+          if (lost.empty()) {
+            st.memory_bytes = memory;
+            for (const FlowTensor& out : d.outputs) st.bytes_out += int64_t(out.tensor.bytes());
+          }
           if (!st.running.empty()) st.running.pop_front();
           if (lost.empty()) ++st.tasks_done, st.busy_us += d.duration_us;
           d.step = t.step;
@@ -153,7 +185,7 @@ caf::behavior section_replica(caf::stateful_actor<ReplicaState>* self, std::vect
         // Every task of the step is done, so every fetch of its tensors: the exports go.
         if (PeerTensors* peers = peer_tensors()) peers->forget_exports();
         // The squared gradient norm: the sum of the ranks' shares (SectionModel::grad_sq_norm).
-        return ask_all<GradsReduced>(self, workers, g, track, [](std::vector<GradsReduced>& r, const std::string& lost) {
+        return ask_all<GradsReduced>(self, workers, g, track, "reduce gradients", [](std::vector<GradsReduced>& r, const std::string& lost) {
           std::string error = first_error(r, lost);
           GradsReduced out = std::move(r[0]);
           for (size_t k = 1; k < r.size(); ++k) out.grad_sq_norm += r[k].grad_sq_norm;
@@ -162,7 +194,7 @@ caf::behavior section_replica(caf::stateful_actor<ReplicaState>* self, std::vect
         });
       },
       [=](const ApplyGrads& a) {
-        return ask_all<Applied>(self, workers, a, track, [](std::vector<Applied>& r, const std::string& lost) {
+        return ask_all<Applied>(self, workers, a, track, "optimizer step", [](std::vector<Applied>& r, const std::string& lost) {
           std::string error = first_error(r, lost);
           Applied out = std::move(r[0]);
           out.error = std::move(error);
@@ -170,7 +202,7 @@ caf::behavior section_replica(caf::stateful_actor<ReplicaState>* self, std::vect
         });
       },
       [=](const SaveSection& s) {  // collective: rank 0 writes the gathered tensors
-        return ask_all<Saved>(self, workers, s, track, [](std::vector<Saved>& r, const std::string& lost) {
+        return ask_all<Saved>(self, workers, s, track, "save", [](std::vector<Saved>& r, const std::string& lost) {
           std::string error = first_error(r, lost);
           Saved out = std::move(r[0]);
           out.error = std::move(error);
@@ -179,13 +211,19 @@ caf::behavior section_replica(caf::stateful_actor<ReplicaState>* self, std::vect
       },
       [=](const Describe&) {
         const auto& st = self->state;
-        std::string state = "idle";
-        if (!st.running.empty())
-          state = st.running.size() == 1 ? "running " + st.running.front()
-                                         : fmt::format("running {} (+{} queued)", st.running.front(), st.running.size() - 1);
-        ActorInfo i = describe_self(self, track, "section-replica", state,
-                                    fmt::format(R"({{"tasks_done":{},"busy_s":{:.6f},"tp_ranks":{}}})", st.tasks_done,
-                                                st.busy_us * 1e-6, workers.size()));
+        // Each tp rank's worker as this replica sees it: its actor id, what
+        // it was handed and has not answered (running, then queued).
+        nlohmann::json ranks = nlohmann::json::array();
+        for (size_t r = 0; r < workers.size(); ++r) {
+          const std::deque<std::string> none;
+          const auto& q = r < st.rank_pending.size() ? st.rank_pending[r] : none;
+          ranks.push_back({{"rank", r}, {"actor", workers[r].id()}, {"state", queue_state(q)},
+                           {"queued", q.empty() ? 0 : q.size() - 1}});
+        }
+        const nlohmann::json detail = {{"tasks_done", st.tasks_done}, {"busy_s", double(st.busy_us) / 1e6},
+                                       {"memory_bytes", st.memory_bytes}, {"bytes_in", st.bytes_in},
+                                       {"bytes_out", st.bytes_out}, {"tp_ranks", workers.size()}, {"ranks", ranks}};
+        ActorInfo i = describe_self(self, track, "section-replica", queue_state(st.running), detail.dump());
         i.section = identity.section;
         i.stage = identity.stage;
         i.replica = identity.replica;
@@ -198,8 +236,9 @@ caf::behavior section_replica(caf::stateful_actor<ReplicaState>* self, std::vect
 }  // namespace
 
 caf::actor spawn_section_replica(caf::actor_system& sys, std::vector<caf::actor> workers, std::string track,
-                                 caf::actor tracer, ActorInfo identity) {
-  return sys.spawn(section_replica, std::move(workers), std::move(track), std::move(tracer), std::move(identity));
+                                 caf::actor tracer, ActorInfo identity, int64_t memory_bytes) {
+  return sys.spawn(section_replica, std::move(workers), std::move(track), std::move(tracer), std::move(identity),
+                   memory_bytes);
 }
 
 }  // namespace maestro

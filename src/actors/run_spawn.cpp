@@ -3,6 +3,7 @@
 
 #include "actors/actors.h"
 #include "actors/repl.h"
+#include "actors/section_runner.h"
 #include "actors/train_phases.h"
 #include "nn/section_model.h"
 
@@ -21,7 +22,9 @@ std::vector<std::vector<std::vector<caf::actor>>> spawn_replicas(caf::actor_syst
           continue;
         }
         std::vector<caf::actor> workers;  // one per tp rank
+        int64_t memory = 0;
         for (const std::shared_ptr<SectionRunner>& runner : setup.runners[s][k][r]) {
+          memory += int64_t(runner->memory_bytes());
           workers.push_back(spawn_compute_worker(sys, runner, int(s), int(k), int(r), tracer));
           all.push_back(workers.back());
         }
@@ -31,7 +34,7 @@ std::vector<std::vector<std::vector<caf::actor>>> spawn_replicas(caf::actor_syst
         identity.replica = int(r);
         identity.device = options.backend == BackendKind::Cuda ? "cuda" : "cpu";
         const std::string track = fmt::format("{}/{} replica", setup.runners[s][k][r][0]->part_name(), r);
-        caf::actor replica = spawn_section_replica(sys, std::move(workers), track, tracer, std::move(identity));
+        caf::actor replica = spawn_section_replica(sys, std::move(workers), track, tracer, std::move(identity), memory);
         out[s][k].push_back(replica);
         all.push_back(replica);
       }

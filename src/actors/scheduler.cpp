@@ -48,6 +48,7 @@ struct SchedulerState {
   std::vector<caf::response_promise> checkpoint_waiters;
   Clock::time_point run_begin = Clock::now();
   int64_t run_samples = 0;
+  int64_t run_tokens = 0, step_tokens = 0;  // text tokens: trained this run; of the step in flight
 };
 
 using Self = caf::stateful_actor<SchedulerState>;
@@ -112,6 +113,7 @@ void finish_step(Self* self) {
   st.exec.reset();
   ++st.step;
   st.run_samples += n;
+  if (n > 0) st.run_tokens += st.step_tokens;
   const bool due = st.cfg.checkpointer && st.cfg.checkpoint_every > 0 &&
                    (st.step % st.cfg.checkpoint_every == 0 || st.step == st.last_step);
   if (due) return checkpoint_then(self, [self] { begin_step(self); });
@@ -263,6 +265,8 @@ void begin_step(Self* self) {
               Busy busy{self};
               try {
                 st.exec.emplace(*st.cfg.graph, *st.cfg.plan, st.cfg.schedule_of(b.data->batch), b.data, st.step);
+                st.step_tokens = 0;
+                for (const Sample& s : b.data->batch.samples) st.step_tokens += s.text_tokens;
               } catch (const std::exception& e) {
                 return end_run(self, fmt::format("step {}: cannot schedule: {}", st.step, e.what()));
               }
@@ -305,6 +309,7 @@ ActorInfo describe_scheduler(Self* self) {
                       {"pause_before", st.hold_at ? nlohmann::json(*st.hold_at) : nlohmann::json(nullptr)},
                       {"samples", st.samples},
                       {"samples_per_s", elapsed > 0 ? double(st.run_samples) / elapsed : 0.0},
+                      {"tokens_per_s", elapsed > 0 ? double(st.run_tokens) / elapsed : 0.0},
                       {"last_loss", st.cfg.losses.empty() ? nlohmann::json(nullptr) : nlohmann::json(st.cfg.losses.back())},
                       {"last_checkpoint", st.last_checkpoint},
                       {"wave", wave}};

@@ -85,6 +85,10 @@ class SectionRunner {
   // ZeRO-1 (program.train.optimizer.shard with dp > 1): the AdamW moments
   // this replica holds, in bytes, and whether they are its shard only.
   size_t optimizer_state_bytes() const;
+  // Host bytes this runner's model holds now: parameters, gradients,
+  // optimizer state and the activation pool (which grows to the most
+  // micro-batches in flight, then stays).
+  size_t memory_bytes() const;
   size_t unsharded_optimizer_state_bytes() const;  // 2 moments × every parameter of this part
   bool optimizer_sharded() const;
 

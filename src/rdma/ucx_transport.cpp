@@ -113,6 +113,7 @@ struct UcxTransport::Impl {
   std::atomic<int64_t> puts{0}, bytes_put{0}, refused{0};
 
   std::atomic<bool> stop{false};
+  std::atomic<bool> quiesced{false};  // every endpoint flushed since the last put or connect (quiesce())
   std::thread progress;
 
   std::unique_ptr<LocalTransport> pools;  // after context: its regions are mem_map'd
@@ -303,9 +304,10 @@ UcxTransport::~UcxTransport() {
   // Every endpoint's wire-up finishes before it is torn down: UCX 1.13
   // asserts when a worker is destroyed with a wire-up reply still queued
   // (a peer that connected and is closed before its first put). Bounded:
-  // a dead peer's endpoint gives up after 2 s.
-  for (auto& [id, peer] : m.peers)
-    if (!peer->failed) m.flush_and_wait(peer->ep, std::chrono::milliseconds(2000));
+  // a dead peer's endpoint gives up after 2 s. Not again after quiesce().
+  if (!m.quiesced || m.in_flight.load() > 0)
+    for (auto& [id, peer] : m.peers)
+      if (!peer->failed) m.flush_and_wait(peer->ep, std::chrono::milliseconds(2000));
   m.stop = true;
   m.progress.join();
   for (auto& [id, peer] : m.peers) {
@@ -398,6 +400,7 @@ void UcxTransport::put(const TensorRef& src, const TensorDescriptor& dst, PutCom
   }
   auto pending = m.enqueue(std::move(done), dst.bytes);
   if (dst.bytes == 0) return m.complete(pending, "");
+  m.quiesced = false;
   ucp_request_param_t pp{};
   void* req = ucp_put_nbx(ep, src.buffer->data, dst.bytes, remote_address, rkey, &pp);
   if (UCS_PTR_IS_ERR(req))
@@ -416,6 +419,14 @@ void UcxTransport::put(const TensorRef& src, const TensorDescriptor& dst, PutCom
                           ? std::string()
                           : fmt::format("{}: ucp_ep_flush_nbx failed: {}", Impl::describe_put(dst, target->name),
                                         ucs_status_string(UCS_PTR_STATUS(flush))));
+}
+
+void UcxTransport::quiesce(std::chrono::milliseconds bound) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.peers_mu);
+  for (auto& [id, peer] : m.peers)
+    if (!peer->failed) m.flush_and_wait(peer->ep, bound);
+  m.quiesced = true;
 }
 
 TransportStats UcxTransport::stats() const {
@@ -465,6 +476,7 @@ uint64_t UcxTransport::connect(std::span<const std::byte> peer_info, const std::
   if (r.at != peer_info.size()) throw std::invalid_argument("ucx endpoint info: trailing bytes");
 
   std::lock_guard lock(m.peers_mu);
+  m.quiesced = false;
   std::unique_ptr<Impl::Peer>& slot = m.peers[peer_id];
   if (!slot) {
     auto peer = std::make_unique<Impl::Peer>();

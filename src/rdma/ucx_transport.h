@@ -35,6 +35,7 @@
 // is in flight and for a millisecond after, then polls every 50 µs.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -75,6 +76,12 @@ class UcxTransport final : public Transport {
   // Throws std::invalid_argument for bytes that are not endpoint info,
   // std::runtime_error when UCX cannot reach the peer.
   uint64_t connect(std::span<const std::byte> peer_info, const std::string& name = "");
+  // Flushes every endpoint (each bounded by `bound`) while the peers are
+  // alive, so that destroying this transport later sends nothing: the
+  // goodbye of a run over processes, where peers exit at their own pace and
+  // flushing an endpoint to an exited peer makes UCX log "Endpoint timeout".
+  // Every process quiesces before any exits; a later put or connect undoes it.
+  void quiesce(std::chrono::milliseconds bound = std::chrono::milliseconds(2000));
 
   struct Impl;
 

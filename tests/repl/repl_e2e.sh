@@ -7,7 +7,9 @@
 #  - pause holds the step counter still for 2 s, and after resume the losses
 #    equal an uninterrupted run's;
 #  - checkpoint writes one that --resume accepts (and continues exactly);
-#  - quit exits 0 with a checkpoint.
+#  - quit exits 0 with a checkpoint;
+#  - over 3 processes with the LLM at tp 2, topology shows each replica in
+#    its process and the tp ranks, and the losses equal the first run's.
 # usage: repl_e2e.sh MAESTRO_RUN (run from the source root)
 set -u
 RUN=$1
@@ -39,6 +41,11 @@ stats = [json.loads(l) for l in lines if l.startswith("{\"last_loss\"")]
 assert len(stats) == 2, f"expected 2 stats answers, got {len(stats)}"
 assert stats[0]["step"] == stats[1]["step"], ("the step moved while paused", stats)
 assert stats[0]["step"] < ref["steps"], "paused only at the end"
+assert stats[0]["step"] >= 1 and stats[0]["tokens_per_s"] > 0, stats[0]
+reps = stats[0]["replicas"]
+assert reps and all(r["memory_bytes"] > 0 for r in reps), ("every replica holds memory", reps)
+assert sum(r["bytes_in"] for r in reps if r["section"] == "llm") > 0, ("the llm received its flows", reps)
+assert sum(r["bytes_out"] for r in reps if r["section"] == "vision_proj") > 0, ("the projector sent its flows", reps)
 topo = [json.loads(l) for l in lines if l.startswith("{\"actors\"")][0]
 expected = 4  # scheduler, data loader, checkpointer, tracer
 for l in lines:
@@ -74,6 +81,33 @@ assert json.loads(lines[-1])["losses"] == ref["losses"], "losses changed"
 logged = [l for l in open(sys.argv[3]).read().splitlines() if "] " in l and l.split("] ")[0].endswith(("[info", "[debug", "[trace"))]
 assert not logged, ("the default level (warn) logged", logged)
 print("10 MiB line and garbage refused; losses unchanged; nothing logged below warn")' "$W/junk.out" "$REF" "$W/junk.err" || fail "garbage"
+
+# over 3 processes (--processes 3), the LLM at tp 2: topology lists every
+# replica the plan implies, each answering from the process that hosts it
+# (3 distinct pids), and the LLM's tp ranks after each of its replicas;
+# detaching (end of input) leaves the run going to the same losses
+sed 's/parallel { dp = auto; }/parallel { tp = 2; dp = auto; }/' $MODEL > "$W/tp2.sect"
+grep -q 'tp = 2' "$W/tp2.sect" || fail "no tp = 2 in the edited model"
+{ echo 'topology --json'; } |
+  UCX_TLS=tcp "$RUN" "$W/tp2.sect" --steps $STEPS --json --repl --processes 3 --config "$(config procs)" > "$W/procs.out" 2> "$W/procs.err" ||
+  fail "run over 3 processes: $(cat "$W/procs.err")"
+py '
+import json, re, sys
+lines = open(sys.argv[1]).read().splitlines()
+ref = json.loads(sys.argv[2])
+topo = [json.loads(l) for l in lines if l.startswith("{\"actors\"")][0]
+replicas = [a for a in topo["actors"] if a["kind"] == "section-replica"]
+expected = sum(int(m[1]) * int(m[2]) for m in (re.match(r"plan  \w+: (?:tp \d+, )?dp (\d+), pp (\d+)", l) for l in lines) if m)
+assert len(replicas) == expected, ("replicas in topology vs the plan", len(replicas), expected)
+pids = {a["process"] for a in replicas}
+assert len(pids) == 3, ("replicas should live in 3 processes", pids)
+llm = [a["name"] for a in replicas if a["section"] == "llm"]
+ranks = [a for a in topo["actors"] if a["kind"] == "tp-rank"]
+assert [a["name"] for a in ranks] == [n.removesuffix(" replica") + f" tp{r}" for n in llm for r in (0, 1)], ranks
+assert topo["count"] == len(topo["actors"]) == 4 + len(replicas) + len(ranks), topo["count"]  # scheduler, loader, checkpointer, tracer
+got, want = json.loads(lines[-1])["losses"], ref["losses"]
+assert len(got) == len(want) and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(got, want)), ("losses over 3 processes", got, want)
+print("topology over 3 processes:", len(replicas), "replicas in", len(pids), "processes,", len(ranks), "tp ranks; losses equal")' "$W/procs.out" "$REF" || fail "processes"
 
 # checkpoint now, then --resume from it continues with the same losses;
 # loglevel: at info (--log-level) the run logs the pause but no step, from
