@@ -146,10 +146,10 @@ std::string wave_answer(const ActorInfo& scheduler, bool as_json) {
   if (as_json) return json{{"step", d["step"]}, {"state", scheduler.state}, {"wave", d["wave"]}}.dump();
   std::string out = fmt::format("step {}: {}\n", d["step"].get<int64_t>(), scheduler.state);
   if (d["wave"].empty()) return out + "no step in flight\n";
-  out += fmt::format("{:<16} {:>6} {:>10} {:>8}\n", "SECTION", "DONE", "IN_FLIGHT", "WAITING");
+  out += fmt::format("{:<16} {:>6} {:>10} {:>6} {:>8}\n", "SECTION", "DONE", "IN_FLIGHT", "READY", "WAITING");
   for (const auto& [name, w] : d["wave"].items())
-    out += fmt::format("{:<16} {:>6} {:>10} {:>8}\n", name, w["done"].get<int64_t>(), w["in_flight"].get<int64_t>(),
-                       w["waiting"].get<int64_t>());
+    out += fmt::format("{:<16} {:>6} {:>10} {:>6} {:>8}\n", name, w["done"].get<int64_t>(), w["in_flight"].get<int64_t>(),
+                       w.value("ready", int64_t(0)), w["waiting"].get<int64_t>());
   return out;
 }
 

@@ -300,7 +300,8 @@ ActorInfo describe_scheduler(Self* self) {
   if (st.exec) {
     const auto w = st.exec->wave(g.nodes.size());
     for (size_t s = 0; s < w.size(); ++s)
-      wave[g.nodes[s].name] = {{"done", w[s].done}, {"in_flight", w[s].in_flight}, {"waiting", w[s].waiting}};
+      wave[g.nodes[s].name] = {
+          {"done", w[s].done}, {"in_flight", w[s].in_flight}, {"ready", w[s].ready}, {"waiting", w[s].waiting}};
   }
   const double elapsed = std::chrono::duration<double>(Clock::now() - st.run_begin).count();
   nlohmann::json d = {{"step", st.step},

@@ -47,15 +47,19 @@ class StepExecution {
   int64_t running() const { return released_count_ - done_count_; }
   const Schedule& schedule() const { return schedule_; }
   // The frontier per section (the debug REPL's `wave`): tasks done, in
-  // flight (released, not done), waiting (not released yet).
+  // flight (released, not done), ready (dependencies met, held back by the
+  // in-flight cap), waiting (on other tasks).
   struct SectionWave {
-    int64_t done = 0, in_flight = 0, waiting = 0;
+    int64_t done = 0, in_flight = 0, ready = 0, waiting = 0;
   };
   std::vector<SectionWave> wave(size_t sections) const {
     std::vector<SectionWave> w(sections);
     for (size_t i = 0; i < schedule_.tasks.size(); ++i) {
       SectionWave& s = w.at(size_t(schedule_.tasks[i].section));
-      (done_[i] ? s.done : released_[i] ? s.in_flight : s.waiting) += 1;
+      (done_[i]                                ? s.done
+       : released_[i]                          ? s.in_flight
+       : frontier_.dependencies_met(int64_t(i)) ? s.ready
+                                                : s.waiting) += 1;
     }
     return w;
   }

@@ -38,6 +38,9 @@ class Frontier {
   // Window micro-batches admitted beyond the cap so far (0 for the
   // schedules this file builds).
   int64_t forced_admissions() const { return forced_; }
+  // Whether every task `task` waits on is completed (it may still be parked
+  // until its micro-batch is admitted under the in-flight cap).
+  bool dependencies_met(int64_t task) const { return remaining_deps_.at(size_t(task)) == 0; }
 
  private:
   void make_ready(int64_t task);

@@ -141,6 +141,12 @@ BOOST_FIXTURE_TEST_CASE(in_flight_cap_holds_forwards_but_never_stalls, Fixture) 
   for (const RunTask& t : wave) x.complete(done_with(t, 0));
   wave = x.release();
   BOOST_TEST(ids(wave) == (std::vector<int64_t>{2}));  // head mb 1's forward (3) held by the cap
+  // The REPL's `wave`: 3 is ready (its deps are done), not in flight.
+  const auto w = x.wave(2);
+  BOOST_TEST((std::vector<int64_t>{w[0].done, w[0].in_flight, w[0].ready, w[0].waiting}) ==
+             (std::vector<int64_t>{2, 0, 0, 2}));  // enc: both forwards done, both backwards wait
+  BOOST_TEST((std::vector<int64_t>{w[1].done, w[1].in_flight, w[1].ready, w[1].waiting}) ==
+             (std::vector<int64_t>{0, 1, 1, 2}));  // head: 2 running, 3 ready, 4 and 5 wait
   x.complete(done_with(wave[0], 0));
   // head mb 0's backward (5) waits for the replica's previous backward (4,
   // head mb 1's): the cap would stall, so with nothing running it yields.
