@@ -112,6 +112,13 @@ struct Background {
     }
     return -1;
   }
+  // What a failed check prints: the status, stderr and the end of stdout
+  // (UCX writes its own fault reports to stdout).
+  std::string report(int status) const {
+    const std::string o = out();
+    return "status " + std::to_string(status) + "; stderr: " + err() +
+           "; stdout ends: " + o.substr(o.size() > 2000 ? o.size() - 2000 : 0);
+  }
   std::string out() const { return slurp(out_path); }
   std::string err() const { return slurp(err_path); }
   static std::string slurp(const std::string& p) {
@@ -250,13 +257,16 @@ BOOST_AUTO_TEST_CASE(workers_join_by_hand_garbage_and_other_builds_refused) {
     ::setenv("MAESTRO_BUILD_ID", "another-build", 1);
     Background stranger({"--worker", address}, "stranger");
     ::unsetenv("MAESTRO_BUILD_ID");
-    BOOST_TEST(stranger.wait(30) == 2);
+    const int s = stranger.wait(30);
+    BOOST_TEST(s == 2, stranger.report(s));
     BOOST_TEST(stranger.err().find("build another-build") != std::string::npos, stranger.err());
   }
   Background w1({"--worker", address}, "w1"), w2({"--worker", address}, "w2");
-  BOOST_TEST_REQUIRE(coordinator.wait(90) == 0, coordinator.err());
-  BOOST_TEST(w1.wait(15) == 0, w1.err());
-  BOOST_TEST(w2.wait(15) == 0, w2.err());
+  const int c = coordinator.wait(90);
+  BOOST_TEST_REQUIRE(c == 0, coordinator.report(c));
+  const int s1 = w1.wait(15), s2 = w2.wait(15);
+  BOOST_TEST(s1 == 0, w1.report(s1));
+  BOOST_TEST(s2 == 0, w2.report(s2));
   const std::string err = coordinator.err();
   BOOST_TEST(std::regex_search(err, std::regex("refused a connection from 127.0.0.1:[0-9]+: not a maestro-run worker "
                                                "\\(garbage")), err);
@@ -281,8 +291,10 @@ BOOST_AUTO_TEST_CASE(launcher_ranks_pick_their_roles) {
   Background rank1(args, "rank1");
   ::unsetenv("OMPI_COMM_WORLD_SIZE");
   ::unsetenv("OMPI_COMM_WORLD_RANK");
-  BOOST_TEST_REQUIRE(rank0.wait(90) == 0, rank0.err());
-  BOOST_TEST(rank1.wait(15) == 0, rank1.err());
+  const int s0 = rank0.wait(90);
+  BOOST_TEST_REQUIRE(s0 == 0, rank0.report(s0));
+  const int s1 = rank1.wait(15);
+  BOOST_TEST(s1 == 0, rank1.report(s1));
   ProcessResult r;
   r.out = rank0.out();
   same_losses(losses_of(r), losses_of(one));
