@@ -113,7 +113,7 @@ struct Background {
     return -1;
   }
   // What a failed check prints: the status, stderr and the end of stdout
-  // (UCX writes its own fault reports to stdout).
+  // (UCX logs to stdout unless UCX_LOG_FILE says otherwise).
   std::string report(int status) const {
     const std::string o = out();
     return "status " + std::to_string(status) + "; stderr: " + err() +
