@@ -88,7 +88,7 @@ caf::behavior tensor_server(caf::stateful_actor<ServerState>* self, PeerTensors*
         auto rp = self->make_response_promise<std::string>();
         self->state.pending.emplace(token, rp);
         caf::actor me = caf::actor_cast<caf::actor>(self);
-        // `done` runs on the transport's progress thread: back to this actor by message.
+        // `done` runs inside put() or on the transport's progress thread: back to this actor by message.
         tensors->transport().put(src, f.dst, [me, token, src](const std::string& error) {
           caf::anon_send(me, PutEnded{token, error, src.bytes()});
         });

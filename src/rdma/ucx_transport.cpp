@@ -1,7 +1,8 @@
 // UcxTransport (see ucx_transport.h): a UCP context and worker, regions
-// registered as LocalTransport adds them, peers from endpoint info,
-// ucp_put_nbx + ucp_ep_flush_nbx with completions delivered in issue
-// order, and the progress thread.
+// allocated and registered by UCX as LocalTransport adds them, peers from
+// endpoint info, ucp_put_nbx + ucp_ep_flush_nbx with completions delivered
+// in issue order (inline when the flush completes at once), and the
+// progress thread.
 #include "rdma/ucx_transport.h"
 
 #include <fmt/format.h>
@@ -61,18 +62,85 @@ struct Reader {
   std::span<const std::byte> blob() { return take(u64()); }
 };
 
-}  // namespace
-
-struct UcxTransport::Impl {
+// The UCP context and the memory UCX allocated in it for the pools: shared
+// by the transport and its pools (whose memory outlives the transport while
+// TensorRefs hold it), so ucp_mem_unmap and ucp_cleanup run after the last
+// of them is gone.
+struct UcpMemory {
   struct Region {
     std::byte* base = nullptr;
     size_t size = 0;
     ucp_mem_h memh = nullptr;
     std::vector<std::byte> rkey;  // packed
   };
+  ucp_context_h context = nullptr;
+  mutable std::mutex mu;
+  std::map<uint64_t, Region> regions;  // region id (a descriptor's `pool`) -> region
+
+  ~UcpMemory() {
+    for (auto& [rid, r] : regions) ucp_mem_unmap(context, r.memh);
+    if (context) ucp_cleanup(context);
+  }
+
+  // UCX allocates the region (UCP_MEM_MAP_ALLOCATE): with shared-memory
+  // transports its memory domains hand out segments a peer on the host can
+  // map, so a put there is the producer's memcpy into the consumer's memory
+  // — malloc'd memory, registered after the fact, is reachable only through
+  // CMA or the receiver's own progress (docs/PERFORMANCE.md §8).
+  std::byte* allocate(uint64_t rid, size_t size) {
+    ucp_mem_map_params_t p{};
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS |
+                   UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    p.address = nullptr;
+    p.length = size;
+    p.flags = UCP_MEM_MAP_ALLOCATE;
+    p.memory_type = UCS_MEMORY_TYPE_HOST;
+    Region r;
+    check(ucp_mem_map(context, &p, &r.memh), "ucp_mem_map");
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    void* packed = nullptr;
+    size_t packed_size = 0;
+    ucs_status_t s = ucp_mem_query(r.memh, &attr);
+    if (s == UCS_OK && (attr.length < size || reinterpret_cast<uintptr_t>(attr.address) % 64 != 0))
+      s = UCS_ERR_NO_MEMORY;
+    if (s == UCS_OK) s = ucp_rkey_pack(context, r.memh, &packed, &packed_size);
+    if (s != UCS_OK) {
+      ucp_mem_unmap(context, r.memh);
+      check(s, "ucp_mem_query / ucp_rkey_pack of a pool region");
+    }
+    r.base = static_cast<std::byte*>(attr.address);
+    r.size = size;
+    const auto* b = static_cast<const std::byte*>(packed);
+    r.rkey.assign(b, b + packed_size);
+    ucp_rkey_buffer_release(packed);
+    std::lock_guard lock(mu);
+    return regions.emplace(rid, std::move(r)).first->second.base;
+  }
+
+  void release(uint64_t rid) {
+    std::lock_guard lock(mu);
+    auto it = regions.find(rid);
+    if (it == regions.end()) return;
+    ucp_mem_unmap(context, it->second.memh);
+    regions.erase(it);
+  }
+};
+
+}  // namespace
+
+struct UcxTransport::Impl {
   struct RemoteRegion {
     uint64_t base = 0, size = 0;
     ucp_rkey_h rkey = nullptr;
+  };
+  // One put in flight: its completion, delivered in issue order.
+  struct Pending {
+    bool complete = false;
+    std::string error;
+    PutCompletion done;
+    uint64_t bytes = 0;
+    TensorDescriptor dst;  // the put, for an error
   };
   struct Peer {
     uint64_t id = 0;
@@ -81,70 +149,53 @@ struct UcxTransport::Impl {
     std::map<uint64_t, RemoteRegion> regions;
     std::atomic<bool> failed{false};
     std::string failure;
-  };
-  // One put in flight: its completion, delivered in issue order.
-  struct Pending {
-    uint64_t seq = 0;
-    bool complete = false;
-    std::string error;
-    PutCompletion done;
-    uint64_t bytes = 0;
+    // Under Impl::pending_mu: puts to this peer waiting for remote
+    // completion, oldest first, and the one flush request outstanding for
+    // them, which covers the first `covered` (a flush completes every
+    // operation issued on the endpoint before it); puts issued meanwhile
+    // wait for the next flush, so a stream of puts costs a flush per round
+    // trip, not one per put. No flush outstanding: none waiting.
+    std::deque<std::shared_ptr<Pending>> unflushed;
+    void* flush = nullptr;
+    size_t covered = 0;
   };
 
   uint64_t id = 0;
   bool detect_peer_failure = false;
-  ucp_context_h context = nullptr;
+  std::shared_ptr<UcpMemory> memory = std::make_shared<UcpMemory>();  // the context; the pools' regions
   ucp_worker_h worker = nullptr;
   std::vector<std::byte> address;  // the worker's
-
-  mutable std::mutex regions_mu;
-  std::map<uint64_t, Region> regions;
 
   std::mutex peers_mu;
   std::map<uint64_t, std::unique_ptr<Peer>> peers;
 
-  // Completions: never held while calling UCX (callbacks run inside
-  // ucp_worker_progress, under UCX's worker lock).
+  // Completions (and the peers' flush state). UCX is called under it only to
+  // issue or poll flushes (no UCX callback takes it).
   std::mutex pending_mu;
   std::deque<std::shared_ptr<Pending>> pending;
-  uint64_t next_seq = 0;
   bool delivering = false;
-  std::atomic<int64_t> in_flight{0};
+  std::vector<Peer*> flushing;        // peers with a flush outstanding
+  std::atomic<int64_t> in_flight{0};  // puts whose completion has not run to its end
+  std::atomic<int64_t> requests{0};   // flushing.size(), read without the lock
   std::atomic<int64_t> puts{0}, bytes_put{0}, refused{0};
 
   std::atomic<bool> stop{false};
   std::atomic<bool> quiesced{false};  // every endpoint flushed since the last put or connect (quiesce())
   std::thread progress;
 
-  std::unique_ptr<LocalTransport> pools;  // after context: its regions are mem_map'd
-
-  void on_region(uint64_t rid, std::byte* base, size_t size) {
-    ucp_mem_map_params_t p{};
-    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                   UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
-    p.address = base;
-    p.length = size;
-    p.memory_type = UCS_MEMORY_TYPE_HOST;
-    Region r{base, size, nullptr, {}};
-    check(ucp_mem_map(context, &p, &r.memh), "ucp_mem_map");
-    void* packed = nullptr;
-    size_t packed_size = 0;
-    if (ucs_status_t s = ucp_rkey_pack(context, r.memh, &packed, &packed_size); s != UCS_OK) {
-      ucp_mem_unmap(context, r.memh);
-      check(s, "ucp_rkey_pack");
-    }
-    const auto* b = static_cast<const std::byte*>(packed);
-    r.rkey.assign(b, b + packed_size);
-    ucp_rkey_buffer_release(packed);
-    std::lock_guard lock(regions_mu);
-    regions[rid] = std::move(r);
-  }
+  std::unique_ptr<LocalTransport> pools;  // its regions' memory from `memory`
 
   void run_progress() {
     using clock = std::chrono::steady_clock;
     auto last_work = clock::now();
     while (!stop.load(std::memory_order_relaxed)) {
-      if (ucp_worker_progress(worker) != 0 || in_flight.load(std::memory_order_relaxed) > 0) {
+      const unsigned events = ucp_worker_progress(worker);
+      if (requests.load(std::memory_order_relaxed) > 0) {
+        poll_flushes();
+        last_work = clock::now();
+        continue;
+      }
+      if (events != 0) {
         last_work = clock::now();
         continue;
       }
@@ -153,15 +204,104 @@ struct UcxTransport::Impl {
     }
   }
 
-  std::shared_ptr<Pending> enqueue(PutCompletion done, uint64_t bytes) {
+  // The progress thread: completes the puts covered by every flush that
+  // has finished and flushes the puts that waited for it.
+  void poll_flushes() {
+    std::vector<std::pair<std::shared_ptr<Pending>, std::string>> finished;
+    {
+      std::lock_guard lock(pending_mu);
+      for (size_t i = 0; i < flushing.size();) {
+        Peer& peer = *flushing[i];
+        const ucs_status_t status = ucp_request_check_status(peer.flush);
+        if (status == UCS_INPROGRESS) {
+          ++i;
+          continue;
+        }
+        ucp_request_free(peer.flush);
+        peer.flush = nullptr;
+        flushed(peer, status, finished);
+        if (!peer.unflushed.empty()) {
+          ucp_request_param_t fp{};
+          void* flush = ucp_ep_flush_nbx(peer.ep, &fp);
+          peer.covered = peer.unflushed.size();
+          if (UCS_PTR_IS_PTR(flush)) {
+            peer.flush = flush;
+            ++i;
+            continue;
+          }
+          flushed(peer, UCS_PTR_STATUS(flush), finished);
+        }
+        flushing.erase(flushing.begin() + ptrdiff_t(i));
+        requests--;
+      }
+    }
+    for (auto& [p, error] : finished) complete(p, std::move(error));
+  }
+  // The first `covered` puts of `peer` ended with `status`. Under pending_mu.
+  static void flushed(Peer& peer, ucs_status_t status,
+                      std::vector<std::pair<std::shared_ptr<Pending>, std::string>>& finished) {
+    for (; peer.covered > 0; --peer.covered) {
+      std::shared_ptr<Pending> p = std::move(peer.unflushed.front());
+      peer.unflushed.pop_front();
+      std::string error = status == UCS_OK ? std::string()
+                                           : fmt::format("{} failed: {}", describe_put(p->dst, peer.name),
+                                                         ucs_status_string(status));
+      finished.emplace_back(std::move(p), std::move(error));
+    }
+  }
+
+  // Runs `done` now when nothing is in flight (issue order holds: every
+  // earlier put's completion has run), else queues it behind them.
+  void finish(PutCompletion& done, uint64_t bytes, std::string error) {
+    if (in_flight.load() == 0) {
+      if (error.empty()) {
+        puts++;
+        bytes_put += int64_t(bytes);
+      }
+      done(error);
+      return;
+    }
     auto p = std::make_shared<Pending>();
     p->done = std::move(done);
     p->bytes = bytes;
-    std::lock_guard lock(pending_mu);
-    p->seq = next_seq++;
+    {
+      std::lock_guard lock(pending_mu);
+      pending.push_back(p);
+      in_flight++;
+    }
+    complete(p, std::move(error));
+  }
+
+  // After ucp_put_nbx to `peer`: remote completion. With no flush
+  // outstanding for the peer, one is issued; into memory a shared-memory
+  // transport maps (the pools UCX allocated) the put was a memcpy and that
+  // flush completes at once, so `done` runs inline. Otherwise the put waits
+  // for the progress thread (behind the outstanding flush, or in its own).
+  void flush_after_put(Peer& peer, PutCompletion& done, const TensorDescriptor& dst) {
+    std::unique_lock lock(pending_mu);
+    if (!peer.flush) {
+      ucp_request_param_t fp{};
+      void* flush = ucp_ep_flush_nbx(peer.ep, &fp);
+      if (!UCS_PTR_IS_PTR(flush)) {
+        lock.unlock();
+        return finish(done, dst.bytes,
+                      UCS_PTR_STATUS(flush) == UCS_OK
+                          ? std::string()
+                          : fmt::format("{}: ucp_ep_flush_nbx failed: {}", describe_put(dst, peer.name),
+                                        ucs_status_string(UCS_PTR_STATUS(flush))));
+      }
+      peer.flush = flush;
+      peer.covered = 1;
+      flushing.push_back(&peer);
+      requests++;
+    }
+    auto p = std::make_shared<Pending>();
+    p->done = std::move(done);
+    p->bytes = dst.bytes;
+    p->dst = dst;
     pending.push_back(p);
+    peer.unflushed.push_back(std::move(p));
     in_flight++;
-    return p;
   }
 
   // Marks `p` complete and runs every completion whose predecessors have
@@ -180,25 +320,11 @@ struct UcxTransport::Impl {
         puts++;
         bytes_put += int64_t(head->bytes);
       }
-      in_flight--;
       head->done(head->error);
+      in_flight--;  // after `done`: a put completing inline meanwhile must not overtake it
       lock.lock();
     }
     delivering = false;
-  }
-
-  struct FlushContext {
-    Impl* impl;
-    std::shared_ptr<Pending> pending;
-    TensorDescriptor dst;  // the put and its peer, for an error
-    const Peer* peer;
-  };
-  static void flushed(void* request, ucs_status_t status, void* user) {
-    auto* ctx = static_cast<FlushContext*>(user);
-    ctx->impl->complete(ctx->pending, status == UCS_OK ? std::string()
-                                                       : fmt::format("{} failed: {}", describe_put(ctx->dst, ctx->peer->name), ucs_status_string(status)));
-    delete ctx;
-    ucp_request_free(request);
   }
 
   static std::string describe_put(const TensorDescriptor& d, const std::string& peer) {
@@ -270,30 +396,27 @@ UcxTransport::UcxTransport(UcxOptions options) : impl_(std::make_unique<Impl>())
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_RMA;
-  ucs_status_t s = ucp_init(&params, config, &m.context);
+  ucs_status_t s = ucp_init(&params, config, &m.memory->context);
   ucp_config_release(config);
   check(s, "ucp_init");
 
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_MULTI;  // callers put, the progress thread progresses
-  if (s = ucp_worker_create(m.context, &wp, &m.worker); s != UCS_OK) {
-    ucp_cleanup(m.context);
-    check(s, "ucp_worker_create");
-  }
+  check(ucp_worker_create(m.memory->context, &wp, &m.worker), "ucp_worker_create");
   ucp_address_t* address = nullptr;
   size_t address_length = 0;
   if (s = ucp_worker_get_address(m.worker, &address, &address_length); s != UCS_OK) {
     ucp_worker_destroy(m.worker);
-    ucp_cleanup(m.context);
     check(s, "ucp_worker_get_address");
   }
   const auto* a = reinterpret_cast<const std::byte*>(address);
   m.address.assign(a, a + address_length);
   ucp_worker_release_address(m.worker, address);
 
-  m.pools = std::make_unique<LocalTransport>(
-      [impl = &m](uint64_t rid, std::byte* base, size_t size) { impl->on_region(rid, base, size); });
+  m.pools = std::make_unique<LocalTransport>(LocalTransport::RegionMemory{
+      [memory = m.memory](uint64_t rid, size_t size) { return memory->allocate(rid, size); },
+      [memory = m.memory](uint64_t rid, std::byte*, size_t) { memory->release(rid); }});
   m.progress = std::thread([impl = &m] { impl->run_progress(); });
 }
 
@@ -322,12 +445,10 @@ UcxTransport::~UcxTransport() {
     }
   }
   m.peers.clear();
-  for (auto& [rid, r] : m.regions) ucp_mem_unmap(m.context, r.memh);
-  // The pools' memory outlives the registration while TensorRefs hold it.
+  // The pools' memory, and with it the context, outlives the transport while TensorRefs hold it.
   m.pools.reset();
   ucp_worker_destroy(m.worker);
   m.abandoned.clear();
-  ucp_cleanup(m.context);
 }
 
 uint64_t UcxTransport::id() const { return impl_->id; }
@@ -364,7 +485,7 @@ void UcxTransport::put(const TensorRef& src, const TensorDescriptor& dst, PutCom
   }
   auto refuse = [&](const std::string& why) {
     m.refused++;
-    done(fmt::format("put of {} bytes into (owner {:#x}, pool {}, offset {}) refused: {}", src.bytes(), dst.owner,
+    m.finish(done, 0, fmt::format("put of {} bytes into (owner {:#x}, pool {}, offset {}) refused: {}", src.bytes(), dst.owner,
                      dst.pool, dst.offset, why));
   };
   if (src.dtype != dst.dtype)
@@ -375,7 +496,7 @@ void UcxTransport::put(const TensorRef& src, const TensorDescriptor& dst, PutCom
   ucp_ep_h ep = nullptr;
   ucp_rkey_h rkey = nullptr;
   uint64_t remote_address = 0;
-  const Impl::Peer* target = nullptr;  // peers live as long as the transport
+  Impl::Peer* target = nullptr;  // peers live as long as the transport
   {
     std::lock_guard lock(m.peers_mu);
     auto p = m.peers.find(dst.owner);
@@ -398,27 +519,16 @@ void UcxTransport::put(const TensorRef& src, const TensorDescriptor& dst, PutCom
     rkey = r->second.rkey;
     remote_address = r->second.base + dst.offset;
   }
-  auto pending = m.enqueue(std::move(done), dst.bytes);
-  if (dst.bytes == 0) return m.complete(pending, "");
+  if (dst.bytes == 0) return m.finish(done, 0, "");
   m.quiesced = false;
   ucp_request_param_t pp{};
   void* req = ucp_put_nbx(ep, src.buffer->data, dst.bytes, remote_address, rkey, &pp);
   if (UCS_PTR_IS_ERR(req))
-    return m.complete(pending, fmt::format("{}: ucp_put_nbx failed: {}", Impl::describe_put(dst, target->name),
-                                           ucs_status_string(UCS_PTR_STATUS(req))));
-  if (req) ucp_request_free(req);  // completes in the flush below
-  auto* ctx = new Impl::FlushContext{&m, pending, dst, target};
-  ucp_request_param_t fp{};
-  fp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  fp.cb.send = &Impl::flushed;
-  fp.user_data = ctx;
-  void* flush = ucp_ep_flush_nbx(ep, &fp);
-  if (UCS_PTR_IS_PTR(flush)) return;  // Impl::flushed completes it
-  delete ctx;
-  m.complete(pending, UCS_PTR_STATUS(flush) == UCS_OK
-                          ? std::string()
-                          : fmt::format("{}: ucp_ep_flush_nbx failed: {}", Impl::describe_put(dst, target->name),
-                                        ucs_status_string(UCS_PTR_STATUS(flush))));
+    return m.finish(done, dst.bytes,
+                    fmt::format("{}: ucp_put_nbx failed: {}", Impl::describe_put(dst, target->name),
+                                ucs_status_string(UCS_PTR_STATUS(req))));
+  if (req) ucp_request_free(req);  // completes in the flush
+  m.flush_after_put(*target, done, dst);
 }
 
 void UcxTransport::quiesce(std::chrono::milliseconds bound) {
@@ -443,9 +553,9 @@ std::vector<std::byte> UcxTransport::endpoint_info() const {
   w.bytes(kMagic, sizeof kMagic);
   w.u64(m.id);
   w.blob(m.address.data(), m.address.size());
-  std::lock_guard lock(m.regions_mu);
-  w.u64(m.regions.size());
-  for (const auto& [rid, r] : m.regions) {
+  std::lock_guard lock(m.memory->mu);
+  w.u64(m.memory->regions.size());
+  for (const auto& [rid, r] : m.memory->regions) {
     w.u64(rid);
     w.u64(reinterpret_cast<uint64_t>(r.base));
     w.u64(r.size);

@@ -5,11 +5,16 @@
 // chooses, UCX's default picks the best it finds.
 //
 // Memory: pools and blocks as LocalTransport (it does the bookkeeping);
-// every region of memory it adds is registered with ucp_mem_map (memory
-// type passed) and its rkey packed (ucp_rkey_pack). This build registers
-// host memory only: register_pool(…, Device::Cuda) is refused, and GPU
-// tensors are staged through host pools by the caller (a UCX built with
-// CUDA would register device memory under the same call).
+// every region of memory it adds is allocated and registered by UCX
+// (ucp_mem_map with UCP_MEM_MAP_ALLOCATE, memory type passed) and its rkey
+// packed (ucp_rkey_pack). UCX allocating it matters: its shared-memory
+// transports can then map the region into a peer on the same host, so a put
+// is the producer's memcpy into the consumer's memory (malloc'd memory is
+// reachable only through CMA or the consumer's own progress). The memory
+// and the UCP context outlive the transport while TensorRefs hold it. This
+// build registers host memory only: register_pool(…, Device::Cuda) is
+// refused, and GPU tensors are staged through host pools by the caller (a
+// UCX built with CUDA would allocate device memory under the same call).
 //
 // Peers: endpoint_info() is plain bytes — this transport's id, its UCX
 // worker address, and (id, base, size, rkey) of every registered region.
@@ -24,15 +29,18 @@
 // peer and the region are known, and that [offset, offset + bytes) lies in
 // the descriptor's block and the block in the region as the peer
 // registered it — a violation is refused before any byte moves. Then
-// ucp_put_nbx + ucp_ep_flush_nbx; `done` runs on the progress thread once
-// the bytes are in the peer's memory (completions of one transport run in
-// issue order). What UCX cannot know one-sided: whether the consumer still
-// holds the block — the consumer keeps its TensorRef until the producer's
+// ucp_put_nbx and a flush (one outstanding per peer, covering every put
+// issued before it); `done` runs once the bytes are in the peer's memory:
+// inside put() when the flush completes at once (shared memory) and nothing
+// earlier is still in flight, else on the progress thread (completions of
+// one transport, refusals included, run in issue order). What UCX cannot know one-sided: whether the consumer still holds
+// the block — the consumer keeps its TensorRef until the producer's
 // completion message arrives.
 //
 // One progress thread per transport drives the UCX worker (it must run for
-// TCP, where the receiver's worker writes the bytes): it spins while work
-// is in flight and for a millisecond after, then polls every 50 µs.
+// TCP, where the receiver's worker writes the bytes): it spins while a
+// flush is outstanding or UCX reports events, and for a millisecond after,
+// then polls every 50 µs.
 #pragma once
 
 #include <chrono>
@@ -64,8 +72,9 @@ class UcxTransport final : public Transport {
   uint64_t register_pool(size_t bytes, Device device) override;
   TensorRef allocate(std::vector<int64_t> shape, DType dtype = DType::F32, uint64_t pool = kDefaultPool) override;
   TensorDescriptor describe(const TensorRef& tensor) const override;
-  // Asynchronous to a peer (done runs on the progress thread), synchronous
-  // into this transport's own memory.
+  // To a peer: `done` runs inside put() when UCX completes the write at once
+  // (shared memory), else later on the progress thread; synchronous into
+  // this transport's own memory.
   void put(const TensorRef& src, const TensorDescriptor& dst, PutCompletion done) override;
   TransportStats stats() const override;
 

@@ -51,23 +51,16 @@ struct LocalTransport::State {
   // (pool, capacity) -> free blocks (region id, offset)
   std::map<std::pair<uint64_t, size_t>, std::vector<std::pair<uint64_t, uint64_t>>> free;
   TransportStats stats;
-  LocalTransport::RegionAdded on_region;
+  LocalTransport::RegionMemory memory;
 
   ~State() {
-    for (auto& [id, r] : regions) std::free(r.base);
+    for (auto& [rid, r] : regions) memory.release(rid, r.base, r.size);
   }
 
   uint64_t add_region(uint64_t pool, size_t size) {
     size = std::max(kAlign, (size + kAlign - 1) / kAlign * kAlign);
-    auto* base = static_cast<std::byte*>(std::aligned_alloc(kAlign, size));
-    if (!base) throw std::bad_alloc();
     const uint64_t rid = next_region++;
-    try {
-      if (on_region) on_region(rid, base, size);
-    } catch (...) {
-      std::free(base);
-      throw;
-    }
+    std::byte* base = memory.allocate(rid, size);
     Region& r = regions[rid];
     r.pool = pool == kDefaultPool ? kDefaultPool : rid;
     r.base = base;
@@ -147,10 +140,16 @@ Registry& registry() {
 
 }  // namespace
 
-LocalTransport::LocalTransport() : LocalTransport(RegionAdded{}) {}
+LocalTransport::LocalTransport()
+    : LocalTransport(RegionMemory{[](uint64_t, size_t bytes) {
+                                    auto* base = static_cast<std::byte*>(std::aligned_alloc(kAlign, bytes));
+                                    if (!base) throw std::bad_alloc();
+                                    return base;
+                                  },
+                                  [](uint64_t, std::byte* base, size_t) { std::free(base); }}) {}
 
-LocalTransport::LocalTransport(RegionAdded on_region) : state_(std::make_shared<State>()) {
-  state_->on_region = std::move(on_region);
+LocalTransport::LocalTransport(RegionMemory memory) : state_(std::make_shared<State>()) {
+  state_->memory = std::move(memory);
   Registry& reg = registry();
   state_->id = reg.next++;
   std::lock_guard lock(reg.mu);

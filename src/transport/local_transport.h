@@ -26,12 +26,18 @@ namespace maestro {
 class LocalTransport final : public Transport {
  public:
   LocalTransport();
-  // Called (under the transport's lock) for every region of memory it adds,
-  // before any tensor lives there: how the UCX transport registers the
-  // pools' memory with ucp_mem_map (rdma/ucx_transport.h). `region` is the
-  // id descriptors carry as `pool`.
-  using RegionAdded = std::function<void(uint64_t region, std::byte* base, size_t bytes)>;
-  explicit LocalTransport(RegionAdded on_region);
+  // Where the memory of every region it adds comes from — by default
+  // aligned_alloc and free; the UCX transport has UCX allocate and register
+  // it (ucp_mem_map, rdma/ucx_transport.h). `region` is the id descriptors
+  // carry as `pool`. `allocate` runs under the transport's lock before any
+  // tensor lives there and returns 64-byte-aligned memory or throws;
+  // `release` runs once per region, when the transport and every TensorRef
+  // into the region are gone.
+  struct RegionMemory {
+    std::function<std::byte*(uint64_t region, size_t bytes)> allocate;
+    std::function<void(uint64_t region, std::byte* base, size_t bytes)> release;
+  };
+  explicit LocalTransport(RegionMemory memory);
   ~LocalTransport() override;
   LocalTransport(const LocalTransport&) = delete;
   LocalTransport& operator=(const LocalTransport&) = delete;
