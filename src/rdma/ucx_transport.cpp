@@ -497,28 +497,32 @@ void UcxTransport::put(const TensorRef& src, const TensorDescriptor& dst, PutCom
   ucp_rkey_h rkey = nullptr;
   uint64_t remote_address = 0;
   Impl::Peer* target = nullptr;  // peers live as long as the transport
+  std::string why;               // a refusal, said once peers_mu is released (`done` may run then)
   {
     std::lock_guard lock(m.peers_mu);
     auto p = m.peers.find(dst.owner);
-    if (p == m.peers.end()) return refuse("no such peer (connect() its endpoint info first)");
-    Impl::Peer& peer = *p->second;
-    target = &peer;
-    if (peer.failed) return refuse(fmt::format("peer {} failed: {}", peer.name, peer.failure));
-    auto r = peer.regions.find(dst.pool);
-    if (r == peer.regions.end()) return refuse(fmt::format("peer {} announced no pool {}", peer.name, dst.pool));
-    const uint64_t size = r->second.size;
-    // [offset, offset + bytes) ⊆ [block, block + capacity) ⊆ [0, size), without overflow.
-    if (dst.block > size || dst.capacity > size - dst.block)
-      return refuse(fmt::format("the block [{}, {}) leaves the pool of {} bytes peer {} registered", dst.block,
-                                dst.block + dst.capacity, size, peer.name));
-    if (dst.offset < dst.block || dst.offset - dst.block > dst.capacity ||
-        dst.bytes > dst.capacity - (dst.offset - dst.block))
-      return refuse(fmt::format("bytes [{}, {}) leave the block [{}, {})", dst.offset, dst.offset + dst.bytes,
-                                dst.block, dst.block + dst.capacity));
-    ep = peer.ep;
-    rkey = r->second.rkey;
-    remote_address = r->second.base + dst.offset;
+    if (p == m.peers.end()) {
+      why = "no such peer (connect() its endpoint info first)";
+    } else if (Impl::Peer& peer = *p->second; peer.failed) {
+      why = fmt::format("peer {} failed: {}", peer.name, peer.failure);
+    } else if (auto r = peer.regions.find(dst.pool); r == peer.regions.end()) {
+      why = fmt::format("peer {} announced no pool {}", peer.name, dst.pool);
+    } else if (const uint64_t size = r->second.size; dst.block > size || dst.capacity > size - dst.block) {
+      // [offset, offset + bytes) ⊆ [block, block + capacity) ⊆ [0, size), without overflow.
+      why = fmt::format("the block [{}, {}) leaves the pool of {} bytes peer {} registered", dst.block,
+                        dst.block + dst.capacity, size, peer.name);
+    } else if (dst.offset < dst.block || dst.offset - dst.block > dst.capacity ||
+               dst.bytes > dst.capacity - (dst.offset - dst.block)) {
+      why = fmt::format("bytes [{}, {}) leave the block [{}, {})", dst.offset, dst.offset + dst.bytes, dst.block,
+                        dst.block + dst.capacity);
+    } else {
+      target = &peer;
+      ep = peer.ep;
+      rkey = r->second.rkey;
+      remote_address = r->second.base + dst.offset;
+    }
   }
+  if (!target) return refuse(why);
   if (dst.bytes == 0) return m.finish(done, 0, "");
   m.quiesced = false;
   ucp_request_param_t pp{};

@@ -33,9 +33,10 @@
 // issued before it); `done` runs once the bytes are in the peer's memory:
 // inside put() when the flush completes at once (shared memory) and nothing
 // earlier is still in flight, else on the progress thread (completions of
-// one transport, refusals included, run in issue order). What UCX cannot know one-sided: whether the consumer still holds
-// the block — the consumer keeps its TensorRef until the producer's
-// completion message arrives.
+// one transport, refusals included, run in issue order). What UCX cannot
+// know one-sided: whether the consumer still holds the block — the
+// consumer keeps its TensorRef until the producer's completion message
+// arrives.
 //
 // One progress thread per transport drives the UCX worker (it must run for
 // TCP, where the receiver's worker writes the bytes): it spins while a
