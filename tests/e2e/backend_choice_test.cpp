@@ -44,6 +44,16 @@ nlohmann::json last_json_line(const std::string& out) {
 
 }  // namespace
 
+// cuBLAS(Lt) is loaded when a CUDA backend is made (gpu/cuda/cublas_library.h),
+// not at start-up: mapping libcublasLt's 540 MB cost every invocation,
+// --help included, ~0.1 s (docs/PERFORMANCE.md §3).
+BOOST_AUTO_TEST_CASE(cublas_is_not_loaded_at_start_up) {
+  const ProcessResult r = run_process({"/usr/bin/env", "LD_TRACE_LOADED_OBJECTS=1", maestro_run_path()});
+  BOOST_TEST(r.status == 0, r.err);
+  BOOST_TEST(r.out.find("libc.so") != std::string::npos, r.out);  // the loader's listing
+  BOOST_TEST(r.out.find("libcublas") == std::string::npos, r.out);
+}
+
 BOOST_AUTO_TEST_CASE(factory_resolves_the_config_value) {
   BOOST_TEST((choose_backend("cpu").kind == BackendKind::Cpu));
   BOOST_TEST((choose_backend("auto").kind == (gpu_here() ? BackendKind::Cuda : BackendKind::Cpu)));

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gpu/cuda/attention_kernels.h"
+#include "gpu/cuda/cublas_library.h"
 #include "gpu/cuda/cuda_check.h"
 #include "gpu/cuda/elementwise_kernels.h"
 #include "gpu/device_arena.h"
@@ -74,6 +75,7 @@ class CudaBackend final : public Backend {
     MAESTRO_CUDA_CHECK(cudaSetDevice(o.device));
     MAESTRO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     MAESTRO_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
+    load_cublas();  // dlopen, once per process (cublas_library.h)
     MAESTRO_CUBLAS_CHECK(cublasCreate(&cublas_));
     MAESTRO_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     // Default math: CUBLAS_COMPUTE_32F keeps fp32 products in fp32 (no TF32),
