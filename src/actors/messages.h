@@ -32,6 +32,10 @@ struct StageGeometry;  // nn/section_model.h: a micro-batch's layout, built by s
 struct StageTensor {
   TensorRef tensor;
   std::shared_ptr<const StageGeometry> geometry;  // forward only
+  // Where the geometry is kept when this copy came from another process
+  // (the scheduler's, between a worker's stages): its owner's transport id
+  // and key (TensorExporter::export_geometry); 0 when `geometry` is here.
+  uint64_t geometry_owner = 0, geometry_key = 0;
   bool empty() const { return tensor.empty(); }
 };
 
@@ -187,19 +191,47 @@ struct RecordTrace {
 
 // ------------------------------------------------------------ serialising
 
-// A stage's hand-off: the tensor by value. The geometry is the engine's
-// opaque, polymorphic layout (nn/model_impl.h), shared between the stages of
-// one replica, which run in one process; serialising a hand-off that carries
-// one fails with a clear error rather than dropping it.
+// A stage's hand-off: the tensor as any tensor (wire_format.h). The
+// geometry is the engine's opaque, polymorphic layout (nn/model_impl.h),
+// shared between the stages of one replica, which run in one process: it
+// crosses as a handle (the exporter's owner and key) and becomes the
+// geometry again when it arrives back at its owner, on its way from the
+// scheduler to the next stage. Without an exporter (no run across
+// processes) serialising one fails with a clear error rather than dropping it.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StageTensor& x) {
-  auto no_geometry = caf::meta::save_callback([&]() -> caf::error {
-    if (x.geometry)
+  uint64_t owner = x.geometry_owner, key = x.geometry_key;
+  bool unexportable = false;
+  if constexpr (Inspector::reads_state) {
+    if (x.geometry) {
+      if (TensorExporter* exporter = tensor_exporter().load())
+        owner = exporter->owner(), key = exporter->export_geometry(x.geometry);
+      else
+        unexportable = true;
+    }
+  }
+  auto refuse = caf::meta::save_callback([&]() -> caf::error {
+    if (unexportable)
       return caf::make_error(caf::sec::state_not_serializable,
-                             "a pipeline stage's geometry does not cross processes (not supported yet)");
+                             "a pipeline stage's geometry crosses processes only in a run over processes");
     return caf::none;
   });
-  return f(caf::meta::type_name("StageTensor"), x.tensor, no_geometry);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.geometry.reset();
+    x.geometry_owner = owner, x.geometry_key = key;
+    if (key == 0) return caf::none;
+    TensorExporter* exporter = tensor_exporter().load();
+    if (!exporter)
+      return caf::make_error(caf::sec::invalid_argument, "a stage geometry handle arrived in a process that imports none");
+    if (owner != exporter->owner()) return caf::none;  // stays a handle
+    x.geometry = exporter->exported_geometry(key);
+    if (!x.geometry)
+      return caf::make_error(caf::sec::invalid_argument,
+                             "stage geometry handle " + std::to_string(key) + " is not (or no longer) kept here");
+    x.geometry_owner = x.geometry_key = 0;
+    return caf::none;
+  });
+  return f(caf::meta::type_name("StageTensor"), x.tensor, refuse, owner, key, load);
 }
 
 MAESTRO_INSPECT(FlowTensor, x.flow, x.sample, x.tensor)

@@ -31,6 +31,19 @@ TensorRef PeerTensors::imported(uint64_t owner_id, uint64_t key, std::vector<int
   return TensorRef{std::move(b), std::move(shape), dtype};
 }
 
+uint64_t PeerTensors::export_geometry(std::shared_ptr<const StageGeometry> g) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t key = next_key_++;
+  geometries_[key] = std::move(g);
+  return key;
+}
+
+std::shared_ptr<const StageGeometry> PeerTensors::exported_geometry(uint64_t key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = geometries_.find(key);
+  return it == geometries_.end() ? nullptr : it->second;
+}
+
 TensorRef PeerTensors::exported(uint64_t key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = exports_.find(key);
@@ -40,6 +53,7 @@ TensorRef PeerTensors::exported(uint64_t key) const {
 void PeerTensors::forget_exports() {
   std::lock_guard<std::mutex> lock(mu_);
   exports_.clear();
+  geometries_.clear();
 }
 
 size_t PeerTensors::exports() const {

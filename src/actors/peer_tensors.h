@@ -16,7 +16,8 @@
 //      runs the task on the local copies.
 // A handle coming back to its owner is the owner's tensor again (no copy).
 // Exports are dropped when a step's gradients are reduced (ReduceGrads: by
-// then every task of the step, and so every fetch, is done).
+// then every task of the step, and so every fetch, is done). A pipeline
+// stage's geometry is exported the same way, until the same point.
 #pragma once
 
 #include <atomic>
@@ -61,6 +62,9 @@ class PeerTensors final : public TensorExporter {
   uint64_t export_tensor(const TensorRef& t) override;
   TensorRef imported(uint64_t owner, uint64_t key, std::vector<int64_t> shape, DType dtype) override;
 
+  uint64_t export_geometry(std::shared_ptr<const StageGeometry> g) override;
+  std::shared_ptr<const StageGeometry> exported_geometry(uint64_t key) const override;
+
   TensorRef exported(uint64_t key) const;  // empty when unknown (or forgotten)
   void forget_exports();
   size_t exports() const;
@@ -83,6 +87,7 @@ class PeerTensors final : public TensorExporter {
   mutable std::mutex mu_;
   uint64_t next_key_ = 1;
   std::unordered_map<uint64_t, TensorRef> exports_;
+  std::unordered_map<uint64_t, std::shared_ptr<const StageGeometry>> geometries_;
   std::map<uint64_t, std::pair<caf::actor, std::string>> servers_;
   std::atomic<uint64_t> puts_{0}, bytes_put_{0};
 };

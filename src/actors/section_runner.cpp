@@ -161,6 +161,8 @@ SectionRunner::Result SectionRunner::forward_rank(const RunTask& rt) {
   if (stage_ > 0) {
     if (rt.stage_in.empty())
       throw std::logic_error(fmt::format("stage {} forward without stage {}'s output", stage_, stage_ - 1));
+    if (!rt.stage_in.geometry)  // kept by another process: a replica's stages share one (processes.h)
+      throw std::logic_error(fmt::format("stage {} forward without the layout of stage {}'s output", stage_, stage_ - 1));
     stage_in = {rt.stage_in.tensor.values(), rt.stage_in.geometry};
   }
   ForwardOutput out = model_->forward(in, stage_ > 0 ? &stage_in : nullptr);

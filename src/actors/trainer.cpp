@@ -32,10 +32,6 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   std::vector<std::string> names;
   for (const SectionNode& n : graph.nodes) names.push_back(n.name);
   if (processes > 1) {
-    for (size_t s = 0; s < graph.nodes.size(); ++s)
-      if (plan.sections[s].pp > 1)
-        return failure(2, fmt::format("section '{}' has pp {}: pipeline stages across processes are not supported yet "
-                                      "(run with --processes 1, or pp = 1)", names[s], plan.sections[s].pp));
     options.placement = place_replicas(plan, processes);
     options.process = 0;
   }

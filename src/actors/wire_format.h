@@ -67,12 +67,19 @@ inline constexpr uint64_t kRemotePlaceholderPool = ~uint64_t(0);
 inline bool is_remote_placeholder(const TensorRef& t) {
   return t.buffer && t.buffer->data == nullptr && t.buffer->pool == kRemotePlaceholderPool;
 }
+struct StageGeometry;  // nn/section_model.h: a pipeline micro-batch's layout
 struct TensorExporter {
   virtual ~TensorExporter() = default;
   virtual uint64_t owner() const = 0;                        // this process's transport id
   virtual uint64_t export_tensor(const TensorRef& t) = 0;     // keeps it until forget_exports(); its key
   // The tensor for a handle: this process's own (owner == owner()), else a placeholder.
   virtual TensorRef imported(uint64_t owner, uint64_t key, std::vector<int64_t> shape, DType dtype) = 0;
+  // A pipeline stage's layout (StageTensor, messages.h) crosses the same
+  // way: kept here, sent as (owner, key). It is opaque and only ever needed
+  // back in its owner's process (a replica's stages share one), so there is
+  // no fetch: elsewhere it stays a handle.
+  virtual uint64_t export_geometry(std::shared_ptr<const StageGeometry> g) = 0;
+  virtual std::shared_ptr<const StageGeometry> exported_geometry(uint64_t key) const = 0;  // null when unknown
 };
 inline std::atomic<TensorExporter*>& tensor_exporter() {
   static std::atomic<TensorExporter*> exporter{nullptr};

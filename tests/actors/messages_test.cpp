@@ -2,8 +2,8 @@
 // binary_serializer / binary_deserializer, alone and inside a caf::message
 // (which needs the type registered by name: add_message_types): tensors by
 // value, the step's data by value, null stays null; a stage hand-off that
-// carries the engine's geometry, or a tensor in device memory, refuses to
-// serialise.
+// carries the engine's geometry (outside a run over processes, where it
+// crosses as a handle), or a tensor in device memory, refuses to serialise.
 #include <boost/test/unit_test.hpp>
 
 #include <caf/all.hpp>
@@ -12,6 +12,8 @@
 #include <span>
 
 #include "actors/messages.h"
+#include "actors/peer_tensors.h"
+#include "transport/local_transport.h"
 #include "transport/transport.h"
 #include "nn/model_impl.h"  // StageGeometry
 
@@ -214,8 +216,8 @@ BOOST_FIXTURE_TEST_CASE(data_checkpoint_and_report_messages, System) {
   BOOST_TEST(round_trip(FlushTrace{"trace.json"}).path == "trace.json");
 }
 
-// The engine's stage geometry is opaque: serialising a hand-off that holds
-// one is an error, never a silent drop.
+// The engine's stage geometry is opaque: outside a run over processes
+// serialising a hand-off that holds one is an error, never a silent drop.
 struct Geometry : StageGeometry {};
 BOOST_FIXTURE_TEST_CASE(a_stage_geometry_does_not_serialise, System) {
   RunTask rt;
@@ -223,4 +225,46 @@ BOOST_FIXTURE_TEST_CASE(a_stage_geometry_does_not_serialise, System) {
   std::vector<char> buf;
   caf::binary_serializer sink{*sys, buf};
   BOOST_TEST(bool(sink(rt)));
+}
+
+// In a run over processes (a PeerTensors installed as the exporter) the
+// geometry crosses as a handle: a worker's TaskDone leaves it in the
+// worker's table, the scheduler's process keeps only the handle and sends
+// it on in the next stage's RunTask, and back at the worker it is the same
+// object again; once the step's exports are forgotten it is refused.
+BOOST_FIXTURE_TEST_CASE(a_stage_geometry_crosses_as_a_handle_back_to_its_owner, System) {
+  PeerTensors worker(std::make_shared<LocalTransport>()), coordinator(std::make_shared<LocalTransport>());
+  // x serialised in process `from`, deserialised in process `to` (the installed exporter says which)
+  auto cross = [&](PeerTensors& from, PeerTensors& to, auto x) {
+    std::vector<char> buf;
+    install_peer_tensors(&from);
+    caf::binary_serializer sink{*sys, buf};
+    const bool saved = !sink(x);
+    install_peer_tensors(&to);
+    decltype(x) out;
+    caf::binary_deserializer source{*sys, buf};
+    const bool loaded = saved && !source(out);
+    install_peer_tensors(nullptr);
+    return std::make_pair(loaded, out);
+  };
+  const auto geometry = std::make_shared<Geometry>();
+  TaskDone done;
+  done.stage_out = {tensor({1, 2}, {2}), geometry};
+  const auto [to_scheduler, at_scheduler] = cross(worker, coordinator, done);
+  BOOST_TEST_REQUIRE(to_scheduler);
+  BOOST_TEST(!at_scheduler.stage_out.geometry);
+  BOOST_TEST(at_scheduler.stage_out.geometry_owner == worker.owner());
+  BOOST_TEST(at_scheduler.stage_out.geometry_key != 0u);
+  BOOST_TEST(done.stage_out.geometry_key == 0u);  // the message sent is not changed
+
+  RunTask rt;
+  rt.stage_in = at_scheduler.stage_out;
+  const auto [to_worker, at_worker] = cross(coordinator, worker, rt);
+  BOOST_TEST_REQUIRE(to_worker);
+  BOOST_TEST(at_worker.stage_in.geometry == geometry);  // the same object
+  BOOST_TEST(at_worker.stage_in.geometry_key == 0u);
+  BOOST_TEST(values_of(at_worker.stage_in.tensor) == (std::vector<float>{1, 2}));
+
+  worker.forget_exports();  // the step ended
+  BOOST_TEST(!cross(coordinator, worker, rt).first);
 }

@@ -1,6 +1,7 @@
 // maestro-run over several processes (docs/runtime.md, "Processes and
 // hosts"): tiny_mllm and tiny_kd over 3 processes give the 1-process
-// losses, over UCX's TCP and over shared memory, with ZeRO-1 on and off;
+// losses, over UCX's TCP and over shared memory, with ZeRO-1 on and off,
+// and with the LLM in 2 pipeline stages;
 // workers started by hand join a --listen coordinator; a garbage client and
 // a worker of another build are refused while the run goes on; a worker
 // killed with -9 mid-run ends it with exit 1 naming the worker, and
@@ -312,6 +313,52 @@ std::string checkpointed_model(const std::string& dir) {
   const auto path = (fs::temp_directory_path() / "procs_tiny_ckpt.sect").string();
   std::ofstream(path) << src;
   return path;
+}
+
+// tiny_mllm with the LLM split into 2 pipeline stages (and checkpoints
+// every step into `dir`).
+std::string pipelined_model(const std::string& dir) {
+  std::string src = Background::slurp(checkpointed_model(dir));
+  const std::string anchor = "consumes = [text];\n  parallel { dp = auto; }";
+  BOOST_REQUIRE(src.find(anchor) != std::string::npos);
+  src.replace(src.find(anchor), anchor.size(), "consumes = [text];\n  parallel { pp = 2; dp = auto; }");
+  const auto path = (fs::temp_directory_path() / "procs_tiny_pp2.sect").string();
+  std::ofstream(path) << src;
+  return path;
+}
+
+// pp > 1 across processes: a replica's stages share a process and their
+// hand-off (hidden states and the engine's layout) goes through the
+// scheduler as handles. The losses equal one process's over tcp and shared
+// memory, with ZeRO-1 too, and the per-stage checkpoint written over 3
+// processes resumes on 3 fresh ones to the uninterrupted run's losses.
+BOOST_AUTO_TEST_CASE(pipeline_stages_over_processes_match_one) {
+  const std::string dir = (fs::temp_directory_path() / "procs_pp2_ckpt").string();
+  const std::string model = pipelined_model(dir);
+  fs::remove_all(dir);
+  const ProcessResult one = maestro_run({model, "--config", config(), "--steps", "4", "--json", "--quiet"});
+  BOOST_TEST_REQUIRE(one.status == 0, one.err);
+  BOOST_TEST_REQUIRE(summary_of(one)["optimizer_state"].contains("llm.stage1"), one.out);  // 2 stages, dp > 1
+  BOOST_TEST_REQUIRE(summary_of(one)["optimizer_state"]["llm.stage1"].value("dp", 0) > 1, one.out);
+  const std::vector<double> reference = losses_of(one);
+  for (const bool shm : {false, true}) {
+    Env env(shm ? "cma,sysv,self" : "tcp");
+    fs::remove_all(dir);
+    const ProcessResult three = maestro_run({model, "--config", config(shm), "--steps", "4", "--json", "--quiet",
+                                             "--processes", "3"});
+    BOOST_TEST_REQUIRE(three.status == 0, three.err);
+    same_losses(losses_of(three), reference);
+  }
+  Env env("tcp");
+  fs::remove_all(dir);
+  const ProcessResult first = maestro_run({model, "--config", config(), "--steps", "4", "--json", "--quiet",
+                                           "--processes", "3", "--stop-after", "2"});
+  BOOST_TEST_REQUIRE(first.status == 0, first.err);
+  const ProcessResult rest = maestro_run({model, "--config", config(), "--steps", "4", "--json", "--quiet",
+                                          "--processes", "3", "--resume", dir});
+  BOOST_TEST_REQUIRE(rest.status == 0, rest.err);
+  same_losses(losses_of(rest), std::vector<double>(reference.begin() + 2, reference.end()));
+  fs::remove_all(dir);
 }
 
 // A worker killed with -9 (or stopped: it no longer answers heartbeats)
