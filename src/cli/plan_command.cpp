@@ -71,25 +71,36 @@ int with_plan(const Program& program, const RuntimeConfig& config, Body body) {
 }
 
 std::string cluster_line(const Cluster& c) {
-  return fmt::format("{} × {} ({} node{} of {}; {:.0f} GB, {:.0f} TFLOP/s bf16 each)", c.devices, c.device.name,
-                     c.nodes(), c.nodes() == 1 ? "" : "s", c.devices_per_node, double(c.device.memory_bytes) / 1e9,
-                     c.device.bf16_flops / 1e12);
+  return fmt::format("{} × {} ({} node{} of {}{}; {:.0f} GB, {:.0f} TFLOP/s bf16 each)", c.devices, c.device.name,
+                     c.nodes(), c.nodes() == 1 ? "" : "s", c.devices_per_node,
+                     c.hosts.empty() ? "" : ": " + fmt::format("{}", fmt::join(c.hosts, ", ")),
+                     double(c.device.memory_bytes) / 1e9, c.device.bf16_flops / 1e12);
+}
+
+// The hosts a section's devices are on: "node1", "node1..node4"; "" when the cluster names none.
+std::string hosts_cell(const Cluster& c, const SectionPlan& sp) {
+  const std::vector<std::string> h = c.hosts_of(sp.first_device, sp.devices);
+  if (h.empty()) return "";
+  return h.size() == 1 ? h[0] : h.front() + ".." + h.back();
 }
 
 std::string plan_table(const Planned& p) {
   const Batch batch = p.sampler->batch(0);
-  std::string out = fmt::format("{:<14} {:<7} {:>11} {:>3} {:>3} {:>4} {:>11} {:>13} {:>11}\n", "section", "mode",
-                                "devices", "tp", "pp", "dp", "micro_batch", "memory/dev", "step est.");
+  const bool hosts = !p.cluster.hosts.empty();
+  std::string out = fmt::format("{:<14} {:<7} {:>11} {:>3} {:>3} {:>4} {:>11} {:>13} {:>11}{}\n", "section", "mode",
+                                "devices", "tp", "pp", "dp", "micro_batch", "memory/dev", "step est.",
+                                hosts ? "   hosts" : "");
   for (size_t s = 0; s < p.graph.nodes.size(); ++s) {
     const SectionPlan& sp = p.plan.sections[s];
     int64_t activations = 0;
     for (const auto& mb : loader_order_micro_batches(p.graph, int(s), batch, sp.micro_batch))
       activations = std::max(activations, p.cost->activation_bytes(int(s), mb, sp));
     const int64_t memory = p.cost->weights_bytes_per_device(int(s), sp) + in_flight_micro_batches(sp.pp) * activations;
-    out += fmt::format("{:<14} {:<7} {:>11} {:>3} {:>3} {:>4} {:>11} {:>10.1f} GB {:>9.4g} s{}\n", p.graph.nodes[s].name,
-                       p.graph.section(int(s)).mode == Mode::Train ? "train" : "frozen",
+    out += fmt::format("{:<14} {:<7} {:>11} {:>3} {:>3} {:>4} {:>11} {:>10.1f} GB {:>9.4g} s{}{}\n",
+                       p.graph.nodes[s].name, p.graph.section(int(s)).mode == Mode::Train ? "train" : "frozen",
                        fmt::format("{}-{}", sp.first_device, sp.first_device + sp.devices - 1), sp.tp, sp.pp, sp.dp,
                        sp.micro_batch, double(memory) / 1e9, section_step_s(p.graph, *p.cost, int(s), sp, batch),
+                       hosts ? "   " + hosts_cell(p.cluster, sp) : "",
                        sp.shard_optimizer ? "   optimizer sharded (ZeRO-1)" : "");
   }
   return out;
@@ -233,6 +244,8 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
         j["plan"][p.graph.nodes[s].name] = {{"tp", sp.tp}, {"pp", sp.pp}, {"dp", sp.dp},
                                             {"micro_batch", sp.micro_batch}, {"devices", sp.devices},
                                             {"shard_optimizer", sp.shard_optimizer}};
+        if (!p.cluster.hosts.empty())
+          j["plan"][p.graph.nodes[s].name]["hosts"] = p.cluster.hosts_of(sp.first_device, sp.devices);
       }
       if (baseline) {
         j["baseline"] = {{"name", baseline->name}, {"iteration_s", baseline->iteration_s}, {"config", baseline->config}};

@@ -111,8 +111,26 @@ void read_runtime(const Reader& r, const toml::table& t, RuntimeConfig::Runtime&
   });
 }
 
+// `hosts`: distinct names without blanks, one per node (an empty list: no
+// names); `nodes` and `devices` given too must agree with their count.
+void read_hosts(const Reader& r, const toml::node& v, RuntimeConfig::Cluster& out) {
+  const auto* a = v.as_array();
+  if (!a) r.fail(v.source(), "'hosts' must be an array of host names, e.g. [\"node1\", \"node2\"]");
+  out.hosts.clear();
+  for (const toml::node& h : *a) {
+    const std::string name = r.string(h, "hosts");
+    if (name.empty() || name.find_first_of(" \t\n,") != std::string::npos)
+      r.fail(h.source(), fmt::format("host name \"{}\" must be non-empty, without blanks or commas", name));
+    for (const std::string& seen : out.hosts)
+      if (seen == name) r.fail(h.source(), fmt::format("host \"{}\" is listed twice (one entry per node)", name));
+    out.hosts.push_back(name);
+  }
+}
+
 void read_cluster(const Reader& r, const toml::table& t, RuntimeConfig::Cluster& out) {
-  r.keys(t, "cluster", {"devices", "device", "devices_per_node", "nodes", "intra_node_gbps", "inter_node_gbps"},
+  const toml::node* nodes_key = nullptr;
+  const toml::node* hosts_key = nullptr;
+  r.keys(t, "cluster", {"devices", "device", "devices_per_node", "nodes", "intra_node_gbps", "inter_node_gbps", "hosts"},
          [&](const std::string& k, const toml::node& v) {
            if (k == "devices") out.devices = r.integer(v, k, 0, kMaxDevices);
            else if (k == "device") {
@@ -129,10 +147,20 @@ void read_cluster(const Reader& r, const toml::table& t, RuntimeConfig::Cluster&
                out.device = r.one_of(v, k, {"auto", "cpu", "h100", "h200", "a100"});
              }
            } else if (k == "devices_per_node") out.devices_per_node = r.integer(v, k, 1, kMaxDevices);
-           else if (k == "nodes") out.nodes = r.integer(v, k, 1, kMaxDevices);
+           else if (k == "nodes") out.nodes = r.integer(v, k, 1, kMaxDevices), nodes_key = &v;
+           else if (k == "hosts") read_hosts(r, v, out), hosts_key = &v;
            else if (k == "intra_node_gbps") out.intra_node_gbps = r.positive_number(v, k);
            else out.inter_node_gbps = r.positive_number(v, k);
          });
+  if (!hosts_key || out.hosts.empty()) return;
+  const auto hosts = int64_t(out.hosts.size());
+  if (nodes_key && out.nodes != hosts)
+    r.fail(nodes_key->source(), fmt::format("'nodes' = {} but 'hosts' names {} (one per node)", out.nodes, hosts));
+  out.nodes = hosts;
+  if (out.devices > 0 && (out.devices + out.devices_per_node - 1) / out.devices_per_node != hosts)
+    r.fail(hosts_key->source(), fmt::format("'hosts' names {} node(s) but {} devices at {} per node fill {}", hosts,
+                                            out.devices, out.devices_per_node,
+                                            (out.devices + out.devices_per_node - 1) / out.devices_per_node));
 }
 
 }  // namespace

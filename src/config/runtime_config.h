@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace maestro {
 
@@ -29,6 +30,10 @@ struct RuntimeConfig {
     int64_t nodes = 1;
     double intra_node_gbps = 900;   // per device
     double inter_node_gbps = 400;   // per device
+    // The nodes' names, in node order (node i = devices [i·devices_per_node,
+    // (i+1)·devices_per_node)); given, they set `nodes` to their count.
+    // --print plan and --simulate name the hosts each section runs on.
+    std::vector<std::string> hosts;
   } cluster;
 
   struct Transport {

@@ -84,7 +84,19 @@ Cluster make_cluster(const RuntimeConfig& config) {
   cl.devices = c.devices > 0 ? c.devices : c.nodes * c.devices_per_node;
   cl.intra_node_bytes_per_s = c.intra_node_gbps * 1e9;
   cl.inter_node_bytes_per_s = c.inter_node_gbps * 1e9;
+  if (!c.hosts.empty() && int64_t(c.hosts.size()) != cl.nodes())
+    throw PlanError(fmt::format("{}: error: hosts names {} node(s) but the cluster has {}", where, c.hosts.size(),
+                                cl.nodes()));
+  cl.hosts = c.hosts;
   return cl;
+}
+
+std::vector<std::string> Cluster::hosts_of(int64_t first, int64_t count) const {
+  std::vector<std::string> out;
+  if (hosts.empty() || count <= 0) return out;
+  for (int64_t n = first / devices_per_node; n <= (first + count - 1) / devices_per_node && n < int64_t(hosts.size()); ++n)
+    out.push_back(hosts[size_t(n)]);
+  return out;
 }
 
 }  // namespace maestro

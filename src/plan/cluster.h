@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "config/runtime_config.h"
 #include "plan/devices.h"
@@ -25,8 +26,12 @@ struct Cluster {
   int64_t devices_per_node = 8;
   double intra_node_bytes_per_s = 900e9;  // per device
   double inter_node_bytes_per_s = 400e9;  // per device
+  std::vector<std::string> hosts;  // [nodes()] the nodes' names ([cluster] hosts), or none
 
   int64_t nodes() const { return (devices + devices_per_node - 1) / devices_per_node; }
+  // The names of the hosts devices [first, first + count) are on, in node
+  // order; empty when the cluster names none.
+  std::vector<std::string> hosts_of(int64_t first, int64_t count) const;
   // Bandwidth of the slowest link inside devices [first, first + count).
   double link_bytes_per_s(int64_t first, int64_t count) const {
     const bool one_node = first / devices_per_node == (first + count - 1) / devices_per_node;

@@ -59,6 +59,7 @@ BOOST_AUTO_TEST_CASE(the_example_config_is_the_defaults) {
   const RuntimeConfig d;
   BOOST_TEST(c.runtime.backend == d.runtime.backend);
   BOOST_TEST(c.cluster.devices_per_node == d.cluster.devices_per_node);
+  BOOST_TEST(c.cluster.hosts == d.cluster.hosts);
   BOOST_TEST(c.cluster.intra_node_gbps == d.cluster.intra_node_gbps);
   BOOST_TEST(c.transport.kind == d.transport.kind);
 }
@@ -77,6 +78,7 @@ devices_per_node = 4
 nodes = 4
 intra_node_gbps = 450.5
 inter_node_gbps = 200
+hosts = ["n1", "n2", "n3", "n4"]
 [transport]
 kind = "ucx"
 rdma_device = "mlx5_0"
@@ -98,12 +100,39 @@ dir = "ck"
   BOOST_TEST(c.cluster.nodes == 4);
   BOOST_TEST(c.cluster.intra_node_gbps == 450.5);
   BOOST_TEST(c.cluster.inter_node_gbps == 200.0);
+  BOOST_TEST(c.cluster.hosts == (std::vector<std::string>{"n1", "n2", "n3", "n4"}));
   BOOST_TEST(c.transport.kind == "ucx");
   BOOST_TEST(c.transport.rdma_device == "mlx5_0");
   BOOST_TEST(c.trace.path == "run.json");
   BOOST_TEST(c.repl.listen == "127.0.0.1:4242");
   BOOST_TEST(c.repl.token_file == "tok");
   BOOST_TEST(c.checkpoint.dir == "ck");
+}
+
+// hosts name the nodes: they set `nodes`, and `nodes` or `devices` that
+// disagree with them, duplicates, blanks and non-strings are errors at the key.
+BOOST_AUTO_TEST_CASE(hosts_name_the_nodes) {
+  RuntimeConfig c = load_runtime_config(
+      write_toml("hosts.toml", "[cluster]\ndevices_per_node = 4\nhosts = [\"node1\", \"node2\", \"gpu-3\"]\n"));
+  BOOST_TEST(c.cluster.hosts == (std::vector<std::string>{"node1", "node2", "gpu-3"}));
+  BOOST_TEST(c.cluster.nodes == 3);
+  c = load_runtime_config(write_toml("hosts_ok.toml", "[cluster]\nnodes = 2\ndevices = 12\nhosts = [\"a\", \"b\"]\n"));
+  BOOST_TEST(c.cluster.nodes == 2);
+  BOOST_TEST(load_runtime_config(write_toml("hosts_none.toml", "[cluster]\nhosts = []\n")).cluster.hosts.empty());
+  std::string e = error_of("hosts_nodes.toml", "[cluster]\nnodes = 3\nhosts = [\"a\", \"b\"]\n");
+  BOOST_TEST(e.find("hosts_nodes.toml:2:9: error: 'nodes' = 3 but 'hosts' names 2 (one per node)") != std::string::npos, e);
+  e = error_of("hosts_devices.toml", "[cluster]\ndevices = 24\nhosts = [\"a\", \"b\"]\n");
+  BOOST_TEST(e.find("hosts_devices.toml:3:9: error: 'hosts' names 2 node(s) but 24 devices at 8 per node fill 3") !=
+                 std::string::npos,
+             e);
+  e = error_of("hosts_twice.toml", "[cluster]\nhosts = [\"a\", \"a\"]\n");
+  BOOST_TEST(e.find("hosts_twice.toml:2:15: error: host \"a\" is listed twice") != std::string::npos, e);
+  e = error_of("hosts_blank.toml", "[cluster]\nhosts = [\"a b\"]\n");
+  BOOST_TEST(e.find("hosts_blank.toml:2:10: error: host name \"a b\" must be non-empty") != std::string::npos, e);
+  e = error_of("hosts_type.toml", "[cluster]\nhosts = \"a\"\n");
+  BOOST_TEST(e.find("hosts_type.toml:2:9: error: 'hosts' must be an array") != std::string::npos, e);
+  e = error_of("hosts_int.toml", "[cluster]\nhosts = [1]\n");
+  BOOST_TEST(e.find("hosts_int.toml:2:10: error: 'hosts' must be a string, not an integer") != std::string::npos, e);
 }
 
 BOOST_AUTO_TEST_CASE(device_profile_path_is_relative_to_the_file) {

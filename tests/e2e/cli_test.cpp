@@ -161,6 +161,31 @@ BOOST_AUTO_TEST_CASE(print_plan_default_config_agrees) {
   BOOST_TEST(bare.out.find(" on 8 × h100 ") != std::string::npos, bare.out);
 }
 
+// [cluster] hosts name the nodes: --print plan lists them and each
+// section's hosts, --simulate --json gives each section's host list; hosts
+// that disagree with nodes are an error at the key.
+BOOST_AUTO_TEST_CASE(cluster_hosts_name_each_sections_nodes) {
+  const std::string hosts = write_temp("maestro_e2e_hosts.toml",
+                                       "[cluster]\ndevice = \"h100\"\ndevices_per_node = 8\n"
+                                       "hosts = [\"gpu01\", \"gpu02\", \"gpu03\", \"gpu04\"]\n");
+  const ProcessResult plan = maestro_run({"models/llava15_7b.sect", "--config", hosts, "--print", "plan"});
+  BOOST_TEST_REQUIRE(plan.status == 0, plan.err);
+  BOOST_TEST(plan.out.find(" on 32 × h100 (4 nodes of 8: gpu01, gpu02, gpu03, gpu04; ") != std::string::npos, plan.out);
+  BOOST_TEST(std::regex_search(plan.out, std::regex("\\n(section .* step est\\.)   hosts\\n")), plan.out);
+  BOOST_TEST(std::regex_search(plan.out, std::regex("\\nllm .* 0-31 .* gpu01\\.\\.gpu04")), plan.out);
+  const ProcessResult sim = maestro_run({"models/llava15_7b.sect", "--config", hosts, "--simulate", "--json"});
+  BOOST_TEST_REQUIRE(sim.status == 0, sim.err);
+  const nlohmann::json j = nlohmann::json::parse(last_line(sim.out));
+  BOOST_TEST(j["devices"] == 32);
+  for (const auto& [section, sp] : j["plan"].items()) BOOST_TEST(!sp.value("hosts", nlohmann::json::array()).empty(), section);
+  BOOST_TEST((j["plan"]["llm"]["hosts"] == nlohmann::json({"gpu01", "gpu02", "gpu03", "gpu04"})), sim.out);
+  const std::string mismatch = write_temp("maestro_e2e_hosts_bad.toml", "[cluster]\nnodes = 2\nhosts = [\"a\"]\n");
+  const ProcessResult bad = maestro_run({"models/llava15_7b.sect", "--config", mismatch, "--print", "plan"});
+  BOOST_TEST(bad.status == 2);
+  BOOST_TEST(bad.out.empty());
+  BOOST_TEST(bad.first_err_line() == mismatch + ":2:9: error: 'nodes' = 2 but 'hosts' names 1 (one per node)");
+}
+
 // One error format: a located error of the planner reads FILE:LINE:COL: error:.
 BOOST_AUTO_TEST_CASE(located_runtime_errors_use_the_one_format) {
   std::ifstream in("models/tiny_mllm.sect");
