@@ -79,6 +79,19 @@ void read_all(int fd, void* p, size_t n) {
   }
 }
 
+// After fork: each side closes the pipe ends it does not use, so that a
+// child whose parent dies (killed, or a closed stdout) reads EOF and exits
+// instead of waiting forever with its UCX progress thread polling.
+void keep_own_pipe_ends(pid_t child, int to_parent[2], int to_child[2]) {
+  if (child == 0) {
+    close(to_parent[0]);
+    close(to_child[1]);
+  } else {
+    close(to_parent[1]);
+    close(to_child[0]);
+  }
+}
+
 int run_memcpy() {
   std::vector<char> a(kSizes.back(), 1), b(kSizes.back(), 2);
   for (size_t bytes : kSizes) {
@@ -107,6 +120,7 @@ int run_ucx(const std::string& tls) {
   int to_parent[2], to_child[2];
   if (pipe(to_parent) != 0 || pipe(to_child) != 0) return 1;
   const pid_t child = fork();
+  keep_own_pipe_ends(child, to_parent, to_child);
   if (child == 0) {
     UcxTransport t(UcxOptions{tls});
     TensorRef dst = t.allocate({int64_t(kSizes.back() / 4)});
@@ -184,6 +198,7 @@ int run_caf() {
   int to_parent[2], to_child[2];
   if (pipe(to_parent) != 0 || pipe(to_child) != 0) return 1;
   const pid_t child = fork();
+  keep_own_pipe_ends(child, to_parent, to_child);
   if (child == 0) {
     caf::actor_system_config cfg;
     cfg.load<caf::io::middleman>();
