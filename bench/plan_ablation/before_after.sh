@@ -11,7 +11,8 @@ summary() {
   "$1" "models/$2.sect" --config "configs/$3.toml" --simulate --baseline sequential --steps "$steps" --json | tail -1 |
     /usr/bin/python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print("%.4f s / seq %.4f s = %.3fx (lb %.4f s)" % (d["iteration_s"], d["baseline"]["iteration_s"], d["speedup"], d["lower_bound_s"]))'
 }
-for m in llava15_7b omni_7b kd_70b_to_8b internvl_20b tiny_mllm tiny_kd; do
+for m in llava15_7b omni_7b omni_whisper_7b video_7b kd_70b_to_8b kd_32b_to_1_5b internvl_20b internvl_26b \
+  tiny_mllm tiny_kd; do
   for n in 64 1024; do
     device=h100
     [ "$m" = kd_70b_to_8b ] && device=h200

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     variants[2].options.levers.token_micro_batches = false;
     variants[3].options.disjoint_placement = false;
     variants[4].options.raise_in_flight_cap = false;
-    variants[5].options = {false, false, {false, false, false, false, false}};
+    variants[5].options = {false, false, {false, false, false, false, false, false}, {}};
     variants[6].options.levers.critical_path_first = false;
     fmt::print("{} on {} × {}, mean of {} steps; sequential {:.4f} s ({:.4f} s with grad sync overlap)\n", argv[1],
                cl.devices, cl.device.name, steps, sequential, sequential_overlapped);
@@ -82,9 +82,13 @@ int main(int argc, char** argv) {
     // Per-step adaptation alone off: token micro-batches of micro_batch × the mean.
     variants.push_back({"per-step mb off", {}});
     variants.back().options.levers.per_step_micro_batch = false;
+    // Host groups off: a producer over several consumer replicas deals its own samples.
+    variants.push_back({"host groups off", {}});
+    variants.back().options.levers.host_groups = false;
     variants.push_back({"sync overlap on", {}});
     variants.back().options.levers.overlap_grad_sync = true;
-    for (const Variant& v : variants) {
+    for (Variant& v : variants) {
+      v.options.later_batches.assign(batches.begin() + 1, batches.end());  // as maestro-run: memory fits every step
       const Plan plan = plan_program(g, cl, cost, batches.front(), v.options);
       double iteration = 0, lower = 0;
       for (const Batch& b : batches) {

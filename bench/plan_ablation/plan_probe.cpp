@@ -2,7 +2,9 @@
 // below parity"): each section's sequential shape (best_shape_alone) and
 // its estimate on step 0, then hand-given layouts simulated on step 0 with
 // their peak memory per device, whether or not they fit — to see what a
-// plan would gain if memory allowed it, which the planner cannot show.
+// plan would gain if memory allowed it, which the planner cannot show; and
+// the planner's plan and each layout on steps 0-3 with their peak memory
+// (the planner chooses on step 0 only).
 // Usage: bench_plan_probe MODEL.sect CLUSTER.toml ["tp,pp,dp,mb[,first];… per section" CAP]...
 #include <fmt/format.h>
 
@@ -57,6 +59,28 @@ int main(int argc, char** argv) {
                  big ? double(cost.activation_bytes(s, {big}, p)) / 1e9 : 0.0);
     };
     for (int s = 0; s < int(g.nodes.size()); ++s) describe(s, best_shape_alone(g, cl, cost, s, batch), "alone");
+    // The planner chooses on step 0; a layout on steps 0-3, with its peak
+    // memory per device on each.
+    const Sampler sampler(program->data, program->train.global_batch);
+    auto steps = [&](const Plan& plan) {
+      double sum = 0;
+      fmt::print("    steps 0-3:");
+      for (int64_t k = 0; k < 4; ++k) {
+        const SimResult x = simulate(g, plan, wavefront_schedule(g, plan, cost, sampler.batch(k)), cost);
+        sum += x.iteration_s;
+        fmt::print("{} {:.3f} s ({:.1f} GB)", k ? "," : "", x.iteration_s,
+                   double(*std::max_element(x.peak_memory_bytes.begin(), x.peak_memory_bytes.end())) / 1e9);
+      }
+      fmt::print("; mean {:.4f} s\n", sum / 4);
+    };
+    {
+      PlannerOptions options;  // as maestro-run: memory fits on steps 0-3
+      for (int64_t k = 1; k < 4; ++k) options.later_batches.push_back(sampler.batch(k));
+      const Plan plan = plan_program(g, cl, cost, batch, options);
+      fmt::print("the planner's plan (in-flight cap {}):\n", plan.in_flight_cap);
+      for (int s = 0; s < int(g.nodes.size()); ++s) describe(s, plan.sections[size_t(s)], "    ");
+      steps(plan);
+    }
     for (int a = 3; a + 1 < argc; a += 2) {
       Plan plan;
       plan.cluster_devices = cl.devices;
@@ -84,6 +108,7 @@ int main(int argc, char** argv) {
                  "{:.3f} s, peak {:.1f} GB per device\n",
                  argv[a], plan.in_flight_cap, r.iteration_s, r.compute_end_s, busy, r.lower_bound_s,
                  double(*std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end())) / 1e9);
+      steps(plan);
     }
   } catch (const std::exception& e) {
     fmt::print(stderr, "{}: {}\n", argv[1], e.what());

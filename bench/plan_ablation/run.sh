@@ -7,7 +7,8 @@ build=${1:-build}
 steps=${2:-4}
 cd "$(dirname "$0")/../.."
 uptime
-for m in llava15_7b omni_7b kd_70b_to_8b internvl_20b tiny_mllm tiny_kd; do
+for m in llava15_7b omni_7b omni_whisper_7b video_7b kd_70b_to_8b kd_32b_to_1_5b internvl_20b internvl_26b \
+  tiny_mllm tiny_kd; do
   for n in 64 1024; do
     device=h100
     [ "$m" = kd_70b_to_8b ] && device=h200

@@ -33,6 +33,8 @@ namespace maestro {
 namespace {
 
 constexpr int64_t kDefaultSimulatedSteps = 4;
+// The plan's peak memory fits on steps 0-3 (PlannerOptions::later_batches).
+constexpr int64_t kMemoryCheckedSteps = 4;
 
 // Everything the planning commands share; built once, never moved (the cost
 // model refers to the graph and the graph to the program).
@@ -47,7 +49,9 @@ struct Planned {
       : graph(build_graph(program)), cluster(make_cluster(config)) {
     cost = std::make_unique<RooflineCost>(graph, cluster);
     sampler = std::make_unique<Sampler>(program.data, program.train.global_batch);
-    plan = plan_program(graph, cluster, *cost, sampler->batch(0));
+    PlannerOptions options;
+    for (int64_t k = 1; k < kMemoryCheckedSteps; ++k) options.later_batches.push_back(sampler->batch(k));
+    plan = plan_program(graph, cluster, *cost, sampler->batch(0), options);
   }
 };
 
@@ -186,12 +190,15 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
     const std::string trace_path = cli.trace.empty() ? config.trace.path : cli.trace;
     std::vector<Batch> batches;
     double iteration = 0, lower_bound = 0;
+    int64_t peak = 0, peak_step = 0;  // the most bytes any device holds, and on which step
     for (int64_t k = 0; k < steps; ++k) {
       batches.push_back(p.sampler->batch(k));
       const Schedule sch = wavefront_schedule(p.graph, p.plan, *p.cost, batches.back());
       const SimResult r = simulate(p.graph, p.plan, sch, *p.cost, {.trace = k == 0 && !trace_path.empty()});
       iteration += r.iteration_s / double(steps);
       lower_bound += r.lower_bound_s / double(steps);
+      for (int64_t bytes : r.peak_memory_bytes)
+        if (bytes > peak) peak = bytes, peak_step = k;
       if (k == 0 && !trace_path.empty()) {
         std::ofstream f(trace_path);
         write_chrome_trace(f, r.spans, p.plan.device_count());
@@ -221,6 +228,11 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
     out += plan_table(p);
     out += fmt::format("iteration  {:.4f} s   lower bound {:.4f} s   utilization {:.1f}%\n", iteration, lower_bound,
                        100 * lower_bound / iteration);
+    // Parameter state plus in-flight activations, simulated (the table's
+    // memory/dev is the planner's estimate per section).
+    out += fmt::format("memory     {:.1f} GB peak on a device (step {}) of {:.0f} GB{}\n", double(peak) / 1e9, peak_step,
+                       double(p.cluster.device.memory_bytes) / 1e9,
+                       peak > p.cluster.device.memory_bytes ? ": does not fit, the plan would run out of memory" : "");
     if (cli.baseline == "all")
       for (const BaselineResult& b : ladder)
         out += fmt::format("{:<14} {:.4f} s   maestro {:.2f}× faster{}\n", b.name, b.iteration_s, b.iteration_s / iteration,
@@ -238,6 +250,9 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
       j["iteration_s"] = iteration;
       j["lower_bound_s"] = lower_bound;
       j["utilization"] = lower_bound / iteration;
+      j["peak_memory_bytes"] = peak;
+      j["peak_memory_step"] = peak_step;
+      j["fits_memory"] = peak <= p.cluster.device.memory_bytes;
       j["plan"] = nlohmann::ordered_json::object();
       for (size_t s = 0; s < p.graph.nodes.size(); ++s) {
         const SectionPlan& sp = p.plan.sections[s];

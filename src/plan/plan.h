@@ -61,6 +61,14 @@ struct ScheduleLevers {
   // when all of them are free. Off: first ready, first served, a task
   // holding its devices from the moment it is ready.
   bool critical_path_first = true;
+  // With reorder: a consumer whose producer's every replica holds several of
+  // its own on the same devices (a tp 8 teacher over tp 2 students) deals
+  // its samples by the producer's replicas as groups, balanced by both
+  // sections' costs, and the producer runs each sample in the group that
+  // consumes it (docs/scheduler.md, step 4). Off: the producer deals its
+  // own samples by LPT, its outputs crossing to other groups. The planner
+  // keeps whichever simulates faster on step 0.
+  bool host_groups = true;
 };
 
 struct Plan {

@@ -425,11 +425,15 @@ Plan disjoint_plan(const SectionGraph& g, const Cluster& cl, const CostModel& co
 // peak memory (parameter state + in-flight activations, producers ahead of
 // their consumers included) exceeds the device: such a plan loses to any
 // that fits.
+// `later`: batches whose peak memory must fit too (PlannerOptions::later_batches).
 double simulated_s(const SectionGraph& g, const Cluster& cl, const Plan& plan, const CostModel& cost,
-                   const Batch& batch) {
+                   const Batch& batch, const std::vector<Batch>& later = {}) {
   const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost);
   for (int64_t bytes : r.peak_memory_bytes)
     if (bytes > cl.device.memory_bytes) return std::numeric_limits<double>::infinity();
+  for (const Batch& b : later)
+    for (int64_t bytes : simulate(g, plan, wavefront_schedule(g, plan, cost, b), cost).peak_memory_bytes)
+      if (bytes > cl.device.memory_bytes) return std::numeric_limits<double>::infinity();
   return r.iteration_s;
 }
 
@@ -440,20 +444,20 @@ double simulated_s(const SectionGraph& g, const Cluster& cl, const Plan& plan, c
 // 64 H200: 3 does not fit, 1 does, 2 fits and is 1 % faster). Infinite
 // when even cap 1 does not fit.
 double simulated_fitting_s(const SectionGraph& g, const Cluster& cl, Plan& plan, const CostModel& cost,
-                           const Batch& batch) {
+                           const Batch& batch, const std::vector<Batch>& later = {}) {
   constexpr double kNever = std::numeric_limits<double>::infinity();
   int64_t too_many = 0;  // the smallest cap known not to fit; 0 = none
-  double t = simulated_s(g, cl, plan, cost, batch);
+  double t = simulated_s(g, cl, plan, cost, batch, later);
   while (t == kNever && plan.in_flight_cap > 1) {
     too_many = plan.in_flight_cap;
     plan.in_flight_cap = std::max<int64_t>(1, plan.in_flight_cap / 2);
-    t = simulated_s(g, cl, plan, cost, batch);
+    t = simulated_s(g, cl, plan, cost, batch, later);
   }
   if (t == kNever || too_many == 0) return t;
   for (int64_t fits = plan.in_flight_cap; too_many - fits > 1;) {
     Plan more = plan;
     more.in_flight_cap = (fits + too_many) / 2;
-    if (const double u = simulated_s(g, cl, more, cost, batch); u == kNever) {
+    if (const double u = simulated_s(g, cl, more, cost, batch, later); u == kNever) {
       too_many = more.in_flight_cap;
     } else {
       fits = more.in_flight_cap;
@@ -475,7 +479,8 @@ int64_t simulated_alternatives(const SectionGraph& g, const Batch& batch) {
 // estimated step first), the next-ranked shapes that keep the plan within
 // device memory, each simulated, the fastest kept.
 Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
-                       const std::vector<std::vector<Shape>>& ranked, Plan plan, double& best_s, bool raise_cap) {
+                       const std::vector<std::vector<Shape>>& ranked, Plan plan, double& best_s, bool raise_cap,
+                       const std::vector<Batch>& later) {
   const int64_t alternatives = simulated_alternatives(g, batch);
   std::vector<size_t> order(ranked.size());
   for (size_t s = 0; s < order.size(); ++s) order[s] = s;
@@ -508,7 +513,7 @@ Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel
       return false;
     finish_plan(candidate);
     if (raise_cap) raise_in_flight_cap(g, cl, cost, batch, candidate);
-    if (const double t = simulated_fitting_s(g, cl, candidate, cost, batch); t < best_s) {
+    if (const double t = simulated_fitting_s(g, cl, candidate, cost, batch, later); t < best_s) {
       best_s = t, plan = std::move(candidate);
       return true;
     }
@@ -561,7 +566,8 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
   };
   auto consider = [&](Plan plan) {
     plan = prepare(std::move(plan));
-    if (const double t = simulated_fitting_s(g, cl, plan, cost, batch); t < best_s) best_s = t, best = std::move(plan);
+    if (const double t = simulated_fitting_s(g, cl, plan, cost, batch, options.later_batches); t < best_s)
+      best_s = t, best = std::move(plan);
   };
   if (std::optional<Plan> shared = co_located_plan(g, cl, ranked)) {
     consider(*shared);
@@ -577,7 +583,7 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
     // From the fastest start (or, when none fits in the simulation, the
     // first) the search may still find shapes that fit.
     Plan refined = refine_co_located(g, cl, cost, batch, ranked, best ? *best : prepare(*shared), best_s,
-                                     options.raise_in_flight_cap);
+                                     options.raise_in_flight_cap, options.later_batches);
     if (best_s < std::numeric_limits<double>::infinity()) best = std::move(refined);
   }
   if (options.disjoint_placement && wanted <= cl.devices) consider(disjoint_plan(g, cl, cost, batch, std::move(minimal)));
@@ -594,10 +600,9 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
   return *best;
 }
 
-}  // namespace
-
-Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
-                  const PlannerOptions& options) {
+// The search and the levers' alternatives, chosen on `batch` (step 0).
+Plan plan_on(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
+             const PlannerOptions& options) {
   Plan plan = search(g, cl, cost, batch, options);
   // Token micro-batches are not always faster (a section whose samples are
   // all alike gains nothing, and count-cut micro-batches may pack GEMMs
@@ -606,7 +611,7 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   // consumer idles): where the search is affordable it is run with each
   // lever off too, and the fastest plan on this batch kept.
   if (simulated_alternatives(g, batch) > 0) {
-    double best_s = simulated_s(g, cl, plan, cost, batch);
+    double best_s = simulated_s(g, cl, plan, cost, batch, options.later_batches);
     // Each lever switched off on top of the best so far; `tie`: kept when
     // within 0.1 % too.
     auto also = [&](bool ScheduleLevers::*lever, bool tie) {
@@ -615,7 +620,8 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
       off.levers = plan.levers;
       off.levers.*lever = false;
       Plan other = search(g, cl, cost, batch, off);
-      if (const double t = simulated_s(g, cl, other, cost, batch); t < best_s || (tie && t <= best_s * (1 + 1e-3)))
+      if (const double t = simulated_s(g, cl, other, cost, batch, options.later_batches);
+          t < best_s || (tie && t <= best_s * (1 + 1e-3)))
         best_s = t, plan = std::move(other);
     };
     also(&ScheduleLevers::token_micro_batches, false);
@@ -637,10 +643,60 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
         finish_plan(other);
         raise_in_flight_cap(g, cl, cost, batch, other);
       }
-      if (const double t = simulated_fitting_s(g, cl, other, cost, batch); t < best_s) best_s = t, plan = std::move(other);
+      if (const double t = simulated_fitting_s(g, cl, other, cost, batch, options.later_batches); t < best_s)
+        best_s = t, plan = std::move(other);
+    }
+    // Host groups (a producer replica over several consumer replicas) on
+    // or off for the chosen shapes, where the plan has such a pair.
+    const std::vector<int> hosts = host_producers(g, plan, batch);
+    if (std::any_of(hosts.begin(), hosts.end(), [](int h) { return h >= 0; })) {
+      Plan off = plan;
+      off.levers.host_groups = false;
+      if (const double t = simulated_fitting_s(g, cl, off, cost, batch, options.later_batches); t < best_s)
+        best_s = t, plan = std::move(off);
     }
   }
   return plan;
+}
+
+// PlannerOptions::later_batches: the plan's in-flight cap lowered, by
+// halving and then bisection, to the largest whose peak memory fits on step
+// 0's batch and every later one. False when even cap 1 does not fit.
+bool fit_later_batches(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
+                       const std::vector<Batch>& later, Plan& plan) {
+  auto fits = [&](int64_t cap) {
+    Plan p = plan;
+    p.in_flight_cap = cap;
+    return simulated_s(g, cl, p, cost, batch, later) != std::numeric_limits<double>::infinity();
+  };
+  if (later.empty() || plan.in_flight_cap < 1 || fits(plan.in_flight_cap)) return true;
+  int64_t too_many = plan.in_flight_cap, fit = std::max<int64_t>(1, too_many / 2);
+  while (fit > 1 && !fits(fit)) too_many = fit, fit = std::max<int64_t>(1, fit / 2);
+  if (!fits(fit)) return false;
+  while (too_many - fit > 1)
+    if (const int64_t mid = (fit + too_many) / 2; fits(mid)) fit = mid; else too_many = mid;
+  plan.in_flight_cap = fit;
+  return true;
+}
+
+}  // namespace
+
+Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
+                  const PlannerOptions& options) {
+  // Searched on step 0 alone, then its in-flight cap fitted to the later
+  // batches; where no cap fits them, searched again with every candidate's
+  // memory checked on them all (slower: each candidate simulated on each).
+  // Where the search is bounded (a step of more than 4,096 samples ×
+  // sections, simulated_alternatives) only step 0 is checked, so that
+  // planning stays fast; such a step's mix varies little between steps.
+  PlannerOptions first = options;
+  first.later_batches.clear();
+  Plan plan = plan_on(g, cl, cost, batch, first);
+  if (simulated_alternatives(g, batch) == 0 || fit_later_batches(g, cl, cost, batch, options.later_batches, plan))
+    return plan;
+  Plan strict = plan_on(g, cl, cost, batch, options);
+  fit_later_batches(g, cl, cost, batch, options.later_batches, strict);
+  return strict;
 }
 
 }  // namespace maestro

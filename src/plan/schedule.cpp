@@ -136,6 +136,24 @@ void check_plan(const SectionGraph& g, const Plan& plan) {
   if (plan.in_flight_cap < 0) throw std::invalid_argument("plan: in_flight_cap must be >= 0");
 }
 
+std::vector<int> host_producers(const SectionGraph& g, const Plan& plan, const Batch& batch) {
+  const auto active = active_samples(g, batch);
+  std::vector<int> host(g.nodes.size(), -1);
+  for (size_t s = 0; plan.levers.host_groups && s < g.nodes.size(); ++s) {
+    const SectionPlan& sp = plan.sections[s];
+    for (int e : g.nodes[s].producers) {
+      const SectionPlan& hp = plan.sections[size_t(g.edges[size_t(e)].from)];
+      const int64_t hw = hp.tp * hp.pp, w = sp.tp * sp.pp;
+      if (hp.first_device != sp.first_device || hp.devices != sp.devices || hw <= w || hw % w != 0) continue;
+      bool feeds_all = true;
+      for (int32_t i : active[s]) feeds_all = feeds_all && g.carries(e, batch.samples[size_t(i)].modalities);
+      if (feeds_all) host[s] = g.edges[size_t(e)].from;
+      break;
+    }
+  }
+  return host;
+}
+
 Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostModel& cost, Batch batch) {
   Schedule sch = empty_schedule(g, plan, std::move(batch), Schedule::Policy::Wavefront);
   const auto& samples = sch.batch.samples;
@@ -148,6 +166,8 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
   // replica_of[s][i]: the replica of section s that runs sample i.
   std::vector<std::vector<int32_t>> replica_of(g.nodes.size(), std::vector<int32_t>(n, -1));
   std::vector<const Sample*> one(1);
+  const std::vector<int> host = host_producers(g, plan, sch.batch);
+  std::vector<bool> grouped(g.nodes.size(), false);  // s dealt its samples by host[s]'s groups
   for (auto it = g.topo_order.rbegin(); it != g.topo_order.rend(); ++it) {  // consumers first
     const int s = *it;
     const SectionPlan& sp = plan.sections[s];
@@ -201,8 +221,10 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
       // section's): its output stays on that replica's devices and no other
       // replica waits for it. Samples whose consumer replica holds none of
       // this section's replicas go to the least loaded.
-      // (Not the other way round: a producer replica spanning several
-      // consumer replicas would inherit their grouping, not its own balance.)
+      // A producer whose replicas each span several of a consumer's runs a
+      // sample in the replica holding the consumer's, when the consumer was
+      // dealt by groups for it (host, below): the groups were balanced
+      // by the producer's cost too.
       const int64_t width = sp.tp * sp.pp;
       auto nested = [&](const Key& k) -> std::pair<int64_t, int64_t> {  // replicas [first, last)
         for (int e : g.nodes[s].consumers) {
@@ -210,6 +232,10 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
           const int32_t home = replica_of[size_t(c)][size_t(k.sample)];
           if (home < 0 || !g.carries(e, samples[size_t(k.sample)].modalities)) continue;
           const SectionPlan& cp = plan.sections[size_t(c)];
+          if (grouped[size_t(c)] && host[size_t(c)] == s) {
+            const int64_t r = (cp.first_device + home * cp.tp * cp.pp - sp.first_device) / width;
+            return {r, r + 1};
+          }
           if (sp.first_device < cp.first_device || sp.first_device + sp.devices > cp.first_device + cp.devices) continue;
           const int64_t begin = cp.first_device + home * cp.tp * cp.pp - sp.first_device, end = begin + cp.tp * cp.pp;
           const int64_t first = std::max<int64_t>(0, (begin + width - 1) / width),
@@ -222,10 +248,28 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
       std::priority_queue<Load, std::vector<Load>, std::greater<>> least;
       std::vector<double> load(size_t(sp.dp), 0.0);
       for (int64_t r = 0; r < sp.dp; ++r) least.push({0.0, r});
+      // Under a host producer (host[s]): each of the host's replicas is a
+      // group of this section's; a sample goes to the group least loaded by
+      // the host's cost plus this section's spread over the group, then to
+      // the group's least loaded replica. The host then runs each sample in
+      // the group of the replica that consumes it (nested, below), so its
+      // output stays on the group's devices and no group waits for another.
+      const int h = host[size_t(s)];
+      const int64_t group = h >= 0 ? plan.sections[size_t(h)].tp * plan.sections[size_t(h)].pp / width : 1;
+      std::vector<double> group_load(h >= 0 ? size_t(sp.dp / group) : 0, 0.0);
       for (const Key& k : keys) {
         const auto [first, last] = nested(k);
         int64_t r = -1;
-        if (first < last) {
+        if (h >= 0 && first == last) {
+          grouped[size_t(s)] = true;
+          one[0] = &samples[size_t(k.sample)];
+          const SectionPlan& hp = plan.sections[size_t(h)];
+          const double host_cost = cost.forward_s(h, one, hp) + (sch.sections[size_t(h)].backward ? cost.backward_s(h, one, hp) : 0.0);
+          const size_t gi = size_t(std::min_element(group_load.begin(), group_load.end()) - group_load.begin());
+          group_load[gi] += host_cost + k.cost / double(group);
+          for (int64_t q = int64_t(gi) * group; q < int64_t(gi + 1) * group; ++q)
+            if (r < 0 || load[size_t(q)] < load[size_t(r)]) r = q;
+        } else if (first < last) {
           for (int64_t q = first; q < last; ++q)
             if (r < 0 || load[size_t(q)] < load[size_t(r)]) r = q;
         } else {

@@ -87,6 +87,13 @@ Schedule wavefront_schedule(const SectionGraph& graph, const Plan& plan, const C
 // takes the same time).
 std::vector<std::vector<int64_t>> compute_waves(const std::vector<Task>& tasks);
 
+// Per section s: the producer whose replicas each hold several of s's on
+// exactly s's devices and that feeds every sample of `batch` s runs on (a
+// tp 8 teacher over tp 2 students), or -1; all -1 when
+// `plan.levers.host_groups` is off. The wavefront deals s's samples by that
+// producer's replicas (ScheduleLevers::host_groups).
+std::vector<int> host_producers(const SectionGraph& graph, const Plan& plan, const Batch& batch);
+
 // The monolithic baseline: one micro-batch size for every section, samples
 // in loader order; micro-batch c goes to lane c mod L (L = the largest dp)
 // and runs through all its active sections, producers to consumers, then

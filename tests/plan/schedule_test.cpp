@@ -491,6 +491,42 @@ BOOST_AUTO_TEST_CASE(producers_nest_in_a_consumer_on_more_devices) {
   for (int64_t n : used) BOOST_TEST(n > 0);
 }
 
+// The other way round: a producer whose every replica holds several of its
+// consumer's (kd_70b_to_8b's teacher at tp 8 over students at tp 2, both on
+// devices 0-15). Each teacher replica is a group of four student replicas:
+// the student deals its samples to the group least loaded by teacher cost
+// (plus its own over the group), and the teacher runs each sample in the
+// group of the student replica that consumes it, so its logits stay on
+// that replica's devices and no group waits for another's teacher. Before,
+// the teacher's own LPT sent most samples' logits to another group.
+BOOST_AUTO_TEST_CASE(consumers_grouped_under_a_producer_on_their_devices) {
+  const Program p = load("models/kd_70b_to_8b.sect");
+  const SectionGraph g = build_graph(p);
+  Plan plan;
+  plan.sections = {{0, 16, 8, 1, 2, 4}, {0, 16, 2, 1, 8, 2}};  // teacher, student
+  const Batch batch = Sampler(p.data, 64).batch(0);
+  test::TokenCost cost(g);
+  const Schedule sch = wavefront_schedule(g, plan, cost, batch);
+  BOOST_REQUIRE(validate(g, plan, sch).empty());
+  std::vector<int64_t> teacher_replica(batch.samples.size(), -1);
+  for (const MicroBatch& mb : sch.sections[0].micro_batches)
+    for (int32_t i : mb.samples) teacher_replica[size_t(i)] = mb.replica;
+  double group_load[2] = {0, 0}, largest = 0;
+  std::vector<int64_t> used(8, 0);
+  for (const MicroBatch& mb : sch.sections[1].micro_batches)
+    for (int32_t i : mb.samples) {
+      BOOST_TEST(teacher_replica[size_t(i)] == mb.replica / 4);  // the group holding the student replica
+      ++used[size_t(mb.replica)];
+      const Sample* one = &batch.samples[size_t(i)];
+      const double c = cost.forward_s(0, {one}, plan.sections[0]) +
+                       (cost.forward_s(1, {one}, plan.sections[1]) + cost.backward_s(1, {one}, plan.sections[1])) / 4;
+      group_load[mb.replica / 4] += c;
+      largest = std::max(largest, c);
+    }
+  BOOST_CHECK_LE(std::abs(group_load[0] - group_load[1]), largest);  // the groups' LPT
+  for (int64_t n : used) BOOST_TEST(n > 0);
+}
+
 // ScheduleLevers::reorder off: loader order, micro_batch consecutive
 // samples to the replicas in turn (the ablation's baseline). On: the
 // replicas' loads are balanced by LPT (replicas_balanced_by_cost).
