@@ -228,7 +228,8 @@ def case_zero1():
 def case_tensor_parallel():
     """Megatron tensor parallelism in the runtime (tp rank actors, one compute
     worker each): tiny_mllm with tp = 2 on the LLM, tiny_kd with tp = 2 on
-    teacher and student, and tp = 2 x pp = 2 x dp = 2 on the LLM train with
+    teacher and student and with a tp = 2 teacher over a dp = 2 student (host
+    groups), and tp = 2 x pp = 2 x dp = 2 on the LLM train with
     the tp = 1 losses (1e-5); a tp = 2 checkpoint resumes at tp = 1 with the
     losses the tp = 2 run goes on to have; an unsplittable tp is a located error."""
     steps = ["--steps", "4"]
@@ -251,8 +252,17 @@ def case_tensor_parallel():
         (r"micro_batch = 16;", "micro_batch = 16;\n  parallel { tp = 2; }"),
         (r"micro_batch = 4;", "micro_batch = 4;\n  parallel { tp = 2; }"),
     ])
-    assert_close(train_json(kd, *steps)["losses"], train_json("models/tiny_kd.sect", *steps)["losses"], 1e-5,
-                 "tiny_kd teacher and student at tp = 2 vs tp = 1")
+    kd_base = train_json("models/tiny_kd.sect", *steps)["losses"]
+    assert_close(train_json(kd, *steps)["losses"], kd_base, 1e-5, "tiny_kd teacher and student at tp = 2 vs tp = 1")
+    # Host groups (docs/scheduler.md step 4): the teacher at tp = 2 spans the
+    # student's two dp replicas on the same two slots, so the student is
+    # dealt its samples by the teacher's replica and the teacher runs each
+    # sample in the group of the student replica that consumes it.
+    host = variant("models/tiny_kd.sect", "kd_host.sect", [
+        (r"micro_batch = 16;", "micro_batch = 16;\n  parallel { tp = 2; dp = 1; }"),
+        (r"micro_batch = 4;", "micro_batch = 4;\n  parallel { dp = 2; }"),
+    ])
+    assert_close(train_json(host, *steps)["losses"], kd_base, 1e-5, "tiny_kd teacher tp = 2 over student dp = 2 vs tp = 1")
     # A checkpoint written at tp = 2 holds whole tensors: it resumes at tp = 1.
     tp2 = os.path.join(TMP, "tp2.sect")
     full = train_json(tp2, *steps)
