@@ -7,7 +7,8 @@
 // Every message may cross a process: each has an `inspect` overload (below;
 // its payloads' in wire_format.h) and add_message_types() registers them by
 // name on an actor system. In process nothing is serialised: TensorRefs and
-// the StepData pointer are handed over as they are.
+// the StepData pointer are handed over as they are; a RunTask leaving the
+// process carries only the part of the StepData its task reads (task_data).
 #pragma once
 
 #include <caf/all.hpp>
@@ -235,7 +236,38 @@ typename Inspector::result_type inspect(Inspector& f, StageTensor& x) {
 }
 
 MAESTRO_INSPECT(FlowTensor, x.flow, x.sample, x.tensor)
-MAESTRO_INSPECT(RunTask, x.step, x.task, x.samples, x.inputs, x.data, x.stage_in)
+// What a task reads of its step's data (SectionRunner::forward_rank): its
+// section's inputs for its own samples, and the loss normalisers; a
+// backward task reads no inputs. A RunTask crossing a process carries only
+// that (the other samples' and sections' inputs stay empty, indices kept;
+// the batch keeps its step, not its samples), so a step's pixels, mel
+// frames and token ids cross once per forward task that reads them, not
+// whole with every task (PERFORMANCE.md §8).
+inline std::shared_ptr<const StepData> task_data(const RunTask& x) {
+  if (!x.data) return nullptr;
+  auto out = std::make_shared<StepData>();
+  out->batch.step = x.data->batch.step;
+  out->loss_positions = x.data->loss_positions;
+  const size_t s = size_t(x.task.section);
+  if (x.task.kind == Task::Kind::Forward && s < x.data->inputs.size() && !x.data->inputs[s].empty()) {
+    const std::vector<SampleInputs>& all = x.data->inputs[s];
+    out->inputs.resize(s + 1);
+    out->inputs[s].resize(all.size());
+    for (int32_t i : x.samples)
+      if (i >= 0 && size_t(i) < all.size()) out->inputs[s][size_t(i)] = all[size_t(i)];
+  }
+  return out;
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RunTask& x) {
+  std::shared_ptr<const StepData> data;
+  if constexpr (Inspector::reads_state) data = task_data(x);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.data = std::move(data);
+    return caf::none;
+  });
+  return f(caf::meta::type_name("RunTask"), x.step, x.task, x.samples, x.inputs, data, x.stage_in, load);
+}
 MAESTRO_INSPECT(TaskDone, x.step, x.task, x.outputs, x.begin_us, x.duration_us, x.error, x.stage_out, x.memory_bytes)
 MAESTRO_INSPECT(ReduceGrads, x.step)
 MAESTRO_INSPECT(TaskLoss, x.task, x.loss)

@@ -1,7 +1,7 @@
 // Every message that may cross a process round-trips through CAF's
 // binary_serializer / binary_deserializer, alone and inside a caf::message
 // (which needs the type registered by name: add_message_types): tensors by
-// value, the step's data by value, null stays null; a stage hand-off that
+// value, the step's data by value (a task: only its share), null stays null; a stage hand-off that
 // carries the engine's geometry (outside a run over processes, where it
 // crosses as a handle), or a tensor in device memory, refuses to serialise.
 #include <boost/test/unit_test.hpp>
@@ -93,13 +93,9 @@ BOOST_FIXTURE_TEST_CASE(run_task_and_task_done, System) {
   BOOST_TEST(r.inputs[0].tensor.shape == (std::vector<int64_t>{2, 2}));
   BOOST_TEST(values_of(r.inputs[0].tensor) == (std::vector<float>{1, 2, 3, 4}));
   BOOST_TEST(r.inputs[0].tensor.buffer != rt.inputs[0].tensor.buffer);  // by value: a buffer of its own
-  BOOST_TEST_REQUIRE(r.data != nullptr);
+  BOOST_TEST_REQUIRE(r.data != nullptr);  // a backward task: the step and the normalisers, no inputs
   BOOST_TEST(r.data->batch.step == 3);
-  BOOST_TEST(r.data->batch.samples[0].id == 7);
-  BOOST_TEST(r.data->batch.samples[0].modalities.bits == s.modalities.bits);
-  BOOST_TEST(r.data->batch.samples[0].text_tokens == 11);
-  BOOST_TEST(r.data->inputs[0][0].tokens == (std::vector<int32_t>{1, 2, 3}));
-  BOOST_TEST(r.data->inputs[0][0].pixels == (std::vector<float>{0.5f, -0.5f}));
+  BOOST_TEST(r.data->inputs.empty());
   BOOST_TEST(r.data->loss_positions == (std::vector<int64_t>{10}));
   BOOST_TEST(values_of(r.stage_in.tensor) == (std::vector<float>{7}));
 
@@ -118,6 +114,47 @@ BOOST_FIXTURE_TEST_CASE(run_task_and_task_done, System) {
   BOOST_TEST(o.duration_us == 20);
   BOOST_TEST(o.error == "boom");
   BOOST_TEST(values_of(o.stage_out.tensor) == (std::vector<float>{2, 3}));
+}
+
+// A forward task leaving its process carries its own section's inputs for
+// its own samples (task_data), at their indices, and nothing of the rest of
+// the step: the bytes grow with the task's samples, not with the batch.
+BOOST_FIXTURE_TEST_CASE(run_task_carries_only_its_share_of_the_step, System) {
+  auto data = std::make_shared<StepData>();
+  data->batch.step = 5;
+  data->batch.samples.resize(64);
+  data->loss_positions = {0, 700};
+  data->inputs.resize(2);
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i < 64; ++i)  // 64 samples of 4,096 pixels and 8 tokens for each of two sections
+      data->inputs[size_t(s)].push_back(SampleInputs{std::vector<int32_t>(8, s * 100 + i), std::vector<float>(4096, float(i)), {}});
+  RunTask rt{2, Task{6, 1, 0, 0, Task::Kind::Forward, 1, {}}, {9, 3}, {}, data, {}};
+  const RunTask r = round_trip(rt);
+  BOOST_TEST_REQUIRE(r.data != nullptr);
+  BOOST_TEST(r.data->batch.step == 5);
+  BOOST_TEST(r.data->loss_positions == (std::vector<int64_t>{0, 700}));
+  BOOST_TEST_REQUIRE(r.data->inputs.size() == 2u);
+  BOOST_TEST(r.data->inputs[0].empty());  // another section's
+  BOOST_TEST_REQUIRE(r.data->inputs[1].size() == 64u);
+  for (int i = 0; i < 64; ++i) {
+    const SampleInputs& in = r.data->inputs[1][size_t(i)];
+    if (i == 9 || i == 3) {
+      BOOST_TEST(in.tokens == std::vector<int32_t>(8, 100 + i));
+      BOOST_TEST(in.pixels == std::vector<float>(4096, float(i)));
+    } else {
+      BOOST_TEST((in.tokens.empty() && in.pixels.empty()));
+    }
+  }
+  std::vector<char> buf;
+  caf::binary_serializer sink{*sys, buf};
+  BOOST_REQUIRE(!sink(rt));
+  BOOST_TEST(buf.size() < 3 * 4096 * sizeof(float));  // two samples' pixels and little else (the whole step: 128)
+  rt.task.kind = Task::Kind::Backward;
+  buf.clear();
+  caf::binary_serializer bsink{*sys, buf};
+  BOOST_REQUIRE(!bsink(rt));
+  BOOST_TEST(buf.size() < 1024u);  // a backward task reads no inputs
+  BOOST_TEST(data->inputs[1][5].pixels.size() == 4096u);  // the sender's step is untouched
 }
 
 BOOST_FIXTURE_TEST_CASE(gradient_messages, System) {
