@@ -35,11 +35,21 @@ std::string build_id() {
   return id;
 }
 
-std::vector<std::vector<int>> place_replicas(const Plan& plan, int processes) {
+std::vector<std::vector<int>> place_replicas(const Plan& plan, int processes, int64_t devices_per_node) {
   std::vector<std::vector<int>> out(plan.sections.size());
   int unit = 0;
   for (size_t s = 0; s < plan.sections.size(); ++s)
-    for (int64_t r = 0; r < plan.sections[s].dp; ++r) out[s].push_back(unit++ % std::max(1, processes));
+    for (int64_t r = 0; r < plan.sections[s].dp; ++r) {
+      if (devices_per_node <= 0) {
+        out[s].push_back(unit++ % std::max(1, processes));
+        continue;
+      }
+      const int64_t node = processes <= 1 ? 0 : stage_first_device(plan.sections[s], r, 0) / devices_per_node;
+      if (node >= processes)
+        throw std::invalid_argument(fmt::format("section {} replica {} is on node {} of the plan, and the run has {} "
+                                                "process{}", s, r, node, processes, processes == 1 ? "" : "es"));
+      out[s].push_back(int(node));
+    }
   return out;
 }
 
@@ -50,6 +60,22 @@ std::string hosted_by(const std::vector<std::vector<int>>& placement, const std:
     for (size_t r = 0; r < placement[s].size(); ++r)
       if (placement[s][r] == process) out += fmt::format("{}{}/{}", out.empty() ? "" : ", ", sections[s], r);
   return out.empty() ? "no replica" : out;
+}
+
+std::vector<std::string> placement_lines(const std::vector<std::vector<int>>& placement,
+                                         const std::vector<std::string>& sections, const Cluster* cluster) {
+  int processes = 1;
+  for (const auto& replicas : placement)
+    for (int p : replicas) processes = std::max(processes, p + 1);
+  if (cluster) processes = std::max<int>(processes, int(cluster->nodes()));
+  std::vector<std::string> out;
+  out.push_back(cluster ? fmt::format("placement over {} processes by the plan's nodes ([cluster]: {} CPU slot{} per node):",
+                                      processes, cluster->devices_per_node, cluster->devices_per_node == 1 ? "" : "s")
+                        : fmt::format("placement over {} processes, round-robin over (section, replica):", processes));
+  for (int p = 0; p < processes; ++p)
+    out.push_back(fmt::format("  process {}{}: {}", p, p == 0 ? " (coordinator)" : cluster ? fmt::format(" (node {})", p) : "",
+                              hosted_by(placement, sections, p)));
+  return out;
 }
 
 void configure_process_system(caf::actor_system_config& cfg, size_t heartbeat_ms) {

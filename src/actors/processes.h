@@ -31,7 +31,7 @@ namespace maestro {
 
 // Checked twice: in the gate's preamble (gate.h) and in Hello.
 // Bumped whenever a message of this file or of messages.h changes shape.
-inline constexpr int32_t kProcessProtocolVersion = 2;
+inline constexpr int32_t kProcessProtocolVersion = 3;
 
 // This binary's build id: FNV-1a 64 of its executable file (/proc/self/exe),
 // in hex — two processes of one run must run the same build. The
@@ -40,15 +40,23 @@ inline constexpr int32_t kProcessProtocolVersion = 2;
 std::string build_id();
 
 // Which process hosts each section replica: [section][dp replica] ->
-// process (0 = the coordinator). Round-robin over (section, replica) in
-// section order, replica order: unit i goes to process i mod `processes`,
-// so the replicas of a section spread over the processes (its gradients
-// reduce across them). A replica's pipeline stages and tp ranks stay in
-// one process.
-std::vector<std::vector<int>> place_replicas(const Plan& plan, int processes);
+// process (0 = the coordinator). With `devices_per_node` > 0 (a plan made
+// on a cluster whose nodes are the processes, plan_run): the node
+// of the replica's first device (first_device + replica·pp·tp) — on one
+// process, 0. Otherwise round-robin over (section, replica) in section
+// order, replica order: unit i goes to process i mod `processes`, so the
+// replicas of a section spread over the processes (its gradients reduce
+// across them). A replica's pipeline stages and tp ranks stay in one
+// process. Throws std::invalid_argument when a node has no process.
+std::vector<std::vector<int>> place_replicas(const Plan& plan, int processes, int64_t devices_per_node = 0);
 // "vision/0, llm/1": the replicas a process hosts.
 std::string hosted_by(const std::vector<std::vector<int>>& placement, const std::vector<std::string>& sections,
                       int process);
+// What the run prints of a placement: a header saying how it was made (by
+// `cluster`'s nodes, or round-robin without one), then a line per process
+// with the replicas it hosts.
+std::vector<std::string> placement_lines(const std::vector<std::vector<int>>& placement,
+                                         const std::vector<std::string>& sections, const Cluster* cluster);
 
 // worker -> door: I want to join. `session` is the worker's actor, which
 // the coordinator then talks to.
@@ -111,7 +119,11 @@ struct Shutdown {
   std::string reason;
 };
 
-MAESTRO_INSPECT(RunSpec, x.model_path, x.model_source, x.steps, x.shard, x.slots, x.schedule, x.stop_after, x.resume,
+MAESTRO_INSPECT(SectionPlan, x.first_device, x.devices, x.tp, x.pp, x.dp, x.micro_batch, x.shard_optimizer)
+MAESTRO_INSPECT(ScheduleLevers, x.reorder, x.token_micro_batches, x.per_step_micro_batch, x.overlap_grad_sync,
+                x.critical_path_first, x.host_groups)
+MAESTRO_INSPECT(Plan, x.sections, x.levers, x.in_flight_cap, x.cluster_devices)
+MAESTRO_INSPECT(RunSpec, x.model_path, x.model_source, x.steps, x.shard, x.plan, x.schedule, x.stop_after, x.resume,
                 x.seed, x.threads)
 MAESTRO_INSPECT(Hello, x.version, x.build, x.host, x.pid, x.session)
 MAESTRO_INSPECT(Welcome, x.error, x.process)

@@ -30,6 +30,30 @@ Cluster cpu_cluster(int64_t devices) {
 
 }  // namespace
 
+RunPlan plan_run(const SectionGraph& graph, const RuntimeConfig& config, int64_t slots, int64_t processes,
+                 const Batch& sample) {
+  if (config.cluster.device != "cpu") return {plan_cpu_run(graph, slots, sample), std::nullopt};
+  RunPlan out;
+  try {
+    out.cluster = make_cluster(config);
+  } catch (const PlanError& e) {
+    throw std::invalid_argument(e.what());
+  }
+  const Cluster& c = *out.cluster;
+  if (processes > 1 && c.nodes() != processes)
+    throw std::invalid_argument(fmt::format(
+        "{}: [cluster] device = \"cpu\" has {} node{} and the run {} processes: each node is a process "
+        "(--processes {} or 1)", config.file.empty() ? "the config" : config.file, c.nodes(),
+        c.nodes() == 1 ? "" : "s", processes, c.nodes()));
+  try {
+    out.plan = plan_program(graph, c, RooflineCost(graph, c), sample);
+  } catch (const PlanError& e) {
+    throw std::invalid_argument(fmt::format("cannot plan the run on [cluster] ({} CPU slots in {} node{}): {}", c.devices,
+                                            c.nodes(), c.nodes() == 1 ? "" : "s", e.what()));
+  }
+  return out;
+}
+
 int64_t cpu_slots(int64_t threads) {
   return threads > 0 ? threads : int64_t(std::max(1u, std::thread::hardware_concurrency()));
 }
@@ -91,8 +115,9 @@ Plan plan_cpu_run(const SectionGraph& graph, int64_t slots, const Batch& sample)
   return plan;
 }
 
-StepSchedules::StepSchedules(const SectionGraph& graph, const Plan& plan, const std::string& policy)
-    : graph_(graph), plan_(plan), cluster_(cpu_cluster(plan.device_count())) {
+StepSchedules::StepSchedules(const SectionGraph& graph, const Plan& plan, const std::string& policy,
+                             const Cluster* cluster)
+    : graph_(graph), plan_(plan), cluster_(cluster ? *cluster : cpu_cluster(plan.device_count())) {
   if (policy != "wavefront" && policy != "monolithic")
     throw std::invalid_argument(fmt::format("unknown schedule '{}' (wavefront or monolithic)", policy));
   monolithic_ = policy == "monolithic";

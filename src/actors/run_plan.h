@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "data/batch.h"
@@ -39,6 +40,22 @@ Program cpu_runnable(const Program& program);
 // planner can't fit the run.
 Plan plan_cpu_run(const SectionGraph& graph, int64_t slots, const Batch& sample);
 
+// The plan a training run executes. A config whose `[cluster]` says
+// `device = "cpu"` describes the run's own machines (docs/runtime.md,
+// "Placement"): the run is planned on that cluster by the planner itself
+// (its devices CPU slots, its device groups kept: sections may share
+// devices or not) and `cluster` is set — each node is a process, so
+// `processes` must be 1 or the cluster's node count. Otherwise
+// plan_cpu_run on `slots` and no cluster. Sized on `sample`. Throws
+// std::invalid_argument (exit 2) for a bad [cluster], a node count that
+// is not the processes', or a run the planner can't fit.
+struct RunPlan {
+  Plan plan;
+  std::optional<Cluster> cluster;
+};
+RunPlan plan_run(const SectionGraph& graph, const RuntimeConfig& config, int64_t slots, int64_t processes,
+                 const Batch& sample);
+
 // Each step's Schedule (plan/schedule.h: the same object the simulator
 // runs), wavefront or monolithic, over the run's plan and the `cpu`
 // device's roofline cost model, with each replica's backwards chained in
@@ -47,7 +64,10 @@ Plan plan_cpu_run(const SectionGraph& graph, int64_t slots, const Batch& sample)
 class StepSchedules {
  public:
   // Throws std::invalid_argument for a policy other than wavefront or monolithic.
-  StepSchedules(const SectionGraph& graph, const Plan& plan, const std::string& policy);
+  // `cluster`: the one the plan was made on (plan_run); default
+  // cpu_cluster(plan.device_count()).
+  StepSchedules(const SectionGraph& graph, const Plan& plan, const std::string& policy,
+                const Cluster* cluster = nullptr);
   ~StepSchedules();
   Schedule of(const Batch& batch) const;
 

@@ -32,7 +32,11 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   std::vector<std::string> names;
   for (const SectionNode& n : graph.nodes) names.push_back(n.name);
   if (processes > 1) {
-    options.placement = place_replicas(plan, processes);
+    try {
+      options.placement = place_replicas(plan, processes, options.cluster ? options.cluster->devices_per_node : 0);
+    } catch (const std::invalid_argument& e) {
+      return failure(2, e.what());
+    }
     options.process = 0;
   }
   RunSetup setup;
@@ -45,9 +49,13 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   result.first_step = setup.first_step;
   result.skipped_samples = inputs.skipped_samples();
   for (size_t s = 0; s < graph.nodes.size(); ++s)
-    result.plan_lines.push_back(fmt::format("{}: {}dp {}, pp {}, micro_batch {}{}", graph.nodes[s].name,
+    result.plan_lines.push_back(fmt::format("{}: {}dp {}, pp {}, micro_batch {}{}{}", graph.nodes[s].name,
                                             plan.sections[s].tp > 1 ? fmt::format("tp {}, ", plan.sections[s].tp) : "",
                                             plan.sections[s].dp, plan.sections[s].pp, plan.sections[s].micro_batch,
+                                            options.cluster ? fmt::format(", CPU slots {}-{} of [cluster]",
+                                                                          plan.sections[s].first_device,
+                                                                          plan.sections[s].first_device + plan.sections[s].devices - 1)
+                                                            : "",
                                             graph.section(int(s)).mode == Mode::Frozen ? " (frozen)" : ""));
   for (const auto& stages : setup.runners)
     for (const auto& group : stages)  // [dp replica][tp rank]: replica 0's tp rank 0 speaks for the group
@@ -62,10 +70,8 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
                                                   m.unsharded_bytes / 1048576.0));
       }
   if (processes > 1) {
-    result.plan_lines.push_back(fmt::format("placement over {} processes, round-robin over (section, replica):", processes));
-    for (int p = 0; p < processes; ++p)
-      result.plan_lines.push_back(fmt::format("  process {}{}: {}", p, p == 0 ? " (coordinator)" : "",
-                                              hosted_by(options.placement, names, p)));
+    for (const std::string& line : placement_lines(options.placement, names, options.cluster ? &*options.cluster : nullptr))
+      result.plan_lines.push_back(line);
     const char* tls = std::getenv("UCX_TLS");
     result.transport = fmt::format("ucx (UCX_TLS={})", tls && *tls ? tls : "UCX's choice");
   }

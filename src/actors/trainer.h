@@ -18,6 +18,7 @@
 #include "dsl/program.h"
 #include "gpu/backend_factory.h"
 #include "graph/section_graph.h"
+#include "plan/cluster.h"
 #include "plan/plan.h"
 
 namespace maestro {
@@ -40,7 +41,7 @@ struct RunSpec {
   std::string model_source;  // the .sect text
   int64_t steps = -1;        // --steps, -1 = train.steps
   bool shard = false;        // the resolved adamw(shard: ...) / [runtime] shard_optimizer
-  int64_t slots = 1;         // the CPU slots the coordinator planned for
+  Plan plan;                 // the coordinator's plan: every process runs it (the workers do not plan)
   std::string schedule = "wavefront";
   int64_t stop_after = -1;   // -1 = none
   std::string resume;
@@ -76,6 +77,11 @@ struct TrainOptions {
   // is; empty = every replica here.
   std::vector<std::vector<int>> placement;
   int process = 0;
+  // The cluster the plan was made on when [cluster] says device = "cpu"
+  // (plan_run, actors/run_plan.h): node i is process i, and each
+  // replica runs in the process of its first device's node. None: the
+  // plan's sections share this machine's slots, placed round-robin.
+  std::optional<Cluster> cluster;
 };
 
 struct StepProgress {

@@ -147,13 +147,14 @@ std::string placement_lines(const Program& program, const RuntimeConfig& config,
   const Program runnable = cpu_runnable(program);
   const SectionGraph graph = build_graph(runnable);
   const StepInputs inputs(graph, runnable.data, runnable.train.global_batch);
-  const Plan plan = plan_cpu_run(graph, cpu_slots(config.runtime.threads), inputs.step(0)->batch);
-  const std::vector<std::vector<int>> placement = place_replicas(plan, int(processes));
+  const RunPlan run = plan_run(graph, config, cpu_slots(config.runtime.threads), processes, inputs.step(0)->batch);
+  const std::vector<std::vector<int>> placement =
+      place_replicas(run.plan, int(processes), run.cluster ? run.cluster->devices_per_node : 0);
   std::vector<std::string> names;
   for (const SectionNode& n : graph.nodes) names.push_back(n.name);
-  std::string out = fmt::format("training on this machine over {} processes (round-robin over section replicas):\n", processes);
-  for (int p = 0; p < int(processes); ++p)
-    out += fmt::format("  process {}{}: {}\n", p, p == 0 ? " (coordinator)" : "", hosted_by(placement, names, p));
+  std::string out = fmt::format("training over {} processes:\n", processes);
+  for (const std::string& line : placement_lines(placement, names, run.cluster ? &*run.cluster : nullptr))
+    out += "  " + line + "\n";
   return out;
 }
 

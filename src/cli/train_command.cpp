@@ -167,8 +167,13 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     // On the CUDA backend every section replica is one GPU stream: one slot,
     // so `auto` resolves to dp = 1 (see below).
     const int64_t slots = backend.kind == BackendKind::Cuda ? 1 : cpu_slots(opt.threads);
-    plan = plan_cpu_run(graph, slots, inputs->step(0)->batch);  // sized on step 0, as --print plan
-    opt.processes.spec.slots = slots;  // the workers plan with the same slots
+    if (backend.kind == BackendKind::Cuda && config.cluster.device == "cpu")
+      throw std::invalid_argument(fmt::format("{}: [cluster] device = \"cpu\" plans a CPU run; the backend is cuda",
+                                              config.file));
+    RunPlan run = plan_run(graph, config, slots, cli.processes, inputs->step(0)->batch);  // sized on step 0
+    plan = run.plan;
+    opt.cluster = run.cluster;
+    opt.processes.spec.plan = plan;  // the workers run the same plan
     if (backend.kind == BackendKind::Cuda) {  // dp > 1 reduces over NCCL, one GPU per rank of a dp group
       std::vector<std::string> names;
       for (const auto& node : graph.nodes) names.push_back(node.name);

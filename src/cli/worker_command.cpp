@@ -1,8 +1,10 @@
 // `maestro-run --worker HOST:PORT`: a worker process of a multi-process run
 // (actors/processes.h). It has no model of its own: the coordinator sends
-// the model's source and the run options it resolved, and the worker builds
-// the same runnable program, graph, step inputs and plan from them, as the
+// the model's source, the run options it resolved and its plan; the worker
+// builds the same runnable program, graph and step inputs from them, as the
 // train command does, then hosts the replicas it is assigned.
+#include <fmt/format.h>
+
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -45,7 +47,10 @@ int run_worker(const std::string& address) {
     b->runnable = cpu_runnable(program);
     b->graph = build_graph(b->runnable);
     b->inputs = std::make_unique<StepInputs>(b->graph, b->runnable.data, b->runnable.train.global_batch);
-    b->plan = plan_cpu_run(b->graph, spec.slots, b->inputs->step(0)->batch);  // the coordinator's slots: its plan
+    b->plan = spec.plan;  // the coordinator's
+    if (b->plan.sections.size() != b->graph.nodes.size())
+      throw std::invalid_argument(fmt::format("the coordinator's plan has {} sections, its model {} here",
+                                              b->plan.sections.size(), b->graph.nodes.size()));
     WorkerRun run;
     run.graph = &b->graph;
     run.plan = &b->plan;

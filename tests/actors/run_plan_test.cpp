@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "actors/processes.h"
 #include "actors/run_plan.h"
 #include "actors/sample_shape.h"
 #include "actors/step_execution.h"
@@ -178,6 +179,51 @@ BOOST_AUTO_TEST_CASE(auto_is_the_planners_choice_and_explicit_values_stay) {
   BOOST_TEST(run.plan.sections[0].micro_batch == 3);  // explicit
   BOOST_TEST(run.plan.sections[4].dp == 2);           // explicit
   BOOST_TEST(run.plan.sections[4].micro_batch == 4);  // explicit
+}
+
+// [cluster] device = "cpu": the run is the planner's own plan on that
+// cluster (device groups kept), each node a process; each replica runs in
+// the process of its first device's node. Any other device: plan_cpu_run,
+// round-robin.
+BOOST_AUTO_TEST_CASE(a_cpu_cluster_plans_the_run_and_places_replicas_by_node) {
+  Program p = tiny_mllm_like();
+  for (Section& s : p.sections) s.parallel.tp = 1;
+  const SectionGraph g = build_graph(p);
+  const Batch b = batch_of_ten().batch;
+  RuntimeConfig config;
+  config.file = "c.toml";
+  config.cluster.device = "cpu";
+  config.cluster.nodes = 2;
+  config.cluster.devices_per_node = 2;
+  const RunPlan run = plan_run(g, config, 1, 2, b);
+  BOOST_TEST_REQUIRE(run.cluster.has_value());
+  BOOST_TEST(run.cluster->nodes() == 2);
+  const Plan direct = plan_program(g, *run.cluster, RooflineCost(g, *run.cluster), b);
+  for (size_t s = 0; s < direct.sections.size(); ++s) {
+    BOOST_TEST(run.plan.sections[s].first_device == direct.sections[s].first_device);
+    BOOST_TEST(run.plan.sections[s].dp == direct.sections[s].dp);
+    BOOST_TEST(run.plan.sections[s].micro_batch == direct.sections[s].micro_batch);
+  }
+  const std::vector<std::vector<int>> placed = place_replicas(run.plan, 2, 2);
+  for (size_t s = 0; s < placed.size(); ++s)
+    for (size_t r = 0; r < placed[s].size(); ++r)
+      BOOST_TEST(placed[s][r] == stage_first_device(run.plan.sections[s], int64_t(r), 0) / 2);
+  BOOST_CHECK_THROW(plan_run(g, config, 1, 3, b), std::invalid_argument);  // 2 nodes, 3 processes
+  BOOST_CHECK_NO_THROW(plan_run(g, config, 1, 1, b));                       // every node in one process
+
+  // By hand: a section on node 1 only, one whose tp 2 replicas fill a node each.
+  Plan hand;
+  hand.sections = {SectionPlan{2, 2, 1, 1, 2, 1}, SectionPlan{0, 4, 2, 1, 2, 1}, SectionPlan{0, 1, 1, 1, 1, 1}};
+  BOOST_TEST(place_replicas(hand, 2, 2) == (std::vector<std::vector<int>>{{1, 1}, {0, 1}, {0}}));
+  BOOST_TEST(place_replicas(hand, 1, 2) == (std::vector<std::vector<int>>{{0, 0}, {0, 0}, {0}}));
+  BOOST_TEST(place_replicas(hand, 2) == (std::vector<std::vector<int>>{{0, 1}, {0, 1}, {0}}));  // round-robin
+  hand.sections[0].first_device = 4;  // node 2 of a 2-process run
+  BOOST_CHECK_THROW(place_replicas(hand, 2, 2), std::invalid_argument);
+
+  config.cluster.device = "auto";  // the simulator's target: this machine's slots, no cluster
+  const RunPlan slots = plan_run(g, config, 2, 3, b);
+  BOOST_TEST(!slots.cluster.has_value());
+  BOOST_TEST(slots.plan.sections[4].first_device == 0);
 }
 
 BOOST_AUTO_TEST_CASE(pipeline_stages_run_as_chains_with_hand_offs) {

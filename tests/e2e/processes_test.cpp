@@ -241,6 +241,46 @@ BOOST_AUTO_TEST_CASE(print_plan_shows_the_placement) {
   BOOST_TEST(r.out.find("process 1:") != std::string::npos, r.out);
 }
 
+// [cluster] device = "cpu" describes the run's own machines: the run is
+// planned on 3 one-slot nodes, a node per process, and each replica runs
+// in its node's process (every section here starts at device 0, so
+// replica r is on node r — round-robin would put llm/0 in process 1); the
+// losses equal one process running the same plan. A node count that is
+// not the processes' is refused, naming the config.
+BOOST_AUTO_TEST_CASE(a_cpu_cluster_places_replicas_by_node) {
+  const auto path = (fs::temp_directory_path() / "procs_nodes.toml").string();
+  std::ofstream(path) << "[runtime]\nthreads = 1\n[cluster]\ndevice = \"cpu\"\nnodes = 3\ndevices_per_node = 1\n";
+  Env env("tcp");
+  const std::vector<std::string> args = {"models/tiny_mllm.sect", "--config", path, "--steps", "3", "--json"};
+  const ProcessResult one = maestro_run(args);
+  std::vector<std::string> three_args = args;
+  three_args.insert(three_args.end(), {"--processes", "3"});
+  const ProcessResult three = maestro_run(three_args);
+  BOOST_TEST_REQUIRE(one.status == 0, one.err);
+  BOOST_TEST_REQUIRE(three.status == 0, three.err);
+  same_losses(losses_of(three), losses_of(one));
+  BOOST_TEST(three.out.find("placement over 3 processes by the plan's nodes") != std::string::npos, three.out);
+  int placed = 0;
+  std::istringstream lines(three.out);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t at = line.find("    process ");
+    if (at == std::string::npos) continue;
+    const int process = std::stoi(line.substr(at + 12));
+    std::istringstream items(line.substr(line.find(": ") + 2));
+    for (std::string item; std::getline(items, item, ',');) {
+      BOOST_TEST(std::stoi(item.substr(item.find('/') + 1)) == process, line);
+      ++placed;
+    }
+  }
+  BOOST_TEST(placed > 5, three.out);  // more replicas than sections: some dp > 1
+  std::vector<std::string> two_args = args;
+  two_args.insert(two_args.end(), {"--processes", "2"});
+  const ProcessResult two = maestro_run(two_args);
+  BOOST_TEST(two.status == 2, two.err);
+  BOOST_TEST(two.err.find(path + ": [cluster] device = \"cpu\" has 3 nodes and the run 2 processes") != std::string::npos,
+             two.err);
+}
+
 // Workers started by hand join a coordinator that waits for them at
 // --listen; before they do, a garbage client and a worker of another build
 // knock and are refused; the run goes on and matches one process.
