@@ -5,9 +5,10 @@
 # coordinator (`--processes 3 --listen 10.77.0.1:PORT`), hosts 1 and 2 a
 # `maestro-run --worker 10.77.0.1:PORT` each, UCX over the namespace's eth0
 # only (UCX_TLS=tcp UCX_NET_DEVICES=eth0): a component that advertised
-# 127.0.0.1 or another host's loopback could not be reached. Three runs in
+# 127.0.0.1 or another host's loopback could not be reached. Four runs in
 # one set of namespaces — tiny_mllm, tiny_mllm with ZeRO-1
-# (`[runtime] shard_optimizer = true`) and tiny_kd — each giving the
+# (`[runtime] shard_optimizer = true`), tiny_kd, and tiny_mllm planned on a
+# `[cluster]` of the three hosts (`device = "cpu"`, a node each) — each giving the
 # single-process run's per-step losses (<= 1e-5 relative, as
 # tests/e2e/processes_test.cpp asserts on loopback), with tensors really put
 # between the hosts (`tensor_puts` > 0). ZeRO-1's own effect is checked on
@@ -24,8 +25,12 @@ fail() { echo "FAILED: $*" >&2; for f in "$dir"/*.err "$dir"/w*.out; do [ -s "$f
 
 printf '[runtime]\nthreads = 1\n' > "$dir/plain.toml"
 printf '[runtime]\nthreads = 1\nshard_optimizer = true\n' > "$dir/shard.toml"
+# The hosts as the [cluster]'s nodes: the run executes the planner's plan
+# on them, each replica on its node's host (docs/runtime.md, "Placement").
+printf '[runtime]\nthreads = 1\n[cluster]\ndevice = "cpu"\nnodes = 3\ndevices_per_node = 1\n' > "$dir/nodes.toml"
 # case: name model steps config port
-cases=("mllm tiny_mllm 3 plain 7411" "mllm_zero1 tiny_mllm 2 shard 7412" "kd tiny_kd 2 plain 7413")
+cases=("mllm tiny_mllm 3 plain 7411" "mllm_zero1 tiny_mllm 2 shard 7412" "kd tiny_kd 2 plain 7413"
+       "mllm_nodes tiny_mllm 2 nodes 7414")
 
 # The single-process references, on this host.
 for c in "${cases[@]}"; do
