@@ -1,6 +1,7 @@
 // The coordinator's side of a multi-process run (processes.h): the door
 // actor workers say Hello to, spawning local workers, and joining them.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "actors/gate.h"
@@ -23,15 +25,25 @@ extern char** environ;
 
 namespace maestro {
 
-// Workers admitted by the door, in arrival order; the coordinator's thread waits on it.
+// Workers admitted by the door, by process; the coordinator's thread waits on it.
 struct Coordinator::Door {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<Hello> joined;
+  std::vector<std::optional<Hello>> joined;  // [process - 1]
+  int count = 0;                            // how many have joined
   int wanted = 0;
+  std::vector<std::string> hosts;  // [process]: the host that must run it ([cluster] hosts); empty = any, arrival order
 };
 
 namespace {
+
+// The process a worker on `host` takes: the first free one (whose host, when
+// the cluster names them, is `host`); 0 when none is. Under the door's lock.
+int free_process(const Coordinator::Door& d, const std::string& host) {
+  for (int p = 1; p <= d.wanted; ++p)
+    if (!d.joined[size_t(p - 1)] && (d.hosts.empty() || d.hosts[size_t(p)] == host)) return p;
+  return 0;
+}
 
 caf::behavior door(caf::event_based_actor* self, std::shared_ptr<Coordinator::Door> st) {
   return {
@@ -48,11 +60,18 @@ caf::behavior door(caf::event_based_actor* self, std::shared_ptr<Coordinator::Do
         int process = 0;
         if (refusal.empty()) {
           std::lock_guard<std::mutex> lock(st->mu);
-          if (int(st->joined.size()) >= st->wanted)
+          process = free_process(*st, h.host);
+          if (st->count >= st->wanted)
             refusal = fmt::format("the run has all its {} processes", st->wanted + 1);
-          else {
-            st->joined.push_back(h);
-            process = int(st->joined.size());
+          else if (process == 0) {
+            std::string free;
+            for (int p = 1; p <= st->wanted; ++p)
+              if (!st->joined[size_t(p - 1)]) free += fmt::format("{}{} (node {})", free.empty() ? "" : ", ", st->hosts[size_t(p)], p);
+            refusal = fmt::format("it runs on {}, and [cluster] hosts leaves no node to that host (waiting for {})",
+                                  h.host.empty() ? "an unnamed host" : h.host, free);
+          } else {
+            st->joined[size_t(process - 1)] = h;
+            ++st->count;
             st->cv.notify_all();
           }
         }
@@ -78,6 +97,20 @@ Coordinator::Coordinator(caf::actor_system& sys, const ProcessOptions& options, 
   }
   state_ = std::make_shared<Door>();
   state_->wanted = options.processes - 1;
+  state_->joined.resize(size_t(state_->wanted));
+  if (!options.hosts.empty()) {  // node i on hosts[i] (docs/runtime.md, "Placement")
+    if (int(options.hosts.size()) != options.processes)
+      throw TrainFailure(2, fmt::format("[cluster] hosts names {} hosts for {} processes", options.hosts.size(),
+                                        options.processes));
+    if (options.spawn)
+      throw TrainFailure(2, fmt::format("[cluster] hosts names the nodes' hosts ({}): start a `maestro-run --worker` on "
+                                        "each and the coordinator with --listen (--processes alone spawns every worker "
+                                        "on this host)", fmt::join(options.hosts, ", ")));
+    if (host_name() != options.hosts[0])
+      throw TrainFailure(2, fmt::format("this coordinator runs on {}, and [cluster] hosts names {} for node 0: start "
+                                        "it there", host_name(), options.hosts[0]));
+    state_->hosts = options.hosts;
+  }
   door_ = sys.spawn(door, state_);
   // CAF's door on a free port of the same host; the advertised address is the gate's (gate.h).
   auto port = sys.middleman().publish(door_, 0, at.first.empty() ? nullptr : at.first.c_str(), true);
@@ -136,7 +169,7 @@ void Coordinator::join(RunSetup& setup, caf::actor tracer) {
   {  // the workers' Hellos, bounded; a spawned worker that already exited fails the run at once
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.join_timeout_s);
     std::unique_lock<std::mutex> lock(state_->mu);
-    while (int(state_->joined.size()) < wanted) {
+    while (state_->count < wanted) {
       for (int& pid : children_) {
         int status = 0;
         if (pid > 0 && ::waitpid(pid, &status, WNOHANG) == pid) {
@@ -147,11 +180,11 @@ void Coordinator::join(RunSetup& setup, caf::actor tracer) {
       }
       if (std::chrono::steady_clock::now() > deadline)
         throw TrainFailure(1, fmt::format("only {} of {} worker processes joined within {:.0f} s (listening on port {})",
-                                          state_->joined.size(), wanted, options_.join_timeout_s, port_));
+                                          state_->count, wanted, options_.join_timeout_s, port_));
       state_->cv.wait_for(lock, std::chrono::milliseconds(100));
     }
     for (size_t i = 0; i < state_->joined.size(); ++i) {
-      const Hello& h = state_->joined[i];
+      const Hello& h = *state_->joined[i];
       const int p = int(i) + 1;
       workers_.push_back({p, h.session, h.host, h.pid,
                           fmt::format("worker {} (pid {} on {}; hosts {})", p, h.pid, h.host, hosted_by(placement_, sections_, p))});

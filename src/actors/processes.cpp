@@ -72,9 +72,12 @@ std::vector<std::string> placement_lines(const std::vector<std::vector<int>>& pl
   out.push_back(cluster ? fmt::format("placement over {} processes by the plan's nodes ([cluster]: {} CPU slot{} per node):",
                                       processes, cluster->devices_per_node, cluster->devices_per_node == 1 ? "" : "s")
                         : fmt::format("placement over {} processes, round-robin over (section, replica):", processes));
-  for (int p = 0; p < processes; ++p)
-    out.push_back(fmt::format("  process {}{}: {}", p, p == 0 ? " (coordinator)" : cluster ? fmt::format(" (node {})", p) : "",
+  for (int p = 0; p < processes; ++p) {
+    const std::string host = cluster && size_t(p) < cluster->hosts.size() ? " on " + cluster->hosts[size_t(p)] : "";
+    out.push_back(fmt::format("  process {}{}: {}", p,
+                              p == 0 ? " (coordinator" + host + ")" : cluster ? fmt::format(" (node {}{})", p, host) : "",
                               hosted_by(placement, sections, p)));
+  }
   return out;
 }
 
@@ -256,6 +259,13 @@ int serve_worker(const std::string& address, const PrepareWorkerRun& prepare, do
               st.run.emplace(prepare(a.spec));
               st.run->options.placement = a.placement;
               st.run->options.process = a.process;
+              if (!a.spec.quiet) {
+                std::vector<std::string> sections;
+                for (const SectionNode& n : st.run->graph->nodes) sections.push_back(n.name);
+                std::printf("maestro-run: %s of %d processes: hosts %s\n", name.c_str(), a.processes,
+                            hosted_by(a.placement, sections, a.process).c_str());
+                std::fflush(stdout);
+              }
               st.setup = set_up_run(*st.run->graph, *st.run->plan, *st.run->train, st.run->options);
               const auto handles = spawn_replicas(sys, st.setup, *st.run->graph, st.run->options, a.tracer, st.actors);
               for (size_t s = 0; s < handles.size(); ++s)

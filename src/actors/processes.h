@@ -54,7 +54,8 @@ std::string hosted_by(const std::vector<std::vector<int>>& placement, const std:
                       int process);
 // What the run prints of a placement: a header saying how it was made (by
 // `cluster`'s nodes, or round-robin without one), then a line per process
-// with the replicas it hosts.
+// with the replicas it hosts (and its host, where the cluster names them:
+// the coordinator admits each worker to the process of its host).
 std::vector<std::string> placement_lines(const std::vector<std::vector<int>>& placement,
                                          const std::vector<std::string>& sections, const Cluster* cluster);
 
@@ -124,7 +125,7 @@ MAESTRO_INSPECT(ScheduleLevers, x.reorder, x.token_micro_batches, x.per_step_mic
                 x.critical_path_first, x.host_groups)
 MAESTRO_INSPECT(Plan, x.sections, x.levers, x.in_flight_cap, x.cluster_devices)
 MAESTRO_INSPECT(RunSpec, x.model_path, x.model_source, x.steps, x.shard, x.plan, x.schedule, x.stop_after, x.resume,
-                x.seed, x.threads)
+                x.seed, x.threads, x.quiet)
 MAESTRO_INSPECT(Hello, x.version, x.build, x.host, x.pid, x.session)
 MAESTRO_INSPECT(Welcome, x.error, x.process)
 MAESTRO_INSPECT(Assignment, x.process, x.processes, x.spec, x.placement, x.tracer)

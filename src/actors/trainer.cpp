@@ -38,6 +38,7 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
       return failure(2, e.what());
     }
     options.process = 0;
+    if (options.cluster) options.processes.hosts = options.cluster->hosts;
   }
   RunSetup setup;
   try {

@@ -47,6 +47,7 @@ struct RunSpec {
   std::string resume;
   uint64_t seed = 0;         // the resolved seed
   int64_t threads = 0;       // [runtime] threads
+  bool quiet = false;        // --quiet: a worker says nothing about its assignment
 };
 
 // A run over several processes (actors/processes.h); processes = 1 is one process.
@@ -56,6 +57,10 @@ struct ProcessOptions {
   std::string listen = "127.0.0.1:0";  // where the coordinator publishes its door (port 0 = any)
   double join_timeout_s = 60;        // how long the coordinator waits for its workers
   RunSpec spec;                      // what the workers get
+  // Process i's host ([cluster] hosts of a device = "cpu" cluster): the
+  // coordinator must run on hosts[0] and admits a worker as the first free
+  // process named for its host; empty = any worker, in arrival order.
+  std::vector<std::string> hosts;
 };
 
 struct TrainOptions {

@@ -154,6 +154,7 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     spec.resume = cli.resume;
     spec.seed = config.runtime.seed.value_or(program.train.seed);
     spec.threads = config.runtime.threads;
+    spec.quiet = cli.quiet;
   }
 
   Program runnable;

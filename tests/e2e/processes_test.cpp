@@ -281,6 +281,53 @@ BOOST_AUTO_TEST_CASE(a_cpu_cluster_places_replicas_by_node) {
              two.err);
 }
 
+// [cluster] hosts of a device = "cpu" cluster name the host of each node:
+// the coordinator must run on node 0's, and a worker is admitted only to a
+// node named for its host — one on another host is refused (status 2,
+// both sides say why) and the run waits on. --processes alone would spawn
+// every worker here: refused up front. (Workers on their named hosts:
+// tests/netns/training_test.sh, hosts with their own names.)
+BOOST_AUTO_TEST_CASE(cluster_hosts_admit_workers_by_host) {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  const std::string here = name, elsewhere = "maestro-nowhere-" + std::to_string(::getpid());
+  auto write_config = [](const std::string& file, const std::string& hosts) {
+    const auto path = (fs::temp_directory_path() / file).string();
+    std::ofstream(path) << "[runtime]\nthreads = 1\n[cluster]\ndevice = \"cpu\"\ndevices_per_node = 1\nhosts = [" << hosts
+                        << "]\n";
+    return path;
+  };
+  const std::string ok = write_config("procs_hosts.toml", "\"" + here + "\", \"" + elsewhere + "\"");
+  const std::string wrong = write_config("procs_hosts0.toml", "\"" + elsewhere + "\", \"" + here + "\"");
+  Env env("tcp");
+  const std::vector<std::string> run = {"models/tiny_mllm.sect", "--steps", "2", "--json", "--processes", "2"};
+  auto with = [&](const std::string& config, std::vector<std::string> extra) {
+    std::vector<std::string> args = run;
+    args.insert(args.end(), {"--config", config});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const ProcessResult spawned = maestro_run(with(ok, {}));
+  BOOST_TEST(spawned.status == 2, spawned.err);
+  BOOST_TEST(spawned.err.find("[cluster] hosts names the nodes' hosts") != std::string::npos, spawned.err);
+  const std::string address = "127.0.0.1:" + std::to_string(free_port());
+  const ProcessResult misplaced = maestro_run(with(wrong, {"--listen", address}));
+  BOOST_TEST(misplaced.status == 2, misplaced.err);
+  BOOST_TEST(misplaced.err.find("this coordinator runs on " + here + ", and [cluster] hosts names " + elsewhere +
+                                " for node 0") != std::string::npos, misplaced.err);
+
+  Background coordinator(with(ok, {"--listen", address}), "hosts");
+  BOOST_TEST_REQUIRE(wait_for_text(coordinator.out_path, "process 1 (node 1 on " + elsewhere + ")", 30), coordinator.report(-1));
+  Background stray({"--worker", address}, "stray");
+  const int s = stray.wait(30);
+  BOOST_TEST(s == 2, stray.report(s));
+  const std::string why = "it runs on " + here + ", and [cluster] hosts leaves no node to that host (waiting for " +
+                          elsewhere + " (node 1))";
+  BOOST_TEST(stray.err().find(why) != std::string::npos, stray.report(s));
+  BOOST_TEST(wait_for_text(coordinator.err_path, why, 10), coordinator.report(-1));
+  BOOST_TEST(coordinator.wait(0.5) == -1, coordinator.report(-1));  // still waiting for its worker
+}
+
 // Workers started by hand join a coordinator that waits for them at
 // --listen; before they do, a garbage client and a worker of another build
 // knock and are refused; the run goes on and matches one process.

@@ -21,8 +21,9 @@
 # once; addresses exist only inside the namespaces. The 10.77.0.0/24 subnet
 # may repeat across concurrent runs: each run's LAN is its own namespace.
 #
+# Each host has its own host name too (a UTS namespace): netns-host-<i>.
 # Each command sees MAESTRO_NETNS_INDEX (i), MAESTRO_NETNS_NAME (its
-# namespace), MAESTRO_NETNS_ADDR (its address), MAESTRO_NETNS_ADDRS (all N
+# namespace), MAESTRO_NETNS_HOST (its host name), MAESTRO_NETNS_ADDR (its address), MAESTRO_NETNS_ADDRS (all N
 # addresses, space-separated, by index) and MAESTRO_NETNS_DEVICE=eth0 (for
 # UCX_NET_DEVICES). Network namespaces share the file system: a temp dir is
 # the simplest rendezvous between the hosts.
@@ -81,6 +82,11 @@ can_make_namespaces() {
   if ! err=$(ip netns exec "$probe" ip link add br0 type bridge 2>&1); then
     ip netns del "$probe" 2>/dev/null
     echo "cannot create a bridge: $err"
+    return 1
+  fi
+  if ! err=$(ip netns exec "$probe" unshare --uts sh -c 'hostname netns-probe' 2>&1); then
+    ip netns del "$probe" 2>/dev/null
+    echo "cannot give a host its own name (unshare --uts): $err"
     return 1
   fi
   ip netns del "$probe" 2>/dev/null
@@ -185,7 +191,8 @@ for ((i = 0; i < n; i++)); do
   # timeout puts the command in its own process group and kills the group.
   MAESTRO_NETNS_INDEX=$i MAESTRO_NETNS_NAME="$prefix-$i" MAESTRO_NETNS_ADDR="$subnet.$((i + 1))" \
     MAESTRO_NETNS_ADDRS="$addrs" MAESTRO_NETNS_DEVICE=eth0 \
-    timeout -k 2 "$limit" ip netns exec "$prefix-$i" bash -c "${commands[$i]}" &
+    MAESTRO_NETNS_HOST="netns-host-$i" \
+    timeout -k 2 "$limit" ip netns exec "$prefix-$i" unshare --uts bash -c "hostname netns-host-$i && ${commands[$i]}" &
   children+=($!)
 done
 status=0
