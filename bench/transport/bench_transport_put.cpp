@@ -4,7 +4,7 @@
 // ceiling) and the same bytes sent as a CAF message (std::vector<char>
 // through the middleman on loopback: the naive reference).
 //
-//   bench_transport_put ucx TLS   (UCX_TLS, e.g. tcp or cma,sysv,self)
+//   bench_transport_put ucx TLS [progress]   (UCX_TLS, e.g. tcp or cma,sysv,self)
 //   bench_transport_put memcpy
 //   bench_transport_put caf
 //
@@ -13,7 +13,10 @@
 // parent the producer. Bandwidth: `iters` puts in flight at once, time until
 // the last completion. Latency: one put at a time, put() to its completion
 // (the producer knows the bytes are in the consumer's memory: about one
-// round trip), median. One line per size:
+// round trip), median. The producer waits for completions asleep on a
+// condition variable (UCX's progress thread completes them), or with
+// `progress` spinning on Transport::progress itself, as a RingCommunicator
+// waiting in a collective does ("ucx(TLS,progress)"). One line per size:
 //   <what> size=<bytes> bw_GBps=<GB/s> lat_us=<µs> iters=<n>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -116,7 +119,7 @@ int run_memcpy() {
 
 // UCX: the child registers a tensor of the largest size and sends its
 // endpoint info and descriptor; the parent puts.
-int run_ucx(const std::string& tls) {
+int run_ucx(const std::string& tls, bool progress) {
   int to_parent[2], to_child[2];
   if (pipe(to_parent) != 0 || pipe(to_child) != 0) return 1;
   const pid_t child = fork();
@@ -145,7 +148,7 @@ int run_ucx(const std::string& tls) {
     t.connect(info, "the consumer process");
     TensorRef src = t.allocate({int64_t(kSizes.back() / 4)});
     std::memset(src.raw().data(), 7, src.bytes());
-    const std::string what = "ucx(" + tls + ")";
+    const std::string what = "ucx(" + tls + (progress ? ",progress" : "") + ")";
     for (size_t bytes : kSizes) {
       TensorRef view = src;
       view.shape = {int64_t(bytes / 4)};
@@ -163,6 +166,12 @@ int run_ucx(const std::string& tls) {
       };
       auto wait = [&](size_t count) {
         std::unique_lock lock(mu);
+        if (progress)  // the waiter progresses UCX itself (Transport::progress), as RingCommunicator does
+          while (completed < count) {
+            lock.unlock();
+            t.progress();
+            lock.lock();
+          }
         cv.wait(lock, [&] { return completed >= count; });
         if (!error.empty()) {
           std::fprintf(stderr, "bench_transport_put: %s\n", error.c_str());
@@ -262,8 +271,9 @@ int run_caf() {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "memcpy" && argc == 2) return run_memcpy();
-  if (mode == "ucx" && argc == 3) return run_ucx(argv[2]);
+  if (mode == "ucx" && argc == 3) return run_ucx(argv[2], false);
+  if (mode == "ucx" && argc == 4 && std::string(argv[3]) == "progress") return run_ucx(argv[2], true);
   if (mode == "caf" && argc == 2) return run_caf();
-  std::fprintf(stderr, "usage: bench_transport_put ucx TLS | memcpy | caf\n");
+  std::fprintf(stderr, "usage: bench_transport_put ucx TLS [progress] | memcpy | caf\n");
   return 2;
 }

@@ -2,7 +2,8 @@
 // allocated and registered by UCX as LocalTransport adds them, peers from
 // endpoint info, ucp_put_nbx + ucp_ep_flush_nbx with completions delivered
 // in issue order (inline when the flush completes at once), and the
-// progress thread.
+// progress thread, which stands down while a waiter progresses itself
+// (progress()).
 #include "rdma/ucx_transport.h"
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -178,6 +180,7 @@ struct UcxTransport::Impl {
   std::atomic<int64_t> in_flight{0};  // puts whose completion has not run to its end
   std::atomic<int64_t> requests{0};   // flushing.size(), read without the lock
   std::atomic<int64_t> puts{0}, bytes_put{0}, refused{0};
+  std::atomic<int64_t> caller_progress{std::numeric_limits<int64_t>::min() / 2};  // steady_clock ns of the last progress()
 
   std::atomic<bool> stop{false};
   std::atomic<bool> quiesced{false};  // every endpoint flushed since the last put or connect (quiesce())
@@ -189,6 +192,10 @@ struct UcxTransport::Impl {
     using clock = std::chrono::steady_clock;
     auto last_work = clock::now();
     while (!stop.load(std::memory_order_relaxed)) {
+      if (clock::now().time_since_epoch().count() - caller_progress.load(std::memory_order_relaxed) < 200'000) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));  // a waiter progresses (UcxTransport::progress)
+        continue;
+      }
       const unsigned events = ucp_worker_progress(worker);
       if (requests.load(std::memory_order_relaxed) > 0) {
         poll_flushes();
@@ -418,6 +425,14 @@ UcxTransport::UcxTransport(UcxOptions options) : impl_(std::make_unique<Impl>())
       [memory = m.memory](uint64_t rid, size_t size) { return memory->allocate(rid, size); },
       [memory = m.memory](uint64_t rid, std::byte*, size_t) { memory->release(rid); }});
   m.progress = std::thread([impl = &m] { impl->run_progress(); });
+}
+
+bool UcxTransport::progress() {
+  Impl& m = *impl_;
+  m.caller_progress.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  const unsigned events = ucp_worker_progress(m.worker);
+  if (m.requests.load(std::memory_order_relaxed) > 0) m.poll_flushes();
+  return events != 0;
 }
 
 UcxTransport::~UcxTransport() {

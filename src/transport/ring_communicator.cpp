@@ -88,6 +88,7 @@ void RingCommunicator::wait_for(Ready ready, const char* what, int peer) {
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   for (int spins = 0; !ready(); ++spins) {
     check_open("a collective");
+    transport_.progress();  // the peer's bytes and acks land by this thread's progress too
     if (spins < 2000) continue;
     if (std::chrono::steady_clock::now() > deadline)
       fail(fmt::format("no {} from rank {} within {} ms", what, peer, options_.timeout.count()));

@@ -88,6 +88,12 @@ class Transport {
   // transport or a peer it reaches); `done` runs exactly once.
   virtual void put(const TensorRef& src, const TensorDescriptor& dst, PutCompletion done) = 0;
   virtual TransportStats stats() const = 0;
+  // Called by a thread that spins waiting on this transport (its put's
+  // completion, a peer's put into its memory): make progress here, on the
+  // caller, instead of waiting for a progress thread to be scheduled.
+  // Returns whether anything happened. A transport with nothing to
+  // progress (in-process copies) does nothing.
+  virtual bool progress() { return false; }
 
   // A tensor holding a copy of host `values` (shape's numel floats).
   TensorRef copy_of(std::vector<int64_t> shape, const float* values);

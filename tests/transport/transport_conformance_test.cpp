@@ -159,6 +159,42 @@ BOOST_AUTO_TEST_CASE(put_writes_into_the_peer_and_completes_in_issue_order) {
   });
 }
 
+// A waiter that spins on Transport::progress (as RingCommunicator does)
+// gets its completions on its own thread — the progress thread stands down
+// meanwhile — in issue order, with the bytes in place.
+BOOST_AUTO_TEST_CASE(a_waiter_that_progresses_gets_its_completions) {
+  for_each_pair([](const Pair& pair, const Implementation&) {
+    Transport &consumer = pair.consumer, &producer = pair.producer;
+    std::vector<TensorRef> targets;
+    for (int k = 0; k < 8; ++k) targets.push_back(consumer.allocate({1024}));
+    pair.reach();
+    std::vector<TensorRef> sources;
+    for (int k = 0; k < 200; ++k) sources.push_back(filled(producer, 1024, float(k)));
+    Completions c;
+    for (int k = 0; k < 200; ++k) {
+      producer.put(sources[size_t(k)], consumer.describe(targets[size_t(k % 8)]), c.make(k));
+      if (k % 8 == 7) {  // every 8 puts, wait for them by progressing
+        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        for (;;) {
+          {
+            std::lock_guard lock(c.mu);
+            if (c.done.size() >= size_t(k + 1)) break;
+          }
+          BOOST_TEST_REQUIRE((std::chrono::steady_clock::now() < end), "no completion by progressing within 10 s");
+          producer.progress();
+        }
+      }
+    }
+    BOOST_TEST(c.wait(200));
+    std::lock_guard lock(c.mu);
+    for (size_t i = 0; i < c.done.size(); ++i) {
+      BOOST_TEST(c.done[i].first == int(i));
+      BOOST_TEST(c.done[i].second == "");
+    }
+    for (int k = 0; k < 8; ++k) BOOST_TEST(targets[size_t(k)].values()[1023] == float(192 + k + 1023));
+  });
+}
+
 BOOST_AUTO_TEST_CASE(zero_size_tensors_describe_and_put) {
   for_each_pair([](const Pair& pair, const Implementation& impl) {
     Transport &consumer = pair.consumer, &producer = pair.producer;
