@@ -54,6 +54,10 @@ RunPlan plan_run(const SectionGraph& graph, const RuntimeConfig& config, int64_t
   return out;
 }
 
+bool run_shards_optimizer(const TrainSpec& train, const Plan& plan, int s) {
+  return train.optimizer.shard || plan.sections.at(size_t(s)).shard_optimizer;
+}
+
 int64_t cpu_slots(int64_t threads) {
   return threads > 0 ? threads : int64_t(std::max(1u, std::thread::hardware_concurrency()));
 }

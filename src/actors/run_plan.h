@@ -21,6 +21,12 @@
 
 namespace maestro {
 
+// Whether section `s`'s replicas shard their optimizer state (ZeRO-1, when
+// dp > 1): the program's adamw(shard: true) / [runtime] shard_optimizer for
+// every section, or the plan's choice for this one (plan_run on a
+// [cluster]: the planner's; plan_cpu_run chooses none).
+bool run_shards_optimizer(const TrainSpec& train, const Plan& plan, int s);
+
 // CPU slots of a run: `threads`, or every core when it is 0.
 int64_t cpu_slots(int64_t threads);
 

@@ -140,7 +140,8 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
             auto runner = std::make_shared<SectionRunner>(
                 program, int(s), int(k), int(pp), setup.seed, *setup.transport,
                 make_backend(options.backend, pool_threads, replica_device(options.backend, plan, int(s), k, r)),
-                dp_group[size_t(t)][size_t(r)], tp > 1 ? tp_group[size_t(t)] : nullptr);
+                dp_group[size_t(t)][size_t(r)], tp > 1 ? tp_group[size_t(t)] : nullptr,
+                run_shards_optimizer(program.train, plan, int(s)));
             setup.runners[s][size_t(k)][size_t(r)].push_back(std::move(runner));
           }
           // Every rank reads its slice of the whole tensors (load is local: no collective).

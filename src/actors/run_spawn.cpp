@@ -68,7 +68,7 @@ RunActors spawn_run(caf::actor_system& sys, RunSetup& setup, const SectionGraph&
         cc.sections.push_back(int(s));
         cc.names.push_back(part_name(graph.nodes[s].name, int(k), int(plan.sections[s].pp)));
         cc.replica0.push_back(sc.replicas[s][size_t(k)][0]);
-        if (train.optimizer.shard)  // SectionRunner shards when dp > 1
+        if (run_shards_optimizer(train, plan, int(s)))  // SectionRunner shards when dp > 1
           for (size_t r = 1; r < sc.replicas[s][size_t(k)].size(); ++r) cc.gatherers.push_back(sc.replicas[s][size_t(k)][r]);
       }
     sc.checkpointer = spawn_checkpointer(sys, std::move(cc), out.tracer);

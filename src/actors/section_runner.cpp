@@ -22,7 +22,8 @@ struct SectionRunner::Pending {
 
 SectionRunner::SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed,
                              Transport& transport, std::unique_ptr<Backend> backend,
-                             std::shared_ptr<Communicator> dp_group, std::shared_ptr<Communicator> tp_group)
+                             std::shared_ptr<Communicator> dp_group, std::shared_ptr<Communicator> tp_group,
+                             bool shard_optimizer)
     : program_(program),
       section_(section),
       stage_(stage),
@@ -36,7 +37,7 @@ SectionRunner::SectionRunner(const Program& program, int section, int stage, int
   model_ = std::make_unique<SectionModel>(program.sections[size_t(section)], *backend_, seed, stage, stages, tp);
   // ZeRO-1: this replica's shard of the flat buffer (the one reduce_scatter gives it); with
   // tp > 1 the dp group is this tp rank's, over the rank's own flat buffer.
-  if (program.train.optimizer.shard && model_->grads() && dp_group_ && dp_group_->size() > 1) {
+  if (shard_optimizer && model_->grads() && dp_group_ && dp_group_->size() > 1) {
     const Shard sh = shard_of(model_->grad_count(), dp_group_->size(), dp_group_->rank());
     Communicator* group = dp_group_.get();
     model_->shard_optimizer(int64_t(sh.offset), int64_t(sh.count),

@@ -45,9 +45,11 @@ class SectionRunner {
   // leaving by a flow are gathered whole on rank 0; output gradients coming
   // back are sliced to each rank's vocabulary columns. A failing rank
   // aborts the group, so its peers fail too instead of waiting.
+  // `shard_optimizer`: ZeRO-1 over the dp group when it has more than one
+  // replica (run_shards_optimizer: the program's adamw(shard:) or the plan's).
   SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, Transport& transport,
                 std::unique_ptr<Backend> backend, std::shared_ptr<Communicator> dp_group,
-                std::shared_ptr<Communicator> tp_group = nullptr);
+                std::shared_ptr<Communicator> tp_group, bool shard_optimizer);
   ~SectionRunner();
 
   struct Result {
@@ -82,7 +84,7 @@ class SectionRunner {
   // a replica given path "" writes nothing.
   void save(const std::string& path);
   void load(const std::string& path);
-  // ZeRO-1 (program.train.optimizer.shard with dp > 1): the AdamW moments
+  // ZeRO-1 (shard_optimizer with dp > 1): the AdamW moments
   // this replica holds, in bytes, and whether they are its shard only.
   size_t optimizer_state_bytes() const;
   // Host bytes this runner's model holds now: parameters, gradients,

@@ -244,9 +244,10 @@ BOOST_AUTO_TEST_CASE(print_plan_shows_the_placement) {
 // [cluster] device = "cpu" describes the run's own machines: the run is
 // planned on 3 one-slot nodes, a node per process, and each replica runs
 // in its node's process (every section here starts at device 0, so
-// replica r is on node r — round-robin would put llm/0 in process 1); the
-// losses equal one process running the same plan. A node count that is
-// not the processes' is refused, naming the config.
+// replica r is on node r — round-robin would put llm/0 in process 1), with
+// the planner's ZeRO-1 choice; the losses equal one process running the
+// same plan. A node count that is not the processes' is refused, naming
+// the config.
 BOOST_AUTO_TEST_CASE(a_cpu_cluster_places_replicas_by_node) {
   const auto path = (fs::temp_directory_path() / "procs_nodes.toml").string();
   std::ofstream(path) << "[runtime]\nthreads = 1\n[cluster]\ndevice = \"cpu\"\nnodes = 3\ndevices_per_node = 1\n";
@@ -273,6 +274,9 @@ BOOST_AUTO_TEST_CASE(a_cpu_cluster_places_replicas_by_node) {
     }
   }
   BOOST_TEST(placed > 5, three.out);  // more replicas than sections: some dp > 1
+  // The run is the planner's plan, its ZeRO-1 choice included (it shards the llm's dp 3 here).
+  BOOST_TEST(summary_of(three).at("optimizer_state").at("llm").value("sharded", false), three.out);
+  BOOST_TEST(summary_of(one).at("optimizer_state").at("llm").value("sharded", false), one.out);
   std::vector<std::string> two_args = args;
   two_args.insert(two_args.end(), {"--processes", "2"});
   const ProcessResult two = maestro_run(two_args);
