@@ -39,6 +39,7 @@ perftest() {
 }
 
 for ((round = 1; round <= rounds; round++)); do
+  echo "round $round"
   for tls in cma,sysv,self tcp; do
     nice -n 5 "$bin" ucx "$tls"
     nice -n 5 "$bin" ucx "$tls" progress
@@ -62,7 +63,11 @@ done | tee /dev/stderr >"$raw"
 # One row per (what, size): median [min, max] of each measure over the rounds.
 awk '
   function field(name,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] } return "" }
+  $1 == "round" { r = $2; next }
   { key = $1 " " field("size"); if (!(key in seen)) { seen[key] = 1; order[++nkeys] = key }
+    v = field("bw_GBps"); if (v != "") byround[r, key, "bw"] = v
+    v = field("lat_us");  if (v != "") byround[r, key, "lat"] = v
+    rounds = r
     v = field("bw_GBps"); if (v != "") bw[key] = bw[key] " " v
     v = field("lat_us");  if (v != "") lat[key] = lat[key] " " v }
   function stats(list,   a, n, i, j, t) {
@@ -74,5 +79,21 @@ awk '
     printf "| %-28s | %9s | %-30s | %-30s |\n", "what", "bytes", "bandwidth GB/s: median [min, max]", "latency us (round trip): median [min, max]"
     printf "|------------------------------|-----------|--------------------------------|--------------------------------|\n"
     for (k = 1; k <= nkeys; k++) { split(order[k], p, " "); printf "| %-28s | %9s | %-30s | %-30s |\n", p[1], p[2], stats(bw[order[k]]), stats(lat[order[k]]) }
+    # Paired with perftest in the same round (seconds apart; this VM
+    # switches between speed modes that last many seconds, so medians
+    # taken apart can compare one mode with the other): ours / perftest
+    # in bandwidth, perftest / ours in round trip; 1 = as fast.
+    printf "\n| %-28s | %9s | %-30s | %-30s |\n", "what, paired with perftest", "bytes", "bandwidth ours/perftest", "round trip perftest/ours"
+    printf "|------------------------------|-----------|--------------------------------|--------------------------------|\n"
+    for (k = 1; k <= nkeys; k++) {
+      split(order[k], p, " "); if (p[1] !~ /^ucx\(/) continue
+      peer = p[1]; sub(/^ucx\(/, "ucx_perftest(", peer); sub(/,progress\)$/, ")", peer); peer = peer " " p[2]
+      rb = ""; rl = ""
+      for (i = 1; i <= rounds; i++) {
+        if (byround[i, order[k], "bw"] != "" && byround[i, peer, "bw"] > 0) rb = rb " " sprintf("%.2f", byround[i, order[k], "bw"] / byround[i, peer, "bw"])
+        if (byround[i, order[k], "lat"] > 0 && byround[i, peer, "lat"] != "") rl = rl " " sprintf("%.2f", byround[i, peer, "lat"] / byround[i, order[k], "lat"])
+      }
+      printf "| %-28s | %9s | %-30s | %-30s |\n", p[1], p[2], stats(rb), stats(rl)
+    }
   }' "$raw"
 echo "load after: $(uptime)"
