@@ -15,6 +15,8 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "actors/gate.h"
 #include "actors/processes.h"
@@ -33,6 +35,7 @@ struct Coordinator::Door {
   int count = 0;                            // how many have joined
   int wanted = 0;
   std::vector<std::string> hosts;  // [process]: the host that must run it ([cluster] hosts); empty = any, arrival order
+  bool quiet = false;              // else each join is said on stderr
 };
 
 namespace {
@@ -43,6 +46,33 @@ int free_process(const Coordinator::Door& d, const std::string& host) {
   for (int p = 1; p <= d.wanted; ++p)
     if (!d.joined[size_t(p - 1)] && (d.hosts.empty() || d.hosts[size_t(p)] == host)) return p;
   return 0;
+}
+
+// Why `h` cannot join ("" when it can) and the process it takes. A worker
+// with a launcher's rank takes the process of that rank (mpirun/srun lay
+// ranks out on hosts: node r is rank r's); one started by hand the first
+// free process for its host. Under the door's lock.
+std::pair<std::string, int> admission(const Coordinator::Door& d, const Hello& h) {
+  const std::string host = h.host.empty() ? "an unnamed host" : h.host;
+  if (d.count >= d.wanted) return {fmt::format("the run has all its {} processes", d.wanted + 1), 0};
+  if (h.rank > 0) {
+    if (h.rank > d.wanted)
+      return {fmt::format("it is rank {}, and the run has {} processes (ranks 0-{})", h.rank, d.wanted + 1, d.wanted), 0};
+    if (const auto& taken = d.joined[size_t(h.rank - 1)])
+      return {fmt::format("it is rank {}, and process {} has joined already (pid {} on {})", h.rank, h.rank, taken->pid,
+                          taken->host),
+              0};
+    if (!d.hosts.empty() && d.hosts[size_t(h.rank)] != h.host)
+      return {fmt::format("it is rank {} on {}, and [cluster] hosts names {} for node {}", h.rank, host,
+                          d.hosts[size_t(h.rank)], h.rank),
+              0};
+    return {"", h.rank};
+  }
+  if (const int p = free_process(d, h.host); p != 0) return {"", p};
+  std::string free;
+  for (int p = 1; p <= d.wanted; ++p)
+    if (!d.joined[size_t(p - 1)]) free += fmt::format("{}{} (node {})", free.empty() ? "" : ", ", d.hosts[size_t(p)], p);
+  return {fmt::format("it runs on {}, and [cluster] hosts leaves no node to that host (waiting for {})", host, free), 0};
 }
 
 caf::behavior door(caf::event_based_actor* self, std::shared_ptr<Coordinator::Door> st) {
@@ -60,19 +90,15 @@ caf::behavior door(caf::event_based_actor* self, std::shared_ptr<Coordinator::Do
         int process = 0;
         if (refusal.empty()) {
           std::lock_guard<std::mutex> lock(st->mu);
-          process = free_process(*st, h.host);
-          if (st->count >= st->wanted)
-            refusal = fmt::format("the run has all its {} processes", st->wanted + 1);
-          else if (process == 0) {
-            std::string free;
-            for (int p = 1; p <= st->wanted; ++p)
-              if (!st->joined[size_t(p - 1)]) free += fmt::format("{}{} (node {})", free.empty() ? "" : ", ", st->hosts[size_t(p)], p);
-            refusal = fmt::format("it runs on {}, and [cluster] hosts leaves no node to that host (waiting for {})",
-                                  h.host.empty() ? "an unnamed host" : h.host, free);
-          } else {
+          std::tie(refusal, process) = admission(*st, h);
+          if (refusal.empty()) {
             st->joined[size_t(process - 1)] = h;
             ++st->count;
             st->cv.notify_all();
+            if (!st->quiet)
+              std::fprintf(stderr, "maestro-run: worker %d (pid %lld on %s%s) joined: %d of %d\n", process,
+                           static_cast<long long>(h.pid), h.host.c_str(),
+                           h.rank > 0 ? fmt::format(", rank {}", h.rank).c_str() : "", st->count, st->wanted);
           }
         }
         if (!refusal.empty()) {
@@ -97,6 +123,7 @@ Coordinator::Coordinator(caf::actor_system& sys, const ProcessOptions& options, 
   }
   state_ = std::make_shared<Door>();
   state_->wanted = options.processes - 1;
+  state_->quiet = options.spec.quiet;
   state_->joined.resize(size_t(state_->wanted));
   if (!options.hosts.empty()) {  // node i on hosts[i] (docs/runtime.md, "Placement")
     if (int(options.hosts.size()) != options.processes)

@@ -185,7 +185,7 @@ void stop_local(WorkerState& st) {
 
 }  // namespace
 
-int serve_worker(const std::string& address, const PrepareWorkerRun& prepare, double connect_timeout_s) {
+int serve_worker(const std::string& address, const PrepareWorkerRun& prepare, int32_t rank, double connect_timeout_s) {
   std::pair<std::string, uint16_t> where;
   try {
     where = parse_address(address);
@@ -232,7 +232,8 @@ int serve_worker(const std::string& address, const PrepareWorkerRun& prepare, do
     self->monitor(door);
     Welcome welcome{"no answer", 0};
     self->request(door, std::chrono::seconds(30),
-                  Hello{kProcessProtocolVersion, build_id(), host_name(), int64_t(::getpid()), caf::actor_cast<caf::actor>(self)})
+                  Hello{kProcessProtocolVersion, build_id(), host_name(), int64_t(::getpid()),
+                        caf::actor_cast<caf::actor>(self), rank})
         .receive([&](Welcome& w) { welcome = std::move(w); },
                  [&](caf::error& e) { welcome.error = "the coordinator did not answer: " + sys.render(e); });
     if (!welcome.error.empty()) {

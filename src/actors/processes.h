@@ -31,7 +31,7 @@ namespace maestro {
 
 // Checked twice: in the gate's preamble (gate.h) and in Hello.
 // Bumped whenever a message of this file or of messages.h changes shape.
-inline constexpr int32_t kProcessProtocolVersion = 3;
+inline constexpr int32_t kProcessProtocolVersion = 4;
 
 // This binary's build id: FNV-1a 64 of its executable file (/proc/self/exe),
 // in hex — two processes of one run must run the same build. The
@@ -60,13 +60,16 @@ std::vector<std::string> placement_lines(const std::vector<std::vector<int>>& pl
                                          const std::vector<std::string>& sections, const Cluster* cluster);
 
 // worker -> door: I want to join. `session` is the worker's actor, which
-// the coordinator then talks to.
+// the coordinator then talks to. `rank`: the launcher's rank of a worker
+// started under mpirun/srun (--coordinator), which is then its process;
+// 0 for a worker started by hand (it takes the first free process).
 struct Hello {
   int32_t version = 0;
   std::string build;
   std::string host;
   int64_t pid = 0;
   caf::actor session;
+  int32_t rank = 0;
 };
 // door -> worker: "" and the process index it got, or why it is refused.
 struct Welcome {
@@ -126,7 +129,7 @@ MAESTRO_INSPECT(ScheduleLevers, x.reorder, x.token_micro_batches, x.per_step_mic
 MAESTRO_INSPECT(Plan, x.sections, x.levers, x.in_flight_cap, x.cluster_devices)
 MAESTRO_INSPECT(RunSpec, x.model_path, x.model_source, x.steps, x.shard, x.plan, x.schedule, x.stop_after, x.resume,
                 x.seed, x.threads, x.quiet)
-MAESTRO_INSPECT(Hello, x.version, x.build, x.host, x.pid, x.session)
+MAESTRO_INSPECT(Hello, x.version, x.build, x.host, x.pid, x.session, x.rank)
 MAESTRO_INSPECT(Welcome, x.error, x.process)
 MAESTRO_INSPECT(Assignment, x.process, x.processes, x.spec, x.placement, x.tracer)
 MAESTRO_INSPECT(HostedReplica, x.section, x.stage, x.replica, x.handle)
@@ -212,9 +215,11 @@ struct WorkerRun {
 using PrepareWorkerRun = std::function<WorkerRun(const RunSpec&)>;
 
 // The worker's side: connects to the coordinator at `address` (retrying for
-// up to `connect_timeout_s`), joins, hosts its replicas until Shutdown.
+// up to `connect_timeout_s`), joins (as process `rank` when a launcher gave
+// one, Hello), hosts its replicas until Shutdown.
 // Returns the exit status: 0 after Shutdown, 1 when the coordinator is lost
 // or a runtime fault, 2 when refused or the assignment is bad input.
-int serve_worker(const std::string& address, const PrepareWorkerRun& prepare, double connect_timeout_s = 30);
+int serve_worker(const std::string& address, const PrepareWorkerRun& prepare, int32_t rank = 0,
+                 double connect_timeout_s = 30);
 
 }  // namespace maestro

@@ -37,10 +37,12 @@ struct CliOptions {
   std::string listen;              // --listen HOST:PORT: the coordinator waits there for workers started by hand
   std::string worker;              // --worker HOST:PORT: join that coordinator
   std::string coordinator;         // --coordinator HOST:PORT: under mpirun/srun, rank 0 listens there
+  int32_t launcher_rank = 0;       // under --coordinator: this worker's rank (OMPI_COMM_WORLD_RANK/SLURM_PROCID)
 };
 
 // `maestro-run --worker HOST:PORT` (worker_command.cpp): the exit status.
-int run_worker(const std::string& address);
+// `rank` > 0: the launcher's rank, which is the process it joins as.
+int run_worker(const std::string& address, int32_t rank = 0);
 
 // Returns the process exit status: 0 ok, 1 runtime failure, 2 invalid input.
 using CommandFn = int (*)(const Program&, const RuntimeConfig&, const CliOptions&);

@@ -127,6 +127,7 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
     }
     if (std::stoll(r) > 0) {
       cli.worker = cli.coordinator;
+      cli.launcher_rank = int32_t(std::stoll(r));
       return -1;
     }
     cli.processes = std::stoll(n);
@@ -154,7 +155,7 @@ std::string command_name(const CliOptions& cli) {
 int run(int argc, char** argv) {
   CliOptions cli;
   if (const int status = parse_command_line(argc, argv, cli); status >= 0) return status;
-  if (!cli.worker.empty()) return run_worker(cli.worker);
+  if (!cli.worker.empty()) return run_worker(cli.worker, cli.launcher_rank);
 
   RuntimeConfig config;
   try {

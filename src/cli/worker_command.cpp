@@ -30,7 +30,7 @@ struct BuiltRun {
 
 }  // namespace
 
-int run_worker(const std::string& address) {
+int run_worker(const std::string& address, int32_t rank) {
   std::vector<std::unique_ptr<BuiltRun>> built;  // outlives serve_worker's actors
   auto prepare = [&](const RunSpec& spec) -> WorkerRun {
     Diagnostics diags;
@@ -64,7 +64,7 @@ int run_worker(const std::string& address) {
     built.push_back(std::move(b));
     return run;
   };
-  return serve_worker(address, prepare);
+  return serve_worker(address, prepare, rank);
 }
 
 }  // namespace maestro

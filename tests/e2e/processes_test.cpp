@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -368,29 +369,49 @@ BOOST_AUTO_TEST_CASE(workers_join_by_hand_garbage_and_other_builds_refused) {
   same_losses(losses_of(r), losses_of(one));
 }
 
-// Under mpirun/srun: rank 0 coordinates at --coordinator, the others join it.
+// Under mpirun/srun: rank 0 coordinates at --coordinator, the others join
+// it, each as the process of its rank whatever the order they arrive in:
+// rank 2 joins first (arrival order would make it process 1), a second
+// rank 2 is refused (status 2, both sides say why) and the run goes on.
 BOOST_AUTO_TEST_CASE(launcher_ranks_pick_their_roles) {
   Env env("tcp");
   const ProcessResult one = train("models/tiny_kd.sect", 1);
   BOOST_TEST_REQUIRE(one.status == 0, one.err);
   const std::string address = "127.0.0.1:" + std::to_string(free_port());
   const std::vector<std::string> args = {"models/tiny_kd.sect", "--config", config(), "--steps", "3", "--json",
-                                         "--quiet", "--coordinator", address};
-  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-  ::setenv("OMPI_COMM_WORLD_RANK", "0", 1);
-  Background rank0(args, "rank0");
-  ::setenv("OMPI_COMM_WORLD_RANK", "1", 1);
-  Background rank1(args, "rank1");
-  ::unsetenv("OMPI_COMM_WORLD_SIZE");
-  ::unsetenv("OMPI_COMM_WORLD_RANK");
-  const int s0 = rank0.wait(90);
-  BOOST_TEST_REQUIRE(s0 == 0, rank0.report(s0));
-  const int s1 = rank1.wait(15);
-  BOOST_TEST(s1 == 0, rank1.report(s1));
+                                         "--coordinator", address};
+  auto rank = [&](const char* r, const std::string& tag) {
+    ::setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+    ::setenv("OMPI_COMM_WORLD_RANK", r, 1);
+    auto b = std::make_unique<Background>(args, tag);
+    ::unsetenv("OMPI_COMM_WORLD_SIZE");
+    ::unsetenv("OMPI_COMM_WORLD_RANK");
+    return b;
+  };
+  auto rank0 = rank("0", "rank0"), rank2 = rank("2", "rank2");
+  BOOST_TEST_REQUIRE(wait_for_text(rank0->err_path, "maestro-run: worker 2 (pid ", 30), rank0->report(-1));
+  BOOST_TEST(rank0->err().find(", rank 2) joined: 1 of 2") != std::string::npos, rank0->err());
+  {
+    auto again = rank("2", "rank2b");
+    const int s = again->wait(30);
+    BOOST_TEST(s == 2, again->report(s));
+    const std::string why = "it is rank 2, and process 2 has joined already (pid ";
+    BOOST_TEST(again->err().find(why) != std::string::npos, again->report(s));
+    BOOST_TEST(wait_for_text(rank0->err_path, why, 10), rank0->report(-1));
+  }
+  auto rank1 = rank("1", "rank1");
+  const int s0 = rank0->wait(90);
+  BOOST_TEST_REQUIRE(s0 == 0, rank0->report(s0));
+  const int s1 = rank1->wait(15), s2 = rank2->wait(15);
+  BOOST_TEST(s1 == 0, rank1->report(s1));
+  BOOST_TEST(s2 == 0, rank2->report(s2));
+  // Each worker's stdout: its assignment, and no summary (the coordinator's).
+  BOOST_TEST(rank1->out().starts_with("maestro-run: worker 1 (pid "), rank1->report(s1));
+  BOOST_TEST(rank2->out().starts_with("maestro-run: worker 2 (pid "), rank2->report(s2));
+  BOOST_TEST(rank1->out().find('{') == std::string::npos, rank1->report(s1));
   ProcessResult r;
-  r.out = rank0.out();
+  r.out = rank0->out();
   same_losses(losses_of(r), losses_of(one));
-  BOOST_TEST(rank1.out().empty());  // a worker prints nothing on stdout
 }
 
 // tiny_mllm with a checkpoint after every step, in a folder of its own.
