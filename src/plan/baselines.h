@@ -7,8 +7,8 @@
 //    device, one micro-batch size, samples in loader order, each micro-batch
 //    through all its sections, 1F1B-style (at most pp in flight per lane);
 //    tuned: the best feasible configuration of the tp × pp × micro_batch grid.
-//  - sequential: the wavefront plan's per-section shapes, but the sections
-//    one after another, each on all devices.
+//  - sequential: each section alone on all devices with its own best shape,
+//    one after another (sequential_baseline below).
 #pragma once
 
 #include <cstdint>
