@@ -82,7 +82,8 @@ class UcxTransport final : public Transport {
   // while the progress thread stands down (until 200 µs after the last
   // call), so a spinning waiter and the progress thread do not take turns
   // on the worker's lock and the cores (docs/PERFORMANCE.md §8: the tcp
-  // 4 KiB round trip 59.6 -> 21.7 µs). Returns whether UCX had events.
+  // 4 KiB round trip 0.90-1.07x ucx_perftest's speed over 16 alternating
+  // rounds, the sleeping waiter 0.39-0.45x). Returns whether UCX had events.
   bool progress() override;
 
   // Plain bytes for peers (see above).
