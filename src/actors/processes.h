@@ -31,7 +31,7 @@ namespace maestro {
 
 // Checked twice: in the gate's preamble (gate.h) and in Hello.
 // Bumped whenever a message of this file or of messages.h changes shape.
-inline constexpr int32_t kProcessProtocolVersion = 4;
+inline constexpr int32_t kProcessProtocolVersion = 5;
 
 // This binary's build id: FNV-1a 64 of its executable file (/proc/self/exe),
 // in hex — two processes of one run must run the same build. The
@@ -128,7 +128,7 @@ MAESTRO_INSPECT(ScheduleLevers, x.reorder, x.token_micro_batches, x.per_step_mic
                 x.critical_path_first, x.host_groups)
 MAESTRO_INSPECT(Plan, x.sections, x.levers, x.in_flight_cap, x.cluster_devices)
 MAESTRO_INSPECT(RunSpec, x.model_path, x.model_source, x.steps, x.shard, x.plan, x.schedule, x.stop_after, x.resume,
-                x.seed, x.threads, x.quiet)
+                x.seed, x.threads, x.quiet, x.backend, x.gpu_selfcheck)
 MAESTRO_INSPECT(Hello, x.version, x.build, x.host, x.pid, x.session, x.rank)
 MAESTRO_INSPECT(Welcome, x.error, x.process)
 MAESTRO_INSPECT(Assignment, x.process, x.processes, x.spec, x.placement, x.tracer)

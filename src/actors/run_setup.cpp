@@ -7,6 +7,9 @@
 
 #include "actors/checkpoint.h"
 #include "actors/train_phases.h"
+#include "gpu/device_query.h"
+#include "gpu/nccl_layout.h"
+#include "gpu/staged_communicator.h"
 #include "rdma/ucx_transport.h"
 #include "transport/counted_communicator.h"
 #include "log/log.h"
@@ -115,6 +118,11 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
             }
           continue;
         }
+        if (options.backend == BackendKind::Cuda && !options.placement.empty()) {  // train_command checked one process's
+          const std::string refusal = nccl_group_refusal(plan, int(s), k, graph.nodes[s].name,
+                                                         cuda_device_count().value_or(0), nccl_built());
+          if (!refusal.empty()) throw TrainFailure(2, refusal);
+        }
         try {
           dp_group.push_back(make_dp_group(options.backend, plan, int(s), k));
         } catch (const std::exception& e) {
@@ -137,11 +145,16 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
         setup.runners[s][size_t(k)].emplace_back();
         try {
           for (int64_t t = 0; t < tp; ++t) {
+            std::unique_ptr<Backend> backend =
+                make_backend(options.backend, pool_threads, replica_device(options.backend, plan, int(s), k, r));
+            // A ring between processes reaches host memory only: a GPU rank's
+            // gradients are staged through it (gpu/staged_communicator.h).
+            std::shared_ptr<Communicator> dp_rank = dp_group[size_t(t)][size_t(r)];
+            if (spans && options.backend == BackendKind::Cuda)
+              dp_rank = std::make_shared<StagedCommunicator>(std::move(dp_rank), *backend);
             auto runner = std::make_shared<SectionRunner>(
-                program, int(s), int(k), int(pp), setup.seed, *setup.transport,
-                make_backend(options.backend, pool_threads, replica_device(options.backend, plan, int(s), k, r)),
-                dp_group[size_t(t)][size_t(r)], tp > 1 ? tp_group[size_t(t)] : nullptr,
-                run_shards_optimizer(program.train, plan, int(s)));
+                program, int(s), int(k), int(pp), setup.seed, *setup.transport, std::move(backend), std::move(dp_rank),
+                tp > 1 ? tp_group[size_t(t)] : nullptr, run_shards_optimizer(program.train, plan, int(s)));
             setup.runners[s][size_t(k)][size_t(r)].push_back(std::move(runner));
           }
           // Every rank reads its slice of the whole tensors (load is local: no collective).

@@ -48,6 +48,8 @@ struct RunSpec {
   uint64_t seed = 0;         // the resolved seed
   int64_t threads = 0;       // [runtime] threads
   bool quiet = false;        // --quiet: a worker says nothing about its assignment
+  std::string backend = "cpu";  // the coordinator's resolved backend (backend_kind_name): the workers run it too
+  bool gpu_selfcheck = true;    // --gpu-selfcheck
 };
 
 // A run over several processes (actors/processes.h); processes = 1 is one process.

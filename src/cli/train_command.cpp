@@ -105,11 +105,6 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
                  "(use \"auto\" or \"ucx\")\n", (long long)cli.processes);
     return 2;
   }
-  if (cli.processes > 1 && backend.kind != BackendKind::Cpu) {
-    std::fprintf(stderr, "maestro-run: error: --processes %lld: worker processes run the CPU backend only in this build "
-                 "(set [runtime] backend = \"cpu\")\n", (long long)cli.processes);
-    return 2;
-  }
   set_stop_handlers(on_stop_signal);  // from here on, a signal stops the run cleanly
   // One run per checkpoint folder; what dead runs left there is cleaned.
   std::optional<CheckpointDirLock> lock;
@@ -153,6 +148,8 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     spec.stop_after = cli.stop_after.value_or(-1);
     spec.resume = cli.resume;
     spec.seed = config.runtime.seed.value_or(program.train.seed);
+    spec.backend = backend_kind_name(backend.kind);  // the coordinator's choice is every worker's
+    spec.gpu_selfcheck = cli.gpu_selfcheck;
     spec.threads = config.runtime.threads;
     spec.quiet = cli.quiet;
   }
@@ -178,7 +175,11 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     if (backend.kind == BackendKind::Cuda) {  // dp > 1 reduces over NCCL, one GPU per rank of a dp group
       std::vector<std::string> names;
       for (const auto& node : graph.nodes) names.push_back(node.name);
-      const std::string refusal = nccl_dp_refusal(plan, names, cuda_device_count().value_or(0), nccl_built());
+      // Over processes, each process checks the dp groups it holds whole
+      // (actors/run_setup.cpp); the rest reduce over the transfer engine.
+      const std::string refusal = cli.processes > 1
+                                      ? nccl_tp_refusal(plan, names)
+                                      : nccl_dp_refusal(plan, names, cuda_device_count().value_or(0), nccl_built());
       if (!refusal.empty()) throw std::invalid_argument(refusal);
     }
   } catch (const DataError& e) {

@@ -2,7 +2,8 @@
 // (actors/processes.h). It has no model of its own: the coordinator sends
 // the model's source, the run options it resolved and its plan; the worker
 // builds the same runnable program, graph and step inputs from them, as the
-// train command does, then hosts the replicas it is assigned.
+// train command does, then hosts the replicas it is assigned on the
+// coordinator's backend (cpu or cuda, with its --gpu-selfcheck).
 #include <fmt/format.h>
 
 #include <memory>
@@ -60,7 +61,14 @@ int run_worker(const std::string& address, int32_t rank) {
     run.options.resume = spec.resume;
     run.options.seed = spec.seed;
     run.options.threads = spec.threads;
-    run.options.backend = BackendKind::Cpu;
+    // The coordinator's backend, resolved on this machine: a worker that
+    // cannot run it refuses its share (exit 2 on both sides).
+    try {
+      run.options.backend = choose_backend(spec.backend).kind;
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(fmt::format("the coordinator runs the {} backend: {}", spec.backend, e.what()));
+    }
+    set_gpu_settings({spec.gpu_selfcheck, b->runnable.train.precision == Precision::BF16});
     built.push_back(std::move(b));
     return run;
   };

@@ -54,28 +54,38 @@ std::vector<int> dp_group_devices(const Plan& plan, int section, int64_t stage, 
   return devices;
 }
 
-std::string nccl_dp_refusal(const Plan& plan, const std::vector<std::string>& section_names, int gpus,
-                            bool nccl_built) {
-  for (size_t si = 0; si < plan.sections.size(); ++si) {
-    const SectionPlan& s = plan.sections[si];
-    const std::string& name = section_names.at(si);
-    if (s.tp > 1)
+std::string nccl_group_refusal(const Plan& plan, int section, int64_t stage, const std::string& name, int gpus,
+                               bool nccl_built) {
+  const SectionPlan& s = plan.sections.at(size_t(section));
+  if (s.dp <= 1) return "";
+  if (!nccl_built)
+    return fmt::format("section '{}': dp = {} on the CUDA backend needs NCCL, and this build has none (nccl.h and "
+                       "libnccl not found in the CUDA prefix); use dp = 1",
+                       name, s.dp);
+  const std::vector<int> d = dp_group_devices(plan, section, stage, gpus);
+  if (std::set<int>(d.begin(), d.end()).size() != d.size())
+    return fmt::format("section '{}': dp = {} on the CUDA backend needs {} distinct GPUs for each dp group (one "
+                       "NCCL rank per GPU), {} CUDA device(s) found; use dp <= {}",
+                       name, s.dp, s.dp, gpus, gpus);
+  return "";
+}
+
+std::string nccl_tp_refusal(const Plan& plan, const std::vector<std::string>& section_names) {
+  for (size_t si = 0; si < plan.sections.size(); ++si)
+    if (plan.sections[si].tp > 1)
       return fmt::format("section '{}': tp = {} on the CUDA backend is not built yet (the tensor-parallel shard ops "
                          "run on the cpu backend only); use tp = 1",
-                         name, s.tp);
-    if (s.dp <= 1) continue;
-    if (!nccl_built)
-      return fmt::format("section '{}': dp = {} on the CUDA backend needs NCCL, and this build has none (nccl.h and "
-                         "libnccl not found in the CUDA prefix); use dp = 1",
-                         name, s.dp);
-    for (int64_t k = 0; k < s.pp; ++k) {
-      const std::vector<int> d = dp_group_devices(plan, int(si), k, gpus);
-      if (std::set<int>(d.begin(), d.end()).size() != d.size())
-        return fmt::format("section '{}': dp = {} on the CUDA backend needs {} distinct GPUs for each dp group (one "
-                           "NCCL rank per GPU), {} CUDA device(s) found; use dp <= {}",
-                           name, s.dp, s.dp, gpus, gpus);
-    }
-  }
+                         section_names.at(si), plan.sections[si].tp);
+  return "";
+}
+
+std::string nccl_dp_refusal(const Plan& plan, const std::vector<std::string>& section_names, int gpus,
+                            bool nccl_built) {
+  if (std::string why = nccl_tp_refusal(plan, section_names); !why.empty()) return why;
+  for (size_t si = 0; si < plan.sections.size(); ++si)
+    for (int64_t k = 0; k < plan.sections[si].pp; ++k)
+      if (std::string why = nccl_group_refusal(plan, int(si), k, section_names.at(si), gpus, nccl_built); !why.empty())
+        return why;
   return "";
 }
 

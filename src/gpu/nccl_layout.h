@@ -47,5 +47,12 @@ std::vector<int> dp_group_devices(const Plan& plan, int section, int64_t stage, 
 // Names the section by section_names[s].
 std::string nccl_dp_refusal(const Plan& plan, const std::vector<std::string>& section_names, int gpus,
                             bool nccl_built);
+// The parts of nccl_dp_refusal: tp > 1 anywhere; and one in-process dp
+// group (section `section`, stage `stage`, named `name`) — what each
+// process of a run over processes checks for the groups it holds whole
+// (groups spanning processes reduce over the transfer engine instead).
+std::string nccl_tp_refusal(const Plan& plan, const std::vector<std::string>& section_names);
+std::string nccl_group_refusal(const Plan& plan, int section, int64_t stage, const std::string& name, int gpus,
+                               bool nccl_built);
 
 }  // namespace maestro

@@ -75,6 +75,14 @@ BOOST_AUTO_TEST_CASE(nccl_dp_groups_need_nccl_and_one_gpu_per_rank) {
   plan.sections[1] = {0, 2, /*tp*/ 2, 1, 1, 1};  // tp's shard ops are cpu-only
   const std::string tp = nccl_dp_refusal(plan, names, 4, true);
   BOOST_TEST(tp.find("section 'llm': tp = 2 on the CUDA backend is not built yet") != std::string::npos, tp);
+  BOOST_TEST(nccl_tp_refusal(plan, names) == tp);
+  // Over processes: tp for the whole plan, and each in-process group alone.
+  plan.sections[1] = {0, 4, 1, 2, 2, 1};
+  BOOST_TEST(nccl_tp_refusal(plan, names) == "");
+  BOOST_TEST(nccl_group_refusal(plan, 1, 1, "llm", 2, true) == "");
+  const std::string stage1 = nccl_group_refusal(plan, 1, 1, "llm", 1, true);
+  BOOST_TEST(stage1.find("section 'llm': dp = 2 on the CUDA backend needs 2 distinct GPUs") != std::string::npos, stage1);
+  BOOST_TEST(nccl_group_refusal(plan, 0, 0, "vision", 1, false) == "");  // dp 1
 }
 
 BOOST_AUTO_TEST_SUITE_END()
