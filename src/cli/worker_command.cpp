@@ -15,6 +15,7 @@
 #include "actors/step_inputs.h"
 #include "cli/command.h"
 #include "dsl/frontend.h"
+#include "gpu/device_query.h"
 
 namespace maestro {
 
@@ -63,11 +64,7 @@ int run_worker(const std::string& address, int32_t rank) {
     run.options.threads = spec.threads;
     // The coordinator's backend, resolved on this machine: a worker that
     // cannot run it refuses its share (exit 2 on both sides).
-    try {
-      run.options.backend = choose_backend(spec.backend).kind;
-    } catch (const std::exception& e) {
-      throw std::invalid_argument(fmt::format("the coordinator runs the {} backend: {}", spec.backend, e.what()));
-    }
+    run.options.backend = worker_backend(spec.backend, cuda_backend_built(), cuda_device_count().value_or(-1));
     set_gpu_settings({spec.gpu_selfcheck, b->runnable.train.precision == Precision::BF16});
     built.push_back(std::move(b));
     return run;

@@ -74,6 +74,17 @@ BackendChoice resolve_backend(const std::string& configured, bool cuda_built, in
   throw std::invalid_argument(fmt::format("runtime.backend = \"{}\": expected auto, cpu or cuda", configured));
 }
 
+BackendKind worker_backend(const std::string& coordinator_backend, bool cuda_built, int devices) {
+  if (coordinator_backend != "cpu" && coordinator_backend != "cuda")
+    throw std::invalid_argument(fmt::format("the coordinator names backend \"{}\"; expected cpu or cuda",
+                                            coordinator_backend));
+  try {
+    return resolve_backend(coordinator_backend, cuda_built, devices).kind;
+  } catch (const BackendUnavailable& e) {
+    throw std::invalid_argument(fmt::format("the coordinator runs the {} backend: {}", coordinator_backend, e.what()));
+  }
+}
+
 bool nccl_built() {
 #if MAESTRO_HAVE_NCCL
   return true;

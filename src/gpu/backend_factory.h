@@ -55,6 +55,11 @@ BackendChoice choose_backend(const std::string& configured);
 // The same decision for a build with or without the CUDA backend and a
 // machine with `devices` CUDA devices (-1: this build cannot tell).
 BackendChoice resolve_backend(const std::string& configured, bool cuda_built, int devices);
+// A worker's backend in a run over processes: the coordinator's resolved
+// one (backend_kind_name: "cpu" or "cuda") on this build and machine.
+// Throws std::invalid_argument naming the coordinator's backend and why this
+// worker cannot run it (a worker refuses its share with status 2).
+BackendKind worker_backend(const std::string& coordinator_backend, bool cuda_built, int devices);
 
 // Process-wide settings of the CUDA backends made from here on (the CLI sets
 // them once, before the run builds its replicas).

@@ -1,7 +1,8 @@
 // `[runtime] backend` resolved for every kind of build and machine
 // (resolve_backend, gpu/backend_factory.h): auto picks cuda exactly when
 // the CUDA backend is built and a device is present; cuda without either is
-// BackendUnavailable naming why.
+// BackendUnavailable naming why; a worker runs its coordinator's backend
+// (worker_backend) or refuses naming it.
 #include <boost/test/unit_test.hpp>
 
 #include <string>
@@ -36,6 +37,25 @@ BOOST_AUTO_TEST_CASE(cuda_needs_the_backend_and_a_device) {
   refused(false, 2, "this build has no CUDA backend");
   refused(false, -1, "this build cannot see CUDA devices");
   BOOST_CHECK_THROW(resolve_backend("gpu", true, 1), std::invalid_argument);
+}
+
+// A worker of a run over processes runs the coordinator's resolved backend
+// or refuses (std::invalid_argument: status 2 on both sides).
+BOOST_AUTO_TEST_CASE(a_worker_runs_the_coordinators_backend_or_refuses) {
+  BOOST_TEST((worker_backend("cpu", false, -1) == BackendKind::Cpu));
+  BOOST_TEST((worker_backend("cpu", true, 4) == BackendKind::Cpu));  // never "auto" on the worker's side
+  BOOST_TEST((worker_backend("cuda", true, 1) == BackendKind::Cuda));
+  auto refused = [](const std::string& backend, bool built, int devices, const std::string& why) {
+    try {
+      worker_backend(backend, built, devices);
+      BOOST_ERROR("a worker accepted " << backend << " without " << why);
+    } catch (const std::invalid_argument& e) {
+      BOOST_TEST(std::string(e.what()).find(why) != std::string::npos, e.what());
+    }
+  };
+  refused("cuda", true, 0, "the coordinator runs the cuda backend: runtime.backend = \"cuda\": no CUDA device found");
+  refused("cuda", false, 2, "the coordinator runs the cuda backend: runtime.backend = \"cuda\": this build has no CUDA");
+  refused("auto", true, 2, "the coordinator names backend \"auto\"; expected cpu or cuda");
 }
 
 // The runtime's dp groups come from make_dp_group: the in-process group on
