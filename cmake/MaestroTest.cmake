@@ -23,6 +23,9 @@ function(maestro_unit_test module)
   else()
     add_test(NAME unit.${module} COMMAND test_${module} ${args} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   endif()
+  if(MAESTRO_UBSAN_SUPPRESSIONS)
+    set_tests_properties(unit.${module} PROPERTIES ENVIRONMENT "UBSAN_OPTIONS=suppressions=${MAESTRO_UBSAN_SUPPRESSIONS}")
+  endif()
 endfunction()
 
 # maestro_oracle_test(<name> COMMAND <cmd...>): a ctest that needs the PyTorch

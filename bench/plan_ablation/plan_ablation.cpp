@@ -6,7 +6,8 @@
 // serving tasks first ready first served (not longest path first), with the grad sync
 // overlapped (against the sequential baseline under the same rule), with
 // the per-step micro-batch choice alone off (token budgets of micro_batch ×
-// the step's mean), and the
+// the step's mean), with `recompute = auto` sections held to no
+// recomputation (only where the program has one), and the
 // sequential baseline (each section alone on all devices). Each variant is
 // planned with its lever off, so the planner adapts to it.
 // Usage: bench_plan_ablation MODEL.sect CLUSTER.toml [STEPS]
@@ -14,6 +15,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/runtime_config.h"
@@ -34,8 +36,9 @@ std::string layout(const SectionGraph& g, const Plan& plan) {
   std::string out;
   for (size_t s = 0; s < g.nodes.size(); ++s) {
     const SectionPlan& p = plan.sections[s];
-    out += fmt::format("{}{} {}-{} tp{} pp{} dp{} mb{}", s ? "; " : "", g.nodes[s].name, p.first_device,
-                       p.first_device + p.devices - 1, p.tp, p.pp, p.dp, p.micro_batch);
+    out += fmt::format("{}{} {}-{} tp{} pp{} dp{} mb{}{}", s ? "; " : "", g.nodes[s].name, p.first_device,
+                       p.first_device + p.devices - 1, p.tp, p.pp, p.dp, p.micro_batch,
+                       recomputes(g.section(int(s)), p) ? " recompute" : "");
   }
   return out;
 }
@@ -87,18 +90,29 @@ int main(int argc, char** argv) {
     variants.back().options.levers.host_groups = false;
     variants.push_back({"sync overlap on", {}});
     variants.back().options.levers.overlap_grad_sync = true;
+    // Recomputation off: the program's `recompute = auto` sections as
+    // `recompute = false` (a program of its own; the same baseline).
+    Program no_recompute = *program;
+    bool any_auto = false;
+    for (Section& s : no_recompute.sections) any_auto |= std::exchange(s.recompute_auto, false);
+    const SectionGraph g_off = build_graph(no_recompute);
+    const RooflineCost cost_off(g_off, cl);
+    if (any_auto) variants.push_back({"recompute off", {}});
     for (Variant& v : variants) {
+      const bool off = std::string(v.name) == "recompute off";
+      const SectionGraph& vg = off ? g_off : g;
+      const CostModel& vc = off ? static_cast<const CostModel&>(cost_off) : cost;
       v.options.later_batches.assign(batches.begin() + 1, batches.end());  // as maestro-run: memory fits every step
-      const Plan plan = plan_program(g, cl, cost, batches.front(), v.options);
+      const Plan plan = plan_program(vg, cl, vc, batches.front(), v.options);
       double iteration = 0, lower = 0;
       for (const Batch& b : batches) {
-        const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, b), cost);
+        const SimResult r = simulate(vg, plan, wavefront_schedule(vg, plan, vc, b), vc);
         iteration += r.iteration_s / double(steps);
         lower += r.lower_bound_s / double(steps);
       }
       const double baseline = v.options.levers.overlap_grad_sync ? sequential_overlapped : sequential;
       fmt::print("  {:<18} {:.4f} s  lower bound {:.4f} s  vs sequential {:.3f}x  [{}]\n", v.name, iteration, lower,
-                 baseline / iteration, layout(g, plan));
+                 baseline / iteration, layout(vg, plan));
     }
   } catch (const std::exception& e) {
     fmt::print(stderr, "{}: {}\n", argv[1], e.what());

@@ -88,7 +88,7 @@ Plan plan_cpu_run(const SectionGraph& graph, int64_t slots, const Batch& sample)
   bool any_auto = false;
   for (size_t s = 0; s < graph.nodes.size(); ++s) {
     const Section& sec = graph.section(int(s));
-    any_auto = any_auto || !sec.parallel.dp || !sec.parallel.pp || !sec.micro_batch;
+    any_auto = any_auto || !sec.parallel.dp || !sec.parallel.pp || !sec.micro_batch || sec.recompute_auto;
     // Sections share the CPU slots; an explicit tp·dp·pp may ask for more ranks than slots.
     slots = std::max(slots, sec.parallel.tp.value_or(1) * sec.parallel.dp.value_or(1) * sec.parallel.pp.value_or(1));
   }
@@ -111,7 +111,8 @@ Plan plan_cpu_run(const SectionGraph& graph, int64_t slots, const Batch& sample)
     const Section& sec = graph.section(int(s));
     const SectionPlan& r = resolved.sections[s];
     const int64_t dp = sec.parallel.dp.value_or(r.dp), pp = sec.parallel.pp.value_or(r.pp), tp = sec.parallel.tp.value_or(1);
-    plan.sections.push_back(SectionPlan{0, tp * dp * pp, tp, pp, dp, sec.micro_batch.value_or(r.micro_batch)});
+    plan.sections.push_back(
+        SectionPlan{0, tp * dp * pp, tp, pp, dp, sec.micro_batch.value_or(r.micro_batch), false, r.recompute});
     max_pp = std::max(max_pp, pp);
   }
   // The planner's cap on in-flight micro-batches (Frontier): one per stage.

@@ -198,6 +198,10 @@ int run(int argc, char** argv) {
 extern "C" const char* __lsan_default_suppressions() { return "leak:libcaf_core.so\nleak:libcaf_io.so\n"; }
 extern "C" const char* __lsan_default_options() { return "print_suppressions=0"; }  // a clean exit prints nothing
 #endif
+#if defined(MAESTRO_UBSAN_SUPPRESSIONS)
+// UBSan's vptr check fires on CAF's sentinel-node casts (tests/support/ubsan.supp).
+extern "C" const char* __ubsan_default_options() { return "suppressions=" MAESTRO_UBSAN_SUPPRESSIONS; }
+#endif
 
 int main(int argc, char** argv) {
   try {

@@ -100,12 +100,13 @@ std::string plan_table(const Planned& p) {
     for (const auto& mb : loader_order_micro_batches(p.graph, int(s), batch, sp.micro_batch))
       activations = std::max(activations, p.cost->activation_bytes(int(s), mb, sp));
     const int64_t memory = p.cost->weights_bytes_per_device(int(s), sp) + in_flight_micro_batches(sp.pp) * activations;
-    out += fmt::format("{:<14} {:<7} {:>11} {:>3} {:>3} {:>4} {:>11} {:>10.1f} GB {:>9.4g} s{}{}\n",
+    out += fmt::format("{:<14} {:<7} {:>11} {:>3} {:>3} {:>4} {:>11} {:>10.1f} GB {:>9.4g} s{}{}{}\n",
                        p.graph.nodes[s].name, p.graph.section(int(s)).mode == Mode::Train ? "train" : "frozen",
                        fmt::format("{}-{}", sp.first_device, sp.first_device + sp.devices - 1), sp.tp, sp.pp, sp.dp,
                        sp.micro_batch, double(memory) / 1e9, section_step_s(p.graph, *p.cost, int(s), sp, batch),
                        hosts ? "   " + hosts_cell(p.cluster, sp) : "",
-                       sp.shard_optimizer ? "   optimizer sharded (ZeRO-1)" : "");
+                       sp.shard_optimizer ? "   optimizer sharded (ZeRO-1)" : "",
+                       recomputes(p.graph.section(int(s)), sp) ? "   recompute" : "");
   }
   return out;
 }
@@ -259,7 +260,8 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
         const SectionPlan& sp = p.plan.sections[s];
         j["plan"][p.graph.nodes[s].name] = {{"tp", sp.tp}, {"pp", sp.pp}, {"dp", sp.dp},
                                             {"micro_batch", sp.micro_batch}, {"devices", sp.devices},
-                                            {"shard_optimizer", sp.shard_optimizer}};
+                                            {"shard_optimizer", sp.shard_optimizer},
+                                            {"recompute", recomputes(p.graph.section(int(s)), sp)}};
         if (!p.cluster.hosts.empty())
           j["plan"][p.graph.nodes[s].name]["hosts"] = p.cluster.hosts_of(sp.first_device, sp.devices);
       }

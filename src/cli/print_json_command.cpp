@@ -60,7 +60,7 @@ json to_json(const Section& s) {
           {"micro_batch", degree(s.micro_batch)},
           {"loss", loss},
           {"weights", s.weights.empty() ? json(nullptr) : json(s.weights)},
-          {"recompute", s.recompute}};
+          {"recompute", s.recompute_auto ? json("auto") : json(s.recompute)}};
 }
 
 json to_json(const Distribution& d) {

@@ -260,8 +260,13 @@ void Checker::read_section(const Stmt& s) {
   }
   if (auto it = keys.find("weights"); it != keys.end())
     if (auto p = path(*it->second->value, "'weights'")) sec.weights = *p;
-  if (auto it = keys.find("recompute"); it != keys.end())
-    if (auto b = boolean(*it->second->value, "'recompute'")) sec.recompute = *b;
+  if (auto it = keys.find("recompute"); it != keys.end()) {
+    const Expr& v = *it->second->value;
+    if (v.kind == Expr::Kind::Auto) sec.recompute_auto = true;
+    else if (v.kind != Expr::Kind::Bool && !(v.kind == Expr::Kind::Name && lets_.count(v.text)))
+      error(v.span, fmt::format("'recompute' takes true, false or auto, not {}", kind_of(v)));
+    else if (auto b = boolean(v, "'recompute'")) sec.recompute = *b;
+  }
   info.model_ok = ok;
   program_.sections.push_back(std::move(sec));
   infos_.push_back(info);

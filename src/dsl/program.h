@@ -181,7 +181,8 @@ struct Section {
   std::optional<int64_t> micro_batch;  // nullopt = auto
   std::vector<LossTerm> loss;          // empty = none
   std::string weights;                 // absolute path, "" = random init
-  bool recompute = false;
+  bool recompute = false;       // `recompute = true`: every replica recomputes (the engine reads this)
+  bool recompute_auto = false;  // `recompute = auto`: the planner's choice, SectionPlan::recompute
 };
 
 enum class FlowKind { Activations, Logits };

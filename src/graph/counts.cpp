@@ -133,10 +133,12 @@ int64_t activation_bytes(const ModelSpec& model, const std::vector<int64_t>& seq
   return total;
 }
 
-ActivationKind activation_kind(const Section& section) {
-  if (section.mode == Mode::Frozen) return ActivationKind::Forward;
-  return section.recompute ? ActivationKind::TrainRecompute : ActivationKind::Train;
+ActivationKind activation_kind(Mode mode, bool recompute) {
+  if (mode == Mode::Frozen) return ActivationKind::Forward;
+  return recompute ? ActivationKind::TrainRecompute : ActivationKind::Train;
 }
+
+ActivationKind activation_kind(const Section& section) { return activation_kind(section.mode, section.recompute); }
 
 SectionMemory memory_per_device(const Section& section, int64_t tp, int64_t pp,
                                 const std::vector<int64_t>& micro_batch_seq_lens, Precision precision,

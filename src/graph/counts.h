@@ -50,6 +50,7 @@ int64_t activation_bytes_per_token(const ModelSpec& model, Precision precision, 
 int64_t activation_bytes(const ModelSpec& model, const std::vector<int64_t>& seq_lens, Precision precision,
                          ActivationKind kind);
 ActivationKind activation_kind(const Section& section);
+ActivationKind activation_kind(Mode mode, bool recompute);
 
 // Bytes of one parameter's state per device, before dividing by tp·pp:
 // train bf16 = 2 (weights) + 4 (grad) + 4 (master) + 4 + 4 (Adam m, v) = 18;

@@ -23,8 +23,8 @@ int64_t max_layers(const SectionGraph& g) {
 }  // namespace
 
 std::string MegatronConfig::str() const {
-  return fmt::format("tp={} pp={} dp={} micro_batch={}{}", tp, pp, dp, micro_batch,
-                     distributed_optimizer ? " distributed_optimizer" : "");
+  return fmt::format("tp={} pp={} dp={} micro_batch={}{}{}", tp, pp, dp, micro_batch,
+                     distributed_optimizer ? " distributed_optimizer" : "", recompute ? " recompute" : "");
 }
 
 Plan megatron_plan(const SectionGraph& g, const Cluster& cl, const MegatronConfig& c) {
@@ -32,7 +32,8 @@ Plan megatron_plan(const SectionGraph& g, const Cluster& cl, const MegatronConfi
   plan.cluster_devices = cl.devices;
   plan.in_flight_cap = c.pp;
   for (size_t s = 0; s < g.nodes.size(); ++s)
-    plan.sections.push_back({0, c.tp * c.pp * c.dp, c.tp, c.pp, c.dp, c.micro_batch, c.distributed_optimizer});
+    plan.sections.push_back(
+        {0, c.tp * c.pp * c.dp, c.tp, c.pp, c.dp, c.micro_batch, c.distributed_optimizer, c.recompute});
   return plan;
 }
 
@@ -83,21 +84,25 @@ BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const Co
   std::optional<MegatronConfig> best;
   double best_s = std::numeric_limits<double>::infinity();
   std::string last_problem;
+  bool recompute_auto = false;
+  for (size_t s = 0; s < g.nodes.size(); ++s)
+    recompute_auto |= g.section(int(s)).mode == Mode::Train && g.section(int(s)).recompute_auto;
   for (int64_t tp : kDegreeChoices) {
     if (tp > std::min(cl.devices_per_node, cl.devices)) continue;
     for (int64_t pp : kDegreeChoices) {
       if (tp * pp > cl.devices || pp > max_layers(g)) continue;
       for (int64_t mb : kMicroBatchChoices)
-        for (bool distributed_optimizer : {false, true}) {
-          const MegatronConfig c{tp, pp, cl.devices / (tp * pp), mb, distributed_optimizer};
-          if (distributed_optimizer && c.dp <= 1) continue;
-          if (const std::string p = megatron_memory_problem(g, cl, cost, c, batches.front()); !p.empty()) {
-            last_problem = c.str() + ": " + p;
-            continue;
+        for (bool distributed_optimizer : {false, true})
+          for (bool recompute : {false, true}) {
+            const MegatronConfig c{tp, pp, cl.devices / (tp * pp), mb, distributed_optimizer, recompute};
+            if ((distributed_optimizer && c.dp <= 1) || (recompute && !recompute_auto)) continue;
+            if (const std::string p = megatron_memory_problem(g, cl, cost, c, batches.front()); !p.empty()) {
+              last_problem = c.str() + ": " + p;
+              continue;
+            }
+            const double t = megatron_iteration_s(g, cl, cost, c, {batches.front()});
+            if (t < best_s) best_s = t, best = c;
           }
-          const double t = megatron_iteration_s(g, cl, cost, c, {batches.front()});
-          if (t < best_s) best_s = t, best = c;
-        }
     }
   }
   if (!best) throw PlanError("megatron-ideal baseline: no configuration fits (last tried " + last_problem + ")");
@@ -111,8 +116,9 @@ BaselineResult sequential_baseline(const SectionGraph& g, const Cluster& cl, con
   for (size_t s = 0; s < g.nodes.size(); ++s) {
     alone.push_back(best_shape_alone(g, cl, cost, int(s), batches.front()));
     const SectionPlan& p = alone.back();
-    config += fmt::format("{}{} tp={} pp={} dp={} micro_batch={}{}", s ? "; " : "", g.nodes[s].name, p.tp, p.pp, p.dp,
-                          p.micro_batch, p.shard_optimizer ? " distributed_optimizer" : "");
+    config += fmt::format("{}{} tp={} pp={} dp={} micro_batch={}{}{}", s ? "; " : "", g.nodes[s].name, p.tp, p.pp, p.dp,
+                          p.micro_batch, p.shard_optimizer ? " distributed_optimizer" : "",
+                          recomputes(g.section(int(s)), p) ? " recompute" : "");
   }
   double sum = 0;
   for (const Batch& b : batches)

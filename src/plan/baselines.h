@@ -28,7 +28,8 @@ namespace maestro {
 struct MegatronConfig {
   int64_t tp = 1, pp = 1, dp = 1, micro_batch = 1;
   bool distributed_optimizer = false;  // --use-distributed-optimizer (ZeRO-1) for the train sections
-  std::string str() const;  // "tp=2 pp=1 dp=4 micro_batch=2[ distributed_optimizer]"
+  bool recompute = false;  // full recomputation for the `recompute = auto` sections (FaithfulMegatronConfig's)
+  std::string str() const;  // "tp=2 pp=1 dp=4 micro_batch=2[ distributed_optimizer][ recompute]"
 };
 
 // Every section on devices [0, tp·pp·dp) with the same degrees. Encoders and
@@ -90,6 +91,12 @@ struct FaithfulMegatronConfig {
   int64_t first_stage_layers = 1;  // of the main decoder, on stage 0 (all of them when pp = 1)
   bool packing = false;
   bool distributed_optimizer = false;
+  // Full activation recomputation (--recompute-granularity full
+  // --recompute-method uniform --recompute-num-layers 1), one switch for the
+  // model as Megatron's; it reaches the sections with `recompute = auto`
+  // (`recompute = true` sections recompute either way). Searched when some
+  // trained section has `recompute = auto`: the same freedom as the planner.
+  bool recompute = false;
   std::string str() const;
 };
 

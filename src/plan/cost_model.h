@@ -22,6 +22,12 @@
 
 namespace maestro {
 
+// Whether section `s` recomputes its activations in backward under plan
+// shape `p`: `recompute = true`, or `auto` and the planner chose it.
+inline bool recomputes(const Section& s, const SectionPlan& p) {
+  return s.mode == Mode::Train && (s.recompute || (s.recompute_auto && p.recompute));
+}
+
 class CostModel {
  public:
   virtual ~CostModel() = default;
@@ -29,7 +35,7 @@ class CostModel {
   // One stage's forward of the micro-batch.
   virtual double forward_s(int section, const std::vector<const Sample*>& samples, const SectionPlan& plan) const = 0;
   // One stage's backward of the micro-batch, recompute included when the
-  // section has `recompute = true`. Frozen sections: 0 (never asked).
+  // section recomputes (`recomputes`). Frozen sections: 0 (never asked).
   virtual double backward_s(int section, const std::vector<const Sample*>& samples, const SectionPlan& plan) const = 0;
   // Moving the flow's tensors for these samples from the producer's devices
   // to the consumer's (spliced embeddings or logits; the same bytes go back

@@ -65,9 +65,9 @@ ModalitySet text_only() {
 }  // namespace
 
 std::string FaithfulMegatronConfig::str() const {
-  return fmt::format("tp={} pp={} dp={} micro_batch={} first_stage_layers={} {}{}", tp, pp, dp, micro_batch,
+  return fmt::format("tp={} pp={} dp={} micro_batch={} first_stage_layers={} {}{}{}", tp, pp, dp, micro_batch,
                      first_stage_layers, packing ? "packing" : "padding",
-                     distributed_optimizer ? " distributed_optimizer" : "");
+                     distributed_optimizer ? " distributed_optimizer" : "", recompute ? " recompute" : "");
 }
 
 double megatron_stage_share(const SectionGraph& g, const std::vector<int>& sections, int s, int64_t j,
@@ -219,7 +219,7 @@ struct Evaluator {
   }
 
   SectionPlan whole(const FaithfulMegatronConfig& c) const {
-    return {0, devices, c.tp, 1, c.dp, c.micro_batch, c.distributed_optimizer};
+    return {0, devices, c.tp, 1, c.dp, c.micro_batch, c.distributed_optimizer, c.recompute};
   }
 
   Evaluated evaluate(const Batch& batch, const FaithfulMegatronConfig& c) const {
@@ -275,12 +275,16 @@ struct Evaluator {
   // The grid: tp within a node, pp up to the decoder's layers (1 with no
   // decoder), dp filling the devices, micro_batch, first-stage layers
   // (even split, ¾, ½, ¼ of it), padding and packing, the distributed
-  // optimizer off and (dp > 1) on. Tuned on `batch`.
+  // optimizer off and (dp > 1) on, recomputation off and (some section
+  // with `recompute = auto`) on. Tuned on `batch`.
   std::optional<std::pair<FaithfulMegatronConfig, double>> tune(const Batch& batch, std::string& last_problem) const {
     const int d = main_decoder(g, sections);
     const int64_t layers = d < 0 ? 1 : transformer_of(g, d)->layers;
-    bool trains = false;
-    for (int s : sections) trains |= g.section(s).mode == Mode::Train;
+    bool trains = false, recompute_auto = false;
+    for (int s : sections) {
+      trains |= g.section(s).mode == Mode::Train;
+      recompute_auto |= g.section(s).mode == Mode::Train && g.section(s).recompute_auto;
+    }
     std::optional<std::pair<FaithfulMegatronConfig, double>> best;
     for (int64_t tp : kDegreeChoices) {
       if (tp > std::min(cl.devices_per_node, devices)) continue;
@@ -297,16 +301,17 @@ struct Evaluator {
           for (bool packing : {false, true}) {
             if (packing && d < 0) continue;
             for (int64_t k : firsts)
-              for (bool dopt : {false, true}) {
-                if (dopt && (dp <= 1 || !trains)) continue;
-                const FaithfulMegatronConfig c{tp, pp, dp, mb, k, packing, dopt};
-                const Evaluated e = evaluate(batch, c);
-                if (!e.problem.empty()) {
-                  last_problem = c.str() + ": " + e.problem;
-                  continue;
+              for (bool dopt : {false, true})
+                for (bool recompute : {false, true}) {
+                  if ((dopt && (dp <= 1 || !trains)) || (recompute && !recompute_auto)) continue;
+                  const FaithfulMegatronConfig c{tp, pp, dp, mb, k, packing, dopt, recompute};
+                  const Evaluated e = evaluate(batch, c);
+                  if (!e.problem.empty()) {
+                    last_problem = c.str() + ": " + e.problem;
+                    continue;
+                  }
+                  if (!best || e.iteration_s < best->second) best = {{c, e.iteration_s}};
                 }
-                if (!best || e.iteration_s < best->second) best = {{c, e.iteration_s}};
-              }
           }
       }
     }

@@ -25,7 +25,13 @@ struct SectionPlan {
   // reduce-scattered and the updated weights all-gathered instead of one
   // all-reduce. Only meaningful for a train section with dp > 1.
   bool shard_optimizer = false;
+  // Activation recomputation chosen by the planner for a train section with
+  // `recompute = auto` (each layer's input kept, the layer's forward run
+  // again in backward: 4/3 of the compute for a fraction of the memory).
+  // A section with `recompute = true` recomputes whatever this says.
+  bool recompute = false;
 };
+
 
 // How the wavefront scheduler packs each step (docs/scheduler.md); each
 // lever can be switched off for an ablation (bench/plan_ablation).

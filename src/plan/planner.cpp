@@ -98,6 +98,14 @@ std::vector<Shape> ranked_shapes(const SectionGraph& g, const Cluster& cl, const
       for (int64_t mb : kMicroBatchChoices)
         if (sec.micro_batch ? mb == 1 : mb <= active) candidates.push_back({0, tp * pp, tp, pp, 1, sec.micro_batch.value_or(mb)});
     }
+  // `recompute = auto`: every shape also with recomputation (more compute,
+  // far fewer activations); it ranks below its plain twin unless memory
+  // leaves it the only one, and the search simulates both.
+  if (sec.recompute_auto && sec.mode == Mode::Train)
+    for (size_t i = 0, n = candidates.size(); i < n; ++i) {
+      candidates.push_back(candidates[i]);
+      candidates.back().recompute = true;
+    }
   if (sec.parallel.tp && sec.parallel.pp && candidates.empty())
     candidates.push_back({0, *sec.parallel.tp * *sec.parallel.pp, *sec.parallel.tp, *sec.parallel.pp, 1,
                           sec.micro_batch.value_or(1)});
@@ -315,7 +323,8 @@ std::optional<Plan> spread_plan(const SectionGraph& g, const Cluster& cl, const 
     const SectionPlan& p = plan.sections[s];
     if (g.section(int(s)).parallel.dp || p.devices == cl.devices) continue;
     for (const Shape& x : ranked[s])
-      if (x.plan.tp == p.tp && x.plan.pp == p.pp && x.plan.micro_batch == p.micro_batch && x.plan.devices == cl.devices) {
+      if (x.plan.tp == p.tp && x.plan.pp == p.pp && x.plan.micro_batch == p.micro_batch &&
+          x.plan.recompute == p.recompute && x.plan.devices == cl.devices) {
         plan.sections[s] = x.plan;
         changed = true;
         break;
@@ -368,7 +377,7 @@ int64_t co_located_memory(const std::vector<std::vector<Shape>>& ranked, const P
   for (size_t s = 0; s < ranked.size(); ++s)
     for (const Shape& x : ranked[s])
       if (x.plan.tp == plan.sections[s].tp && x.plan.pp == plan.sections[s].pp && x.plan.dp == plan.sections[s].dp &&
-          x.plan.micro_batch == plan.sections[s].micro_batch) {
+          x.plan.micro_batch == plan.sections[s].micro_batch && x.plan.recompute == plan.sections[s].recompute) {
         total += x.memory.total();
         break;
       }
@@ -488,17 +497,17 @@ Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel
     return ranked[a].front().score > ranked[b].front().score;
   });
   auto same = [](const SectionPlan& a, const SectionPlan& b) {
-    return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.micro_batch == b.micro_batch;
+    return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.micro_batch == b.micro_batch && a.recompute == b.recompute;
   };
   // One thing changed: tp or pp doubled or halved, dp doubled, halved or
-  // the largest, or any other micro-batch size (time is not unimodal in it:
-  // token micro-batches).
+  // the largest, any other micro-batch size (time is not unimodal in it:
+  // token micro-batches), or recomputation switched.
   auto neighbour = [](const SectionPlan& a, const SectionPlan& b) {
-    const int64_t x[] = {a.tp, a.pp, a.micro_batch}, y[] = {b.tp, b.pp, b.micro_batch};
+    const int64_t x[] = {a.tp, a.pp, a.micro_batch, a.recompute}, y[] = {b.tp, b.pp, b.micro_batch, b.recompute};
     int changed = 0;
     bool near = true;
-    for (int k = 0; k < 3; ++k)
-      if (x[k] != y[k]) ++changed, near = near && (k == 2 || x[k] == 2 * y[k] || y[k] == 2 * x[k]);
+    for (int k = 0; k < 4; ++k)
+      if (x[k] != y[k]) ++changed, near = near && (k >= 2 || x[k] == 2 * y[k] || y[k] == 2 * x[k]);
     const bool dp_near = a.dp == b.dp || a.dp == 2 * b.dp || b.dp == 2 * a.dp || a.devices == b.devices;
     return near && dp_near && changed + (a.dp != b.dp) == 1;
   };
@@ -564,28 +573,50 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
     if (options.raise_in_flight_cap) raise_in_flight_cap(g, cl, cost, batch, plan);
     return plan;
   };
+  // The shared placements from one set of ranked shapes; `pass_best`: the
+  // fastest of this set, where the coordinate search starts.
+  auto search_shared = [&](const std::vector<std::vector<Shape>>& ranked) {
+    std::optional<Plan> pass_best;
+    double pass_s = std::numeric_limits<double>::infinity();
+    auto consider = [&](Plan plan) {
+      plan = prepare(std::move(plan));
+      if (const double t = simulated_fitting_s(g, cl, plan, cost, batch, options.later_batches); t < pass_s)
+        pass_s = t, pass_best = std::move(plan);
+    };
+    std::optional<Plan> shared = co_located_plan(g, cl, ranked);
+    if (!shared) return;
+    consider(*shared);
+    if (std::optional<Plan> even = proportional_co_located_plan(cl, ranked);
+        even && co_located_memory(ranked, *even) != co_located_memory(ranked, *shared))
+      consider(*even);
+    if (std::optional<Plan> spread = spread_plan(g, cl, ranked, pass_best ? *pass_best : *shared);
+        spread && co_located_memory(ranked, *spread) <= cl.device.memory_bytes)
+      consider(*spread);
+    int aligned_left = 2;  // the first that fit the device
+    for (const Plan& aligned : aligned_plans(g, ranked, pass_best ? *pass_best : *shared))
+      if (aligned_left > 0 && co_located_memory(ranked, aligned) <= cl.device.memory_bytes) consider(aligned), --aligned_left;
+    // From the fastest start (or, when none fits in the simulation, the
+    // first) the search may still find shapes that fit.
+    Plan refined = refine_co_located(g, cl, cost, batch, ranked, pass_best ? *pass_best : prepare(*shared), pass_s,
+                                     options.raise_in_flight_cap, options.later_batches);
+    if (pass_s < best_s) best_s = pass_s, best = std::move(refined);
+  };
+  search_shared(ranked);
+  // Recomputation frees the memory another section's faster shape needs,
+  // which no single step of the coordinate search finds (it costs time
+  // where it is switched on alone): the shared search again with each
+  // `recompute = auto` section held to its recomputing shapes.
+  for (size_t s = 0; s < ranked.size(); ++s) {
+    if (std::none_of(ranked[s].begin(), ranked[s].end(), [](const Shape& x) { return x.plan.recompute; })) continue;
+    std::vector<std::vector<Shape>> held = ranked;
+    std::erase_if(held[s], [](const Shape& x) { return !x.plan.recompute; });
+    search_shared(held);
+  }
   auto consider = [&](Plan plan) {
     plan = prepare(std::move(plan));
     if (const double t = simulated_fitting_s(g, cl, plan, cost, batch, options.later_batches); t < best_s)
       best_s = t, best = std::move(plan);
   };
-  if (std::optional<Plan> shared = co_located_plan(g, cl, ranked)) {
-    consider(*shared);
-    if (std::optional<Plan> even = proportional_co_located_plan(cl, ranked);
-        even && co_located_memory(ranked, *even) != co_located_memory(ranked, *shared))
-      consider(*even);
-    if (std::optional<Plan> spread = spread_plan(g, cl, ranked, best ? *best : *shared);
-        spread && co_located_memory(ranked, *spread) <= cl.device.memory_bytes)
-      consider(*spread);
-    int aligned_left = 2;  // the first that fit the device
-    for (const Plan& aligned : aligned_plans(g, ranked, best ? *best : *shared))
-      if (aligned_left > 0 && co_located_memory(ranked, aligned) <= cl.device.memory_bytes) consider(aligned), --aligned_left;
-    // From the fastest start (or, when none fits in the simulation, the
-    // first) the search may still find shapes that fit.
-    Plan refined = refine_co_located(g, cl, cost, batch, ranked, best ? *best : prepare(*shared), best_s,
-                                     options.raise_in_flight_cap, options.later_batches);
-    if (best_s < std::numeric_limits<double>::infinity()) best = std::move(refined);
-  }
   if (options.disjoint_placement && wanted <= cl.devices) consider(disjoint_plan(g, cl, cost, batch, std::move(minimal)));
   if (!best) {
     // Neither fits side by side nor together: each section shaped for the

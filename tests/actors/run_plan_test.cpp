@@ -12,6 +12,10 @@
 #include "actors/processes.h"
 #include "actors/run_plan.h"
 #include "actors/sample_shape.h"
+#include "actors/section_runner.h"
+#include "cpu/cpu_backend.h"
+#include "plan/cost_model.h"
+#include "transport/local_transport.h"
 #include "actors/step_execution.h"
 #include "config/runtime_config.h"
 #include "plan/planner.h"
@@ -264,3 +268,25 @@ BOOST_AUTO_TEST_CASE(a_tp_the_model_cannot_split_and_impossible_pp_are_clear_err
   BOOST_CHECK_THROW(cpu_runnable(p), std::invalid_argument);
 }
 
+// `recompute`: true always recomputes, auto as the plan says, false never,
+// and a frozen section never (it keeps no activations for a backward); the
+// runner's flag (run_setup passes `recomputes`) reaches the engine's section.
+BOOST_AUTO_TEST_CASE(the_plans_recompute_reaches_the_engine) {
+  Program p = tiny_mllm_like();
+  SectionPlan off, on;
+  on.recompute = true;
+  Section s = p.sections[4];
+  BOOST_TEST(!recomputes(s, on));
+  s.recompute_auto = true;
+  BOOST_TEST(!recomputes(s, off));
+  BOOST_TEST(recomputes(s, on));
+  s.mode = Mode::Frozen;
+  BOOST_TEST(!recomputes(s, on));
+  s.mode = Mode::Train, s.recompute_auto = false, s.recompute = true;
+  BOOST_TEST(recomputes(s, off));
+  LocalTransport transport;
+  const SectionRunner plain(p, 4, 0, 1, 1, transport, make_cpu_backend(1), nullptr, nullptr, false, false);
+  const SectionRunner recomputing(p, 4, 0, 1, 1, transport, make_cpu_backend(1), nullptr, nullptr, false, true);
+  BOOST_TEST(!plain.recomputes());
+  BOOST_TEST(recomputing.recomputes());
+}

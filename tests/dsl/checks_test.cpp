@@ -48,13 +48,29 @@ BOOST_AUTO_TEST_CASE(duplicate_and_missing_sections) {
 
 BOOST_AUTO_TEST_CASE(types) {
   expect_error(with("micro_batch = 4;", "micro_batch = \"4\";"), "'micro_batch' takes a whole number or auto, not a string");
-  expect_error(with("micro_batch = 4;", "micro_batch = 4; recompute = 1;"), "'recompute' takes true or false");
+  expect_error(with("micro_batch = 4;", "micro_batch = 4; recompute = 1;"), "'recompute' takes true, false or auto");
   expect_error(with("micro_batch = 4;", "micro_batch = 4; weights = w;"), "'weights' takes a string");
   expect_error(with("micro_batch = 4;", "micro_batch = 4; mode = frozn;"), "'mode' must be 'train' or 'frozen', not 'frozn'; did you mean 'frozen'?");
   expect_error(with("consumes = [image];", "consumes = image;"), "'consumes' takes a list of modalities");
   expect_error(with("consumes = [image];", "consumes = [imagee];"), "unknown modality 'imagee'; did you mean 'image'?");
   expect_error(with("precision = fp32;", "precision = fp16;"), "'precision' must be 'bf16' or 'fp32'");
   expect_error(with("tp = 1;", "tp = 0;"), "'tp' must be at least 1, not 0");
+}
+
+// `recompute = auto` leaves the choice to the planner (SectionPlan::recompute);
+// true pins it, false or nothing turns it off.
+BOOST_AUTO_TEST_CASE(recompute_values) {
+  const Program a = must_load(with("micro_batch = 4;", "micro_batch = 4; recompute = auto;"));
+  BOOST_TEST(a.find_section("vision")->recompute_auto);
+  BOOST_TEST(!a.find_section("vision")->recompute);
+  const Program t = must_load(with("micro_batch = 4;", "micro_batch = 4; recompute = true;"));
+  BOOST_TEST(!t.find_section("vision")->recompute_auto);
+  BOOST_TEST(t.find_section("vision")->recompute);
+  const Program f = must_load(kBase);
+  BOOST_TEST(!f.find_section("vision")->recompute_auto);
+  BOOST_TEST(!f.find_section("vision")->recompute);
+  expect_error(with("micro_batch = 4;", "micro_batch = 4; recompute = \"auto\";"),
+               "'recompute' takes true, false or auto, not a string");
 }
 
 BOOST_AUTO_TEST_CASE(models) {

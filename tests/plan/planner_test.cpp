@@ -305,6 +305,46 @@ BOOST_AUTO_TEST_CASE(single_section_within_3_percent_of_grid_search_random) {
   }
 }
 
+// `recompute = auto`: a Llama-7B pinned to tp 1, pp 1 on 8 H100 with 8,192-token
+// samples holds 35 GB of activations next to 52 GB of ZeRO-1 state — it fits
+// only recomputing (2.6 GB), which the planner then chooses; pinned off,
+// nothing fits. With 512-token samples everything fits and recomputation
+// (4/3 of the compute) is not chosen. Megatron's evaluation honours its
+// recompute switch the same way (its tuning searches it: same freedom).
+BOOST_AUTO_TEST_CASE(recompute_auto_is_chosen_where_memory_needs_it) {
+  const Cluster cl = make_cluster(load_runtime_config("configs/h100x8.toml"));
+  const std::string model = "transformer(layers: 32, hidden: 4096, heads: 32, ffn: 11008, vocab: 32000, max_seq: 8192)";
+  auto program = [&](const std::string& tokens, const std::string& value) {
+    std::string text = text_only(model, "tp = 1; pp = 1; dp = auto;", 16, tokens);
+    return parse(text.replace(text.find("  loss"), 0, "  recompute = " + value + ";\n"));
+  };
+  auto chosen = [&](const Program& p) {
+    const SectionGraph g = build_graph(p);
+    const RooflineCost cost(g, cl);
+    const Batch batch = Sampler(p.data, p.train.global_batch).batch(0);
+    const Plan plan = plan_program(g, cl, cost, batch);
+    const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost);
+    for (int64_t bytes : r.peak_memory_bytes) BOOST_TEST(bytes <= cl.device.memory_bytes);
+    return plan.sections[0].recompute;
+  };
+  BOOST_TEST(chosen(program("8192", "auto")));
+  BOOST_TEST(!chosen(program("512", "auto")));
+  const std::string e = plan_error(program("8192", "false"), cl);
+  BOOST_TEST(e.find("exceeds h100's 80 GB") != std::string::npos, e);
+  const Program p = program("8192", "auto");
+  const SectionGraph g = build_graph(p);
+  const RooflineCost cost(g, cl);
+  const Batch batch = Sampler(p.data, p.train.global_batch).batch(0);
+  std::string plain_problem, recompute_problem;
+  FaithfulMegatronConfig c{1, 1, 8, 1, 32, false, true, false};
+  faithful_megatron_iteration_s(g, cl, cost, c, batch, &plain_problem);
+  c.recompute = true;
+  const double t = faithful_megatron_iteration_s(g, cl, cost, c, batch, &recompute_problem);
+  BOOST_TEST(plain_problem.find("exceeds h100's 80 GB") != std::string::npos, plain_problem);
+  BOOST_TEST(recompute_problem.empty(), recompute_problem);
+  BOOST_TEST(t > 0);
+}
+
 // PlannerOptions::disjoint_placement: a frozen 70B teacher (tp 8) and a
 // 7B student (tp 2, one replica: no ZeRO-1) do not fit one H100 together, side by side they do: the
 // planner places them on disjoint devices; with the lever off it cannot.

@@ -157,6 +157,24 @@ BOOST_AUTO_TEST_CASE(kd_70b_fits_64_h100s_with_the_sharded_optimizer) {
   BOOST_TEST(j["plan"]["teacher"]["shard_optimizer"] == false);  // frozen: no optimizer state
 }
 
+// `recompute = auto` (internvl_20b's ViT and LLM): on 64 H100 the planner
+// recomputes the ViT, whose freed memory lets the LLM run at tp 4, and not
+// the LLM (docs/planner.md); `--print json` keeps "auto".
+BOOST_AUTO_TEST_CASE(internvl_20b_recomputes_its_vit_on_64_h100s) {
+  const Run r = run("models/internvl_20b.sect --simulate --json --steps 1 --config configs/h100x64.toml");
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
+  const nlohmann::json j = last_line_json(r.out);
+  BOOST_TEST(j["plan"]["vision"]["recompute"] == true, r.out);
+  BOOST_TEST(j["plan"]["llm"]["recompute"] == false, r.out);
+  BOOST_TEST(j["plan"]["projector"]["recompute"] == false, r.out);  // auto only where written
+  BOOST_TEST(r.out.find("   recompute\n") != std::string::npos, r.out);  // the vision row's note
+  const Run p = run("models/internvl_20b.sect --print json");
+  BOOST_REQUIRE(p.status == 0);
+  const nlohmann::json program = nlohmann::json::parse(p.out);
+  for (const auto& s : program["sections"])
+    BOOST_TEST(s["recompute"] == (s["name"] == "projector" ? nlohmann::json(false) : nlohmann::json("auto")), p.out);
+}
+
 BOOST_AUTO_TEST_CASE(infeasible_plans_exit_2_with_the_reason) {
   // The student pinned to one replica cannot shard its optimizer state.
   std::ifstream in("models/kd_70b_to_8b.sect");
