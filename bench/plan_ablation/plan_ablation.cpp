@@ -38,7 +38,7 @@ std::string layout(const SectionGraph& g, const Plan& plan) {
     const SectionPlan& p = plan.sections[s];
     out += fmt::format("{}{} {}-{} tp{} pp{} dp{} mb{}{}", s ? "; " : "", g.nodes[s].name, p.first_device,
                        p.first_device + p.devices - 1, p.tp, p.pp, p.dp, p.micro_batch,
-                       recomputes(g.section(int(s)), p) ? " recompute" : "");
+                       recompute_note(g.section(int(s)), p));
   }
   return out;
 }

@@ -23,7 +23,7 @@ struct SectionRunner::Pending {
 SectionRunner::SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed,
                              Transport& transport, std::unique_ptr<Backend> backend,
                              std::shared_ptr<Communicator> dp_group, std::shared_ptr<Communicator> tp_group,
-                             bool shard_optimizer, bool recompute)
+                             bool shard_optimizer, int64_t recompute)
     : program_(program),
       section_(section),
       stage_(stage),
@@ -35,7 +35,7 @@ SectionRunner::SectionRunner(const Program& program, int section, int stage, int
   const TensorParallel tp = tp_group_ ? TensorParallel{tp_group_->rank(), tp_group_->size(), tp_group_.get()}
                                       : TensorParallel{};
   Section engine_section = program.sections[size_t(section)];
-  engine_section.recompute = engine_section.recompute || recompute;
+  engine_section.recompute = std::max(engine_section.recompute, recompute);
   model_ = std::make_unique<SectionModel>(engine_section, *backend_, seed, stage, stages, tp);
   // ZeRO-1: this replica's shard of the flat buffer (the one reduce_scatter gives it); with
   // tp > 1 the dp group is this tp rank's, over the rank's own flat buffer.
@@ -47,7 +47,7 @@ SectionRunner::SectionRunner(const Program& program, int section, int stage, int
   }
 }
 
-bool SectionRunner::recomputes() const { return model_->section().recompute; }
+int64_t SectionRunner::recomputed_layers() const { return model_->section().recompute; }
 
 bool SectionRunner::tp_rank0() const { return !tp_group_ || tp_group_->rank() == 0; }
 

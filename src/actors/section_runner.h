@@ -47,14 +47,15 @@ class SectionRunner {
   // aborts the group, so its peers fail too instead of waiting.
   // `shard_optimizer`: ZeRO-1 over the dp group when it has more than one
   // replica (run_shards_optimizer: the program's adamw(shard:) or the plan's).
-  // `recompute`: the engine keeps each layer's input only and recomputes the
-  // layer in backward (the plan's `recomputes`; `recompute = true` always).
+  // `recompute`: how many of the section's layers (spread evenly,
+  // recomputes_layer) keep their input only and are recomputed in backward
+  // (the plan's `recomputed_layers`); the program's `recompute` when larger.
   SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, Transport& transport,
                 std::unique_ptr<Backend> backend, std::shared_ptr<Communicator> dp_group,
-                std::shared_ptr<Communicator> tp_group, bool shard_optimizer, bool recompute = false);
+                std::shared_ptr<Communicator> tp_group, bool shard_optimizer, int64_t recompute = 0);
   ~SectionRunner();
-  // Whether the engine recomputes this section's activations in backward.
-  bool recomputes() const;
+  // The layers whose activations the engine recomputes in backward.
+  int64_t recomputed_layers() const;
 
   struct Result {
     // forward (last stage): outputs per outgoing flow and sample; backward

@@ -48,6 +48,13 @@ std::string model_summary(const ModelSpec& model) {
   return fmt::format("mlp {}->{}->{} x{} {}", m.in, m.hidden, m.out, m.layers, act);
 }
 
+std::string recompute_label(const Section& section) {
+  if (section.recompute_auto) return " (recompute auto)";
+  if (section.recompute == 0) return "";
+  if (section.recompute >= section.model.layers()) return " (recompute)";
+  return fmt::format(" (recompute {}/{})", section.recompute, section.model.layers());
+}
+
 std::string loss_summary(const std::vector<LossTerm>& loss) {
   if (loss.empty()) return "-";
   std::string out;

@@ -22,6 +22,8 @@ std::string model_summary(const ModelSpec& model);
 std::string loss_summary(const std::vector<LossTerm>& loss);
 // "tp1 pp1 dp auto"
 std::string parallel_summary(const ParallelSpec& parallel);
+// " (recompute)", " (recompute 12/24)", " (recompute auto)" or "" as written.
+std::string recompute_label(const Section& section);
 // "text, image", "-" for none
 std::string consumes_summary(const std::vector<Modality>& consumes);
 // What `backend = "auto"` means here (gpu/backend_factory.h: "cpu" until a CUDA backend exists).

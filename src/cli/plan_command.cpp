@@ -106,7 +106,9 @@ std::string plan_table(const Planned& p) {
                        sp.micro_batch, double(memory) / 1e9, section_step_s(p.graph, *p.cost, int(s), sp, batch),
                        hosts ? "   " + hosts_cell(p.cluster, sp) : "",
                        sp.shard_optimizer ? "   optimizer sharded (ZeRO-1)" : "",
-                       recomputes(p.graph.section(int(s)), sp) ? "   recompute" : "");
+                       recompute_note(p.graph.section(int(s)), sp).empty()
+                           ? ""
+                           : "  " + recompute_note(p.graph.section(int(s)), sp));
   }
   return out;
 }
@@ -261,7 +263,7 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
         j["plan"][p.graph.nodes[s].name] = {{"tp", sp.tp}, {"pp", sp.pp}, {"dp", sp.dp},
                                             {"micro_batch", sp.micro_batch}, {"devices", sp.devices},
                                             {"shard_optimizer", sp.shard_optimizer},
-                                            {"recompute", recomputes(p.graph.section(int(s)), sp)}};
+                                            {"recompute", recomputed_layers(p.graph.section(int(s)), sp)}};
         if (!p.cluster.hosts.empty())
           j["plan"][p.graph.nodes[s].name]["hosts"] = p.cluster.hosts_of(sp.first_device, sp.devices);
       }

@@ -27,7 +27,7 @@ int print_graph_command(const Program& program, const RuntimeConfig&, const CliO
     rows.push_back({s.name, model_summary(s.model), s.mode == Mode::Train ? "train" : "frozen",
                     format_count(graph.nodes[n].params), consumes_summary(s.consumes), s.when.str(),
                     parallel_summary(s.parallel), s.micro_batch ? fmt::format("{}", *s.micro_batch) : "auto",
-                    loss_summary(s.loss) + (s.recompute ? " (recompute)" : s.recompute_auto ? " (recompute auto)" : "")});
+                    loss_summary(s.loss) + recompute_label(s)});
   }
   std::array<size_t, kColumns> width{};
   for (const Row& row : rows)

@@ -40,6 +40,13 @@ json to_json(const ModelSpec& model) {
 
 json degree(const std::optional<int64_t>& d) { return d ? json(*d) : json("auto"); }
 
+// As written: false, true (every layer), a number of layers, or "auto".
+json recompute_json(const Section& s) {
+  if (s.recompute_auto) return "auto";
+  if (s.recompute == 0 || s.recompute >= s.model.layers()) return s.recompute > 0;
+  return s.recompute;
+}
+
 json to_json(const Section& s) {
   json consumes = json::array();
   for (Modality m : s.consumes) consumes.push_back(modality_name(m));
@@ -60,7 +67,7 @@ json to_json(const Section& s) {
           {"micro_batch", degree(s.micro_batch)},
           {"loss", loss},
           {"weights", s.weights.empty() ? json(nullptr) : json(s.weights)},
-          {"recompute", s.recompute_auto ? json("auto") : json(s.recompute)}};
+          {"recompute", recompute_json(s)}};
 }
 
 json to_json(const Distribution& d) {

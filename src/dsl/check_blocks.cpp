@@ -262,10 +262,20 @@ void Checker::read_section(const Stmt& s) {
     if (auto p = path(*it->second->value, "'weights'")) sec.weights = *p;
   if (auto it = keys.find("recompute"); it != keys.end()) {
     const Expr& v = *it->second->value;
-    if (v.kind == Expr::Kind::Auto) sec.recompute_auto = true;
-    else if (v.kind != Expr::Kind::Bool && !(v.kind == Expr::Kind::Name && lets_.count(v.text)))
-      error(v.span, fmt::format("'recompute' takes true, false or auto, not {}", kind_of(v)));
-    else if (auto b = boolean(v, "'recompute'")) sec.recompute = *b;
+    const int64_t layers = ok ? sec.model.layers() : 0;
+    const LetValue* let = v.kind == Expr::Kind::Name && lets_.count(v.text) ? let_value(v.text, v.span, 0) : nullptr;
+    if (v.kind == Expr::Kind::Auto) {
+      sec.recompute_auto = true;
+    } else if (v.kind == Expr::Kind::Bool || (let && let->kind == LetValue::Kind::Bool)) {
+      if (auto b = boolean(v, "'recompute'")) sec.recompute = *b ? layers : 0;
+    } else if (v.kind == Expr::Kind::Number || v.kind == Expr::Kind::Neg || v.kind == Expr::Kind::Arith || let) {
+      const std::string what = ok ? fmt::format("'recompute' (layers of {})", layers) : "'recompute'";
+      if (auto n = integer(v, what, 0, ok ? layers : INT64_MAX)) sec.recompute = *n;
+    } else if (v.kind == Expr::Kind::Name && lets_.count(v.text)) {
+      // a let that did not evaluate: reported there
+    } else {
+      error(v.span, fmt::format("'recompute' takes true, false, auto or a number of layers, not {}", kind_of(v)));
+    }
   }
   info.model_ok = ok;
   program_.sections.push_back(std::move(sec));

@@ -99,6 +99,10 @@ struct ModelSpec {
       default: return "mlp";
     }
   }
+  // Its layers: transformer, vit and audio encoder blocks; an mlp's linear layers.
+  int64_t layers() const {
+    return std::visit([](const auto& s) { return s.layers; }, spec);
+  }
   // Width of the embeddings this model takes from an upstream activations flow
   // (transformer/vit/audio: hidden; mlp: in).
   int64_t input_width() const {
@@ -181,9 +185,20 @@ struct Section {
   std::optional<int64_t> micro_batch;  // nullopt = auto
   std::vector<LossTerm> loss;          // empty = none
   std::string weights;                 // absolute path, "" = random init
-  bool recompute = false;       // `recompute = true`: every replica recomputes (the engine reads this)
+  // Layers whose activations backward recomputes (`recomputes_layer`):
+  // `recompute = true` all of the model's, `= N` N of them, `false` none.
+  // The engine reads this.
+  int64_t recompute = 0;
   bool recompute_auto = false;  // `recompute = auto`: the planner's choice, SectionPlan::recompute
 };
+
+// Whether layer `l` (0-based, of `layers`) is one of the `recomputed` ones,
+// spread evenly over the stack so that every pipeline stage recomputes its
+// share: l is when ⌊(l+1)·k/L⌋ > ⌊l·k/L⌋ (k = L: every layer; k = L/2:
+// every other one).
+inline bool recomputes_layer(int64_t l, int64_t layers, int64_t recomputed) {
+  return (l + 1) * recomputed / layers > l * recomputed / layers;
+}
 
 enum class FlowKind { Activations, Logits };
 struct Flow {

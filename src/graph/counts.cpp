@@ -98,31 +98,38 @@ double forward_flops(const ModelSpec& model, const std::vector<int64_t>& seq_len
 double forward_flops(const ModelSpec& model, int64_t tokens) { return sequence_forward_flops(model, tokens); }
 
 SectionFlops section_flops(const Section& section, const std::vector<int64_t>& seq_lens) {
+  return section_flops(section, seq_lens, section.recompute);
+}
+
+SectionFlops section_flops(const Section& section, const std::vector<int64_t>& seq_lens, int64_t recomputed) {
   SectionFlops f;
   f.forward = forward_flops(section.model, seq_lens);
   if (section.mode == Mode::Train) {
     f.backward = 2 * f.forward;
-    if (section.recompute) f.recompute = f.forward;
+    if (recomputed > 0) f.recompute = f.forward * double(recomputed) / double(section.model.layers());
   }
   return f;
 }
 
-int64_t activation_bytes_per_token(const ModelSpec& model, Precision precision, ActivationKind kind) {
+int64_t activation_bytes_per_token(const ModelSpec& model, Precision precision, ActivationKind kind,
+                                   int64_t recomputed) {
   const ActivationElements e = activation_elements(model);
+  const int64_t k = kind == ActivationKind::Train ? std::min(recomputed, e.layers) : 0;
   int64_t elements = 0;
   switch (kind) {
-    case ActivationKind::Train: elements = e.layers * e.per_layer + e.outside; break;
-    case ActivationKind::TrainRecompute: elements = e.layers * e.layer_input + e.outside; break;
+    case ActivationKind::Train: elements = (e.layers - k) * e.per_layer + k * e.layer_input + e.outside; break;
     case ActivationKind::Forward: elements = e.per_layer + e.outside; break;
   }
   return elements * precision_bytes(precision);
 }
 
 int64_t activation_bytes(const ModelSpec& model, const std::vector<int64_t>& seq_lens, Precision precision,
-                         ActivationKind kind) {
+                         ActivationKind kind, int64_t recomputed) {
   const ActivationElements e = activation_elements(model);
-  const int64_t per_token = activation_bytes_per_token(model, precision, kind);
-  const int64_t prob_layers = kind == ActivationKind::Train ? e.layers : kind == ActivationKind::Forward ? 1 : 0;
+  const int64_t per_token = activation_bytes_per_token(model, precision, kind, recomputed);
+  const int64_t prob_layers = kind == ActivationKind::Train   ? e.layers - std::min(recomputed, e.layers)
+                              : kind == ActivationKind::Forward ? 1
+                                                                : 0;
   int64_t total = 0;
   for (int64_t s : seq_lens) {
     const auto [sequences, length] = attention_sequences(model, s);
@@ -133,12 +140,9 @@ int64_t activation_bytes(const ModelSpec& model, const std::vector<int64_t>& seq
   return total;
 }
 
-ActivationKind activation_kind(Mode mode, bool recompute) {
-  if (mode == Mode::Frozen) return ActivationKind::Forward;
-  return recompute ? ActivationKind::TrainRecompute : ActivationKind::Train;
+ActivationKind activation_kind(Mode mode) {
+  return mode == Mode::Frozen ? ActivationKind::Forward : ActivationKind::Train;
 }
-
-ActivationKind activation_kind(const Section& section) { return activation_kind(section.mode, section.recompute); }
 
 SectionMemory memory_per_device(const Section& section, int64_t tp, int64_t pp,
                                 const std::vector<int64_t>& micro_batch_seq_lens, Precision precision,
@@ -152,8 +156,9 @@ SectionMemory memory_per_device(const Section& section, int64_t tp, int64_t pp,
     const int64_t master = precision == Precision::BF16 ? 4 : 0;
     m.optimizer = params * (master + 8) / split / std::max<int64_t>(1, optimizer_shards);
   }
-  m.activations =
-      activation_bytes(section.model, micro_batch_seq_lens, precision, activation_kind(section)) / split;
+  m.activations = activation_bytes(section.model, micro_batch_seq_lens, precision, activation_kind(section.mode),
+                                   section.recompute) /
+                  split;
   return m;
 }
 

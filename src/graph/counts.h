@@ -30,27 +30,29 @@ double forward_flops(const ModelSpec& model, int64_t tokens);
 struct SectionFlops {
   double forward = 0;    // forward_flops
   double backward = 0;   // 2 × forward for train sections, 0 for frozen
-  double recompute = 0;  // one more forward when `recompute = true` (train only)
+  double recompute = 0;  // the recomputed layers' forward again (train only): forward × k/L
   double total() const { return forward + backward + recompute; }
 };
 SectionFlops section_flops(const Section& section, const std::vector<int64_t>& seq_lens);
+// The same with `recomputed` of the model's layers recomputed (a plan's choice).
+SectionFlops section_flops(const Section& section, const std::vector<int64_t>& seq_lens, int64_t recomputed);
 
 // What a section keeps alive between its forward and backward.
 enum class ActivationKind {
-  Train,           // every tensor backward needs, per layer
-  TrainRecompute,  // only each layer's input (the rest is recomputed)
-  Forward,         // frozen: the working set of one layer plus the output
+  Train,    // every tensor backward needs per layer; only the input of a recomputed layer
+  Forward,  // frozen: the working set of one layer plus the output
 };
 
-// Activation bytes, excluding attention probabilities, per token.
-int64_t activation_bytes_per_token(const ModelSpec& model, Precision precision, ActivationKind kind);
+// Activation bytes, excluding attention probabilities, per token; with
+// `recomputed` of the model's layers (Train only) keeping their input alone.
+int64_t activation_bytes_per_token(const ModelSpec& model, Precision precision, ActivationKind kind,
+                                   int64_t recomputed = 0);
 // Activation bytes of a micro-batch: per-token bytes × tokens plus the stored
-// attention probabilities (heads · s² per layer per sequence; Train only, one
-// layer's worth for Forward).
+// attention probabilities (heads · s² per layer not recomputed per sequence;
+// Train only, one layer's worth for Forward).
 int64_t activation_bytes(const ModelSpec& model, const std::vector<int64_t>& seq_lens, Precision precision,
-                         ActivationKind kind);
-ActivationKind activation_kind(const Section& section);
-ActivationKind activation_kind(Mode mode, bool recompute);
+                         ActivationKind kind, int64_t recomputed = 0);
+ActivationKind activation_kind(Mode mode);
 
 // Bytes of one parameter's state per device, before dividing by tp·pp:
 // train bf16 = 2 (weights) + 4 (grad) + 4 (master) + 4 + 4 (Adam m, v) = 18;

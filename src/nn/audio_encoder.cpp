@@ -25,13 +25,14 @@ class AudioEncoder final : public ModelImpl {
     const int64_t tp = part.tp.size;  // tensor parallel: this rank's heads and ffn share (encoder_block.h)
     stack_.dims = {a.hidden, a.heads / tp, a.hidden / a.heads, a.ffn / tp, float(a.norm_eps),
                    tp > 1 ? part.tp.comm : nullptr, part.tp.rank == 0};
-    stack_.recompute = s.recompute;
     if (part.first) {
       embed_w_ = p("encoder.embed_frames.weight");
       embed_b_ = p("encoder.embed_frames.bias");
     }
-    for (int64_t i = part.layer_begin; i < part.layer_end; ++i)
+    for (int64_t i = part.layer_begin; i < part.layer_end; ++i) {
       stack_.layers.push_back(whisper_layer(p, fmt::format("encoder.layers.{}.", i)));
+      stack_.recompute.push_back(recomputes_layer(i, a.layers, s.recompute));
+    }
     if (part.last) {
       norm_w_ = p("encoder.layer_norm.weight");
       norm_b_ = p("encoder.layer_norm.bias");

@@ -2,6 +2,8 @@
 // layer stack with optional recomputation (see encoder_block.h).
 #include "nn/encoder_block.h"
 
+#include <algorithm>
+
 namespace maestro {
 
 EncoderActs EncoderActs::take(ForwardContext& ctx, const EncoderDims& d, int64_t N) {
@@ -69,12 +71,14 @@ const float* EncoderStack::forward(Backend& b, ForwardContext& ctx, const Packin
   const int64_t N = pk.tokens(), L = int64_t(layers.size());
   s.xs.assign(1, x0);
   float* tmp = ctx.take(N * dims.C);
+  const bool any_recomputed = std::count(recompute.begin(), recompute.end(), 1) > 0;
   EncoderActs scratch_acts{};
-  if (recompute) scratch_acts = EncoderActs::take(ctx, dims, N);
+  if (any_recomputed) scratch_acts = EncoderActs::take(ctx, dims, N);
+  s.acts.resize(size_t(L));
   for (int64_t l = 0; l < L; ++l) {
     s.xs.push_back(ctx.take(N * dims.C));
-    if (!recompute) s.acts.push_back(EncoderActs::take(ctx, dims, N));
-    EncoderActs& a = recompute ? scratch_acts : s.acts.back();
+    if (!recomputes(l)) s.acts[l] = EncoderActs::take(ctx, dims, N);
+    EncoderActs& a = recomputes(l) ? scratch_acts : s.acts[l];
     encoder_forward(b, dims, layers[l], pk, a, s.xs[l + 1], s.xs[l], tmp);
   }
   return s.xs[L];
@@ -85,12 +89,12 @@ float* EncoderStack::backward(Backend& b, ForwardContext& ctx, const Packing& pk
   const int64_t N = pk.tokens(), L = int64_t(layers.size());
   EncoderScratch scratch = EncoderScratch::take(ctx, dims, N);
   EncoderActs recomputed{};
-  if (recompute) recomputed = EncoderActs::take(ctx, dims, N);
+  if (std::count(recompute.begin(), recompute.end(), 1) > 0) recomputed = EncoderActs::take(ctx, dims, N);
   float* dbuf[2] = {ctx.take(N * dims.C), ctx.take(N * dims.C)};
   b.copy(dbuf[L % 2], dout, N * dims.C);
   for (int64_t l = L - 1; l >= 0; --l) {
-    if (recompute) encoder_forward(b, dims, layers[l], pk, recomputed, scratch.tmp, s.xs[l], scratch.tmp);
-    const EncoderActs& a = recompute ? recomputed : s.acts[l];
+    if (recomputes(l)) encoder_forward(b, dims, layers[l], pk, recomputed, scratch.tmp, s.xs[l], scratch.tmp);
+    const EncoderActs& a = recomputes(l) ? recomputed : s.acts[l];
     encoder_backward(b, dims, layers[l], pk, a, scratch, dbuf[l % 2], dbuf[(l + 1) % 2], s.xs[l]);
   }
   return dbuf[0];

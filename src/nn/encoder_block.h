@@ -55,16 +55,17 @@ void encoder_backward(Backend& b, const EncoderDims& d, const EncoderWeights& w,
 
 // The layer stack shared by vit and audio_encoder: L encoder layers from
 // x0[N, C], keeping each layer's input, and per layer either its activations
-// or (recompute) nothing, recomputing the layer in backward.
+// or (recompute[l]) nothing, recomputing the layer in backward.
 struct EncoderStack {
   EncoderDims dims;
   std::vector<EncoderWeights> layers;
-  bool recompute = false;
+  std::vector<char> recompute;  // [L]: layer l recomputed in backward (recomputes_layer); empty: none
 
   struct Saved {
     std::vector<float*> xs;         // [L + 1] × [N, C]: layer inputs, then the stack's output
-    std::vector<EncoderActs> acts;  // [L], empty with recompute
+    std::vector<EncoderActs> acts;  // [L], empty where the layer is recomputed
   };
+  bool recomputes(int64_t l) const { return !recompute.empty() && recompute[size_t(l)]; }
   // Runs the stack on xs[0] (filled by the caller); returns the output xs[L].
   const float* forward(Backend& b, ForwardContext& ctx, const Packing& pk, Saved& s, float* x0) const;
   // From dout[N, C], the gradient of the stack's output, returns dx0[N, C].

@@ -24,7 +24,7 @@ namespace {
 class Transformer final : public ModelImpl {
  public:
   Transformer(const Section& s, Backend& b, const ParamLookup& p, StagePart part)
-      : section_(s), spec_(std::get<TransformerSpec>(s.model.spec)), b_(b), recompute_(s.recompute), part_(part) {
+      : section_(s), spec_(std::get<TransformerSpec>(s.model.spec)), b_(b), part_(part) {
     const auto& t = spec_;
     const int64_t tp = part.tp.size;
     dims_ = {t.hidden,          t.heads / tp, t.kv_heads / tp, t.hidden / t.heads, t.ffn / tp, float(t.norm_eps),
@@ -34,6 +34,7 @@ class Transformer final : public ModelImpl {
     vocab_valid_ = std::clamp<int64_t>(t.vocab - vocab_first_, 0, vocab_shard_);
     if (part.first) embed_ = p("model.embed_tokens.weight");
     for (int64_t i = part.layer_begin; i < part.layer_end; ++i) {
+      recompute_.push_back(recomputes_layer(i, t.layers, s.recompute));
       const std::string l = fmt::format("model.layers.{}.", i);
       layers_.push_back({p(l + "input_layernorm.weight"), p(l + "self_attn.q_proj.weight"),
                          p(l + "self_attn.k_proj.weight"), p(l + "self_attn.v_proj.weight"),
@@ -59,7 +60,7 @@ class Transformer final : public ModelImpl {
   struct Acts final : Activations {
     std::shared_ptr<const Geometry> geo;
     std::vector<float*> xs;             // [L + 1] × [N, C] this stage's layer inputs, then the last layer's output
-    std::vector<DecoderActs> layers;    // [L], empty with recompute
+    std::vector<DecoderActs> layers;    // [L], empty where the layer is recomputed
     float* rstd_f = nullptr;            // [Nt]     last stage
     float* text_normed = nullptr;       // [Nt, C]  final-normed text rows
     float* text_in = nullptr;           // [Nt, C]  the final norm's input
@@ -131,12 +132,14 @@ class Transformer final : public ModelImpl {
     // Layers.
     a.xs.push_back(x0);
     float* tmp = ctx.take(N * C);
+    const bool any_recomputed = std::count(recompute_.begin(), recompute_.end(), 1) > 0;
     DecoderActs scratch{};
-    if (recompute_) scratch = DecoderActs::take(ctx, dims_, N);
+    if (any_recomputed) scratch = DecoderActs::take(ctx, dims_, N);
+    a.layers.resize(size_t(L));
     for (int64_t l = 0; l < L; ++l) {
       a.xs.push_back(ctx.take(N * C));
-      if (!recompute_) a.layers.push_back(DecoderActs::take(ctx, dims_, N));
-      decoder_forward(b_, dims_, layers_[l], g.pk, recompute_ ? scratch : a.layers.back(), a.xs[l + 1], a.xs[l], tmp);
+      if (!recompute_[l]) a.layers[l] = DecoderActs::take(ctx, dims_, N);
+      decoder_forward(b_, dims_, layers_[l], g.pk, recompute_[l] ? scratch : a.layers[l], a.xs[l + 1], a.xs[l], tmp);
     }
     ForwardOutput out;
     if (part_.last) {
@@ -198,10 +201,10 @@ class Transformer final : public ModelImpl {
     // Layers, last to first.
     DecoderScratch s = DecoderScratch::take(ctx, dims_, N);
     DecoderActs recomputed{};
-    if (recompute_) recomputed = DecoderActs::take(ctx, dims_, N);
+    if (std::count(recompute_.begin(), recompute_.end(), 1) > 0) recomputed = DecoderActs::take(ctx, dims_, N);
     for (int64_t l = L - 1; l >= 0; --l) {
-      if (recompute_) decoder_forward(b_, dims_, layers_[l], g.pk, recomputed, s.tmp, a.xs[l], s.tmp);
-      decoder_backward(b_, dims_, layers_[l], g.pk, recompute_ ? recomputed : a.layers[l], s, dbuf[l % 2],
+      if (recompute_[l]) decoder_forward(b_, dims_, layers_[l], g.pk, recomputed, s.tmp, a.xs[l], s.tmp);
+      decoder_backward(b_, dims_, layers_[l], g.pk, recompute_[l] ? recomputed : a.layers[l], s, dbuf[l % 2],
                        dbuf[(l + 1) % 2], a.xs[l]);
     }
     float* dx0 = dbuf[0];
@@ -276,8 +279,8 @@ class Transformer final : public ModelImpl {
   const Section& section_;
   TransformerSpec spec_;
   Backend& b_;
-  bool recompute_;
   StagePart part_;
+  std::vector<char> recompute_;  // [L] this stage's layers: recomputed in backward (recomputes_layer)
   DecoderDims dims_{};
   int64_t vocab_shard_ = 0, vocab_first_ = 0, vocab_valid_ = 0;  // Vs, this rank's first column, its real columns
   Param embed_, norm_, head_;

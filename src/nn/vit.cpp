@@ -42,7 +42,6 @@ class Vit final : public ModelImpl {
     const int64_t tp = part.tp.size;  // tensor parallel: this rank's heads and ffn share (encoder_block.h)
     stack_.dims = {v.hidden, v.heads / tp, v.hidden / v.heads, v.ffn / tp, float(v.norm_eps),
                    tp > 1 ? part.tp.comm : nullptr, part.tp.rank == 0};
-    stack_.recompute = s.recompute;
     if (part.first) {
       cls_ = p("vision_model.embeddings.class_embedding");
       patch_ = p("vision_model.embeddings.patch_embedding.weight");
@@ -50,8 +49,10 @@ class Vit final : public ModelImpl {
       pre_w_ = p("vision_model.pre_layrnorm.weight");
       pre_b_ = p("vision_model.pre_layrnorm.bias");
     }
-    for (int64_t i = part.layer_begin; i < part.layer_end; ++i)
+    for (int64_t i = part.layer_begin; i < part.layer_end; ++i) {
       stack_.layers.push_back(clip_layer(p, fmt::format("vision_model.encoder.layers.{}.", i)));
+      stack_.recompute.push_back(recomputes_layer(i, v.layers, s.recompute));
+    }
     if (part.last) {
       post_w_ = p("vision_model.post_layernorm.weight");
       post_b_ = p("vision_model.post_layernorm.bias");

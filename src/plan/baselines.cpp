@@ -24,7 +24,8 @@ int64_t max_layers(const SectionGraph& g) {
 
 std::string MegatronConfig::str() const {
   return fmt::format("tp={} pp={} dp={} micro_batch={}{}{}", tp, pp, dp, micro_batch,
-                     distributed_optimizer ? " distributed_optimizer" : "", recompute ? " recompute" : "");
+                     distributed_optimizer ? " distributed_optimizer" : "",
+                     recompute_halves_note(recompute_halves));
 }
 
 Plan megatron_plan(const SectionGraph& g, const Cluster& cl, const MegatronConfig& c) {
@@ -33,7 +34,7 @@ Plan megatron_plan(const SectionGraph& g, const Cluster& cl, const MegatronConfi
   plan.in_flight_cap = c.pp;
   for (size_t s = 0; s < g.nodes.size(); ++s)
     plan.sections.push_back(
-        {0, c.tp * c.pp * c.dp, c.tp, c.pp, c.dp, c.micro_batch, c.distributed_optimizer, c.recompute});
+        {0, c.tp * c.pp * c.dp, c.tp, c.pp, c.dp, c.micro_batch, c.distributed_optimizer, c.recompute_halves});
   return plan;
 }
 
@@ -93,7 +94,7 @@ BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const Co
       if (tp * pp > cl.devices || pp > max_layers(g)) continue;
       for (int64_t mb : kMicroBatchChoices)
         for (bool distributed_optimizer : {false, true})
-          for (bool recompute : {false, true}) {
+          for (int64_t recompute : {0, 1, 2}) {
             const MegatronConfig c{tp, pp, cl.devices / (tp * pp), mb, distributed_optimizer, recompute};
             if ((distributed_optimizer && c.dp <= 1) || (recompute && !recompute_auto)) continue;
             if (const std::string p = megatron_memory_problem(g, cl, cost, c, batches.front()); !p.empty()) {
@@ -118,7 +119,7 @@ BaselineResult sequential_baseline(const SectionGraph& g, const Cluster& cl, con
     const SectionPlan& p = alone.back();
     config += fmt::format("{}{} tp={} pp={} dp={} micro_batch={}{}{}", s ? "; " : "", g.nodes[s].name, p.tp, p.pp, p.dp,
                           p.micro_batch, p.shard_optimizer ? " distributed_optimizer" : "",
-                          recomputes(g.section(int(s)), p) ? " recompute" : "");
+                          recompute_note(g.section(int(s)), p));
   }
   double sum = 0;
   for (const Batch& b : batches)

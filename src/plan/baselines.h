@@ -28,9 +28,14 @@ namespace maestro {
 struct MegatronConfig {
   int64_t tp = 1, pp = 1, dp = 1, micro_batch = 1;
   bool distributed_optimizer = false;  // --use-distributed-optimizer (ZeRO-1) for the train sections
-  bool recompute = false;  // full recomputation for the `recompute = auto` sections (FaithfulMegatronConfig's)
-  std::string str() const;  // "tp=2 pp=1 dp=4 micro_batch=2[ distributed_optimizer][ recompute]"
+  int64_t recompute_halves = 0;  // recomputation for the `recompute = auto` sections (FaithfulMegatronConfig's)
+  std::string str() const;  // "tp=2 pp=1 dp=4 micro_batch=2[ distributed_optimizer][ recompute[_half]]"
 };
+
+// " recompute_half", " recompute" or "" for a configuration's recompute_halves.
+inline std::string recompute_halves_note(int64_t halves) {
+  return halves == 0 ? "" : halves == 1 ? " recompute_half" : " recompute";
+}
 
 // Every section on devices [0, tp·pp·dp) with the same degrees. Encoders and
 // projectors are split over the pp stages like the LLM (Megatron puts them on
@@ -91,12 +96,14 @@ struct FaithfulMegatronConfig {
   int64_t first_stage_layers = 1;  // of the main decoder, on stage 0 (all of them when pp = 1)
   bool packing = false;
   bool distributed_optimizer = false;
-  // Full activation recomputation (--recompute-granularity full
-  // --recompute-method uniform --recompute-num-layers 1), one switch for the
+  // Activation recomputation (--recompute-granularity full
+  // --recompute-method block --recompute-num-layers: half of each stage's
+  // layers, or all of them), in halves as SectionPlan's, one setting for the
   // model as Megatron's; it reaches the sections with `recompute = auto`
-  // (`recompute = true` sections recompute either way). Searched when some
-  // trained section has `recompute = auto`: the same freedom as the planner.
-  bool recompute = false;
+  // (`recompute = true | N` sections recompute either way). Searched when
+  // some trained section has `recompute = auto`: the same freedom as the
+  // planner.
+  int64_t recompute_halves = 0;
   std::string str() const;
 };
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "data/batch.h"
@@ -22,10 +23,19 @@
 
 namespace maestro {
 
-// Whether section `s` recomputes its activations in backward under plan
-// shape `p`: `recompute = true`, or `auto` and the planner chose it.
-inline bool recomputes(const Section& s, const SectionPlan& p) {
-  return s.mode == Mode::Train && (s.recompute || (s.recompute_auto && p.recompute));
+// How many of section `s`'s layers recompute their activations in backward
+// under plan shape `p` (spread evenly, `recomputes_layer`): the program's
+// `recompute`, or with `auto` the planner's choice. 0 for a frozen section.
+inline int64_t recomputed_layers(const Section& s, const SectionPlan& p) {
+  if (s.mode != Mode::Train) return 0;
+  return s.recompute_auto ? s.model.layers() * p.recompute_halves / 2 : s.recompute;
+}
+
+// "", " recompute" (every layer) or " recompute 24/48" for plan listings.
+inline std::string recompute_note(const Section& s, const SectionPlan& p) {
+  const int64_t k = recomputed_layers(s, p), n = s.model.layers();
+  if (k == 0) return "";
+  return k >= n ? " recompute" : " recompute " + std::to_string(k) + "/" + std::to_string(n);
 }
 
 class CostModel {

@@ -67,7 +67,8 @@ ModalitySet text_only() {
 std::string FaithfulMegatronConfig::str() const {
   return fmt::format("tp={} pp={} dp={} micro_batch={} first_stage_layers={} {}{}{}", tp, pp, dp, micro_batch,
                      first_stage_layers, packing ? "packing" : "padding",
-                     distributed_optimizer ? " distributed_optimizer" : "", recompute ? " recompute" : "");
+                     distributed_optimizer ? " distributed_optimizer" : "",
+                     recompute_halves_note(recompute_halves));
 }
 
 double megatron_stage_share(const SectionGraph& g, const std::vector<int>& sections, int s, int64_t j,
@@ -219,7 +220,7 @@ struct Evaluator {
   }
 
   SectionPlan whole(const FaithfulMegatronConfig& c) const {
-    return {0, devices, c.tp, 1, c.dp, c.micro_batch, c.distributed_optimizer, c.recompute};
+    return {0, devices, c.tp, 1, c.dp, c.micro_batch, c.distributed_optimizer, c.recompute_halves};
   }
 
   Evaluated evaluate(const Batch& batch, const FaithfulMegatronConfig& c) const {
@@ -276,7 +277,7 @@ struct Evaluator {
   // decoder), dp filling the devices, micro_batch, first-stage layers
   // (even split, ¾, ½, ¼ of it), padding and packing, the distributed
   // optimizer off and (dp > 1) on, recomputation off and (some section
-  // with `recompute = auto`) on. Tuned on `batch`.
+  // with `recompute = auto`) of half or all the layers. Tuned on `batch`.
   std::optional<std::pair<FaithfulMegatronConfig, double>> tune(const Batch& batch, std::string& last_problem) const {
     const int d = main_decoder(g, sections);
     const int64_t layers = d < 0 ? 1 : transformer_of(g, d)->layers;
@@ -302,7 +303,7 @@ struct Evaluator {
             if (packing && d < 0) continue;
             for (int64_t k : firsts)
               for (bool dopt : {false, true})
-                for (bool recompute : {false, true}) {
+                for (int64_t recompute : {0, 1, 2}) {
                   if ((dopt && (dp <= 1 || !trains)) || (recompute && !recompute_auto)) continue;
                   const FaithfulMegatronConfig c{tp, pp, dp, mb, k, packing, dopt, recompute};
                   const Evaluated e = evaluate(batch, c);

@@ -26,10 +26,12 @@ struct SectionPlan {
   // all-reduce. Only meaningful for a train section with dp > 1.
   bool shard_optimizer = false;
   // Activation recomputation chosen by the planner for a train section with
-  // `recompute = auto` (each layer's input kept, the layer's forward run
-  // again in backward: 4/3 of the compute for a fraction of the memory).
-  // A section with `recompute = true` recomputes whatever this says.
-  bool recompute = false;
+  // `recompute = auto`, in halves of its layers: 0 none, 1 half, 2 all. A
+  // recomputed layer keeps only its input and runs its forward again in
+  // backward (all of them: 4/3 of the compute for a fraction of the memory);
+  // `recomputed_layers` turns this into layers. A section with `recompute =
+  // true | N` recomputes whatever this says.
+  int64_t recompute_halves = 0;
 };
 
 

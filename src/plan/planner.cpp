@@ -98,14 +98,17 @@ std::vector<Shape> ranked_shapes(const SectionGraph& g, const Cluster& cl, const
       for (int64_t mb : kMicroBatchChoices)
         if (sec.micro_batch ? mb == 1 : mb <= active) candidates.push_back({0, tp * pp, tp, pp, 1, sec.micro_batch.value_or(mb)});
     }
-  // `recompute = auto`: every shape also with recomputation (more compute,
-  // far fewer activations); it ranks below its plain twin unless memory
-  // leaves it the only one, and the search simulates both.
+  // `recompute = auto`: every shape also with half and with all of its
+  // layers recomputed (more compute, fewer activations); each ranks below
+  // its plain twin unless memory leaves it the only one, and the search
+  // simulates them all.
   if (sec.recompute_auto && sec.mode == Mode::Train)
-    for (size_t i = 0, n = candidates.size(); i < n; ++i) {
-      candidates.push_back(candidates[i]);
-      candidates.back().recompute = true;
-    }
+    for (size_t i = 0, n = candidates.size(); i < n; ++i)
+      for (int64_t halves : {1, 2}) {
+        if (sec.model.layers() * halves / 2 == 0) continue;  // half of one layer: none
+        candidates.push_back(candidates[i]);
+        candidates.back().recompute_halves = halves;
+      }
   if (sec.parallel.tp && sec.parallel.pp && candidates.empty())
     candidates.push_back({0, *sec.parallel.tp * *sec.parallel.pp, *sec.parallel.tp, *sec.parallel.pp, 1,
                           sec.micro_batch.value_or(1)});
@@ -324,7 +327,7 @@ std::optional<Plan> spread_plan(const SectionGraph& g, const Cluster& cl, const 
     if (g.section(int(s)).parallel.dp || p.devices == cl.devices) continue;
     for (const Shape& x : ranked[s])
       if (x.plan.tp == p.tp && x.plan.pp == p.pp && x.plan.micro_batch == p.micro_batch &&
-          x.plan.recompute == p.recompute && x.plan.devices == cl.devices) {
+          x.plan.recompute_halves == p.recompute_halves && x.plan.devices == cl.devices) {
         plan.sections[s] = x.plan;
         changed = true;
         break;
@@ -377,7 +380,8 @@ int64_t co_located_memory(const std::vector<std::vector<Shape>>& ranked, const P
   for (size_t s = 0; s < ranked.size(); ++s)
     for (const Shape& x : ranked[s])
       if (x.plan.tp == plan.sections[s].tp && x.plan.pp == plan.sections[s].pp && x.plan.dp == plan.sections[s].dp &&
-          x.plan.micro_batch == plan.sections[s].micro_batch && x.plan.recompute == plan.sections[s].recompute) {
+          x.plan.micro_batch == plan.sections[s].micro_batch &&
+          x.plan.recompute_halves == plan.sections[s].recompute_halves) {
         total += x.memory.total();
         break;
       }
@@ -497,13 +501,15 @@ Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel
     return ranked[a].front().score > ranked[b].front().score;
   });
   auto same = [](const SectionPlan& a, const SectionPlan& b) {
-    return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.micro_batch == b.micro_batch && a.recompute == b.recompute;
+    return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.micro_batch == b.micro_batch &&
+           a.recompute_halves == b.recompute_halves;
   };
   // One thing changed: tp or pp doubled or halved, dp doubled, halved or
   // the largest, any other micro-batch size (time is not unimodal in it:
-  // token micro-batches), or recomputation switched.
+  // token micro-batches), or another recomputation level.
   auto neighbour = [](const SectionPlan& a, const SectionPlan& b) {
-    const int64_t x[] = {a.tp, a.pp, a.micro_batch, a.recompute}, y[] = {b.tp, b.pp, b.micro_batch, b.recompute};
+    const int64_t x[] = {a.tp, a.pp, a.micro_batch, a.recompute_halves};
+    const int64_t y[] = {b.tp, b.pp, b.micro_batch, b.recompute_halves};
     int changed = 0;
     bool near = true;
     for (int k = 0; k < 4; ++k)
@@ -540,9 +546,10 @@ Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel
   return plan;
 }
 
-// The search for one setting of the levers (plan_program below).
+// The search for one setting of the levers (plan_program below);
+// `also_ran` (when given) collects each shared search pass's best.
 Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
-            const PlannerOptions& options) {
+            const PlannerOptions& options, std::vector<Plan>* also_ran) {
   std::vector<SectionPlan> minimal;
   int64_t wanted = 0;
   for (int s = 0; s < int(g.nodes.size()); ++s) {
@@ -599,19 +606,31 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
     // first) the search may still find shapes that fit.
     Plan refined = refine_co_located(g, cl, cost, batch, ranked, pass_best ? *pass_best : prepare(*shared), pass_s,
                                      options.raise_in_flight_cap, options.later_batches);
+    if (also_ran && pass_s < std::numeric_limits<double>::infinity()) also_ran->push_back(refined);
     if (pass_s < best_s) best_s = pass_s, best = std::move(refined);
   };
   search_shared(ranked);
   // Recomputation frees the memory another section's faster shape needs,
   // which no single step of the coordinate search finds (it costs time
   // where it is switched on alone): the shared search again with each
-  // `recompute = auto` section held to its recomputing shapes.
-  for (size_t s = 0; s < ranked.size(); ++s) {
-    if (std::none_of(ranked[s].begin(), ranked[s].end(), [](const Shape& x) { return x.plan.recompute; })) continue;
-    std::vector<std::vector<Shape>> held = ranked;
-    std::erase_if(held[s], [](const Shape& x) { return !x.plan.recompute; });
-    search_shared(held);
-  }
+  // `recompute = auto` section held to each level (half of its layers, all).
+  // Sharing every device, a step takes about as long as each section's own
+  // fastest shape one after another (the ranked estimates) or longer: a
+  // hold whose such bound is no better than the best found is skipped, the
+  // most promising first.
+  std::vector<std::pair<double, std::vector<std::vector<Shape>>>> holds;
+  double free_bound = 0;  // Σ each section's fastest shape
+  for (const auto& r : ranked) free_bound += r.empty() ? 0.0 : r.front().score;
+  for (size_t s = 0; s < ranked.size(); ++s)
+    for (int64_t halves : {1, 2}) {
+      std::vector<std::vector<Shape>> held = ranked;
+      std::erase_if(held[s], [&](const Shape& x) { return x.plan.recompute_halves != halves; });
+      if (!held[s].empty())
+        holds.emplace_back(free_bound - ranked[s].front().score + held[s].front().score, std::move(held));
+    }
+  std::stable_sort(holds.begin(), holds.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [bound, held] : holds)
+    if (bound < best_s) search_shared(held);
   auto consider = [&](Plan plan) {
     plan = prepare(std::move(plan));
     if (const double t = simulated_fitting_s(g, cl, plan, cost, batch, options.later_batches); t < best_s)
@@ -631,10 +650,11 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
   return *best;
 }
 
-// The search and the levers' alternatives, chosen on `batch` (step 0).
+// The search and the levers' alternatives, chosen on `batch` (step 0);
+// `also_ran` as search's, over every search run.
 Plan plan_on(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
-             const PlannerOptions& options) {
-  Plan plan = search(g, cl, cost, batch, options);
+             const PlannerOptions& options, std::vector<Plan>* also_ran = nullptr) {
+  Plan plan = search(g, cl, cost, batch, options, also_ran);
   // Token micro-batches are not always faster (a section whose samples are
   // all alike gains nothing, and count-cut micro-batches may pack GEMMs
   // better), nor is running the longest path first (a producer on devices
@@ -650,7 +670,7 @@ Plan plan_on(const SectionGraph& g, const Cluster& cl, const CostModel& cost, co
       PlannerOptions off = options;
       off.levers = plan.levers;
       off.levers.*lever = false;
-      Plan other = search(g, cl, cost, batch, off);
+      Plan other = search(g, cl, cost, batch, off, also_ran);
       if (const double t = simulated_s(g, cl, other, cost, batch, options.later_batches);
           t < best_s || (tie && t <= best_s * (1 + 1e-3)))
         best_s = t, plan = std::move(other);
@@ -722,9 +742,26 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   // planning stays fast; such a step's mix varies little between steps.
   PlannerOptions first = options;
   first.later_batches.clear();
-  Plan plan = plan_on(g, cl, cost, batch, first);
-  if (simulated_alternatives(g, batch) == 0 || fit_later_batches(g, cl, cost, batch, options.later_batches, plan))
+  std::vector<Plan> also_ran;
+  Plan plan = plan_on(g, cl, cost, batch, first, &also_ran);
+  if (simulated_alternatives(g, batch) == 0) return plan;
+  const int64_t cap = plan.in_flight_cap;
+  if (fit_later_batches(g, cl, cost, batch, options.later_batches, plan)) {
+    if (plan.in_flight_cap == cap) return plan;
+    // A lower cap on the later batches can cost more than step 0 showed (a
+    // pipeline that no longer fills): the search's other passes' bests,
+    // fitted the same way, may be faster over all the batches (their mean).
+    auto mean_s = [&](const Plan& p) {
+      double sum = simulated_s(g, cl, p, cost, batch);
+      for (const Batch& b : options.later_batches) sum += simulated_s(g, cl, p, cost, b);
+      return sum / double(1 + options.later_batches.size());
+    };
+    double best_s = mean_s(plan);
+    for (Plan& other : also_ran)
+      if (fit_later_batches(g, cl, cost, batch, options.later_batches, other))
+        if (const double t = mean_s(other); t < best_s) best_s = t, plan = std::move(other);
     return plan;
+  }
   Plan strict = plan_on(g, cl, cost, batch, options);
   fit_later_batches(g, cl, cost, batch, options.later_batches, strict);
   return strict;

@@ -101,14 +101,14 @@ int64_t RooflineCost::tp_all_reduce_bytes(int s, const std::vector<const Sample*
               graph_.tokens(s, {x->modalities, 0, x->images, x->audio_frames});
     forward = 2 * t->layers * tokens * t->hidden + text * t->hidden;
     for (const LossTerm& term : section.loss) forward += (term.kind == LossKind::CrossEntropy ? 2 : 3) * text;
-    backward = 2 * t->layers * tokens * t->hidden * (recomputes(section, p) ? 2 : 1) + text * t->hidden;
+    backward = 2 * (t->layers + recomputed_layers(section, p)) * tokens * t->hidden + text * t->hidden;
   } else if (const auto* v = std::get_if<VitSpec>(&section.model.spec)) {
     const int64_t rows = tokens * v->merge * v->merge + tokens / v->tokens_per_image();  // patches + a class token per image
     forward = 2 * v->layers * rows * v->hidden;
-    backward = forward * (recomputes(section, p) ? 2 : 1);
+    backward = 2 * (v->layers + recomputed_layers(section, p)) * rows * v->hidden;
   } else if (const auto* a = std::get_if<AudioEncoderSpec>(&section.model.spec)) {
     forward = 2 * a->layers * tokens * a->hidden;
-    backward = forward * (recomputes(section, p) ? 2 : 1);
+    backward = 2 * (a->layers + recomputed_layers(section, p)) * tokens * a->hidden;
   } else if (const auto* m = std::get_if<MlpSpec>(&section.model.spec)) {
     for (int64_t i = 0; i + 1 < m->layers; i += 2) {  // pairs (column, row): graph/tensor_parallel.h
       forward += tokens * (i + 1 == m->layers - 1 ? m->out : m->hidden);
@@ -136,10 +136,11 @@ double RooflineCost::backward_s(int s, const std::vector<const Sample*>& samples
   const Section& section = graph_.section(s);
   if (section.mode == Mode::Frozen) return 0.0;
   const std::vector<int64_t> lens = seq_lens(s, samples);
-  // Backward is twice the forward's GEMMs with the same all-reduces; a
-  // recomputed section runs its forward once more first.
+  // Backward is twice the forward's GEMMs with the same all-reduces; the
+  // recomputed layers (a share k/L of every stage's) run their forward again.
   const double fwd = stage_forward_s(s, lens, p);
-  return (recomputes(section, p) ? 3.0 : 2.0) * fwd + stage_send_s(s, total(lens), p);
+  const double recomputed = double(recomputed_layers(section, p)) / double(section.model.layers());
+  return (2.0 + recomputed) * fwd + stage_send_s(s, total(lens), p);
 }
 
 double RooflineCost::transfer_s(const Flow& flow, const std::vector<const Sample*>& samples, const SectionPlan& from,
@@ -196,10 +197,11 @@ int64_t RooflineCost::activation_bytes(int s, const std::vector<const Sample*>& 
   if (lens.empty()) return 0;
   const Section& section = graph_.section(s);
   const Precision precision = graph_.program->train.precision;
-  const ActivationKind kind = activation_kind(section.mode, recomputes(section, p));
+  const ActivationKind kind = activation_kind(section.mode);
+  const int64_t k = recomputed_layers(section, p);
   if (cluster_.device.fused_attention)
-    return activation_bytes_per_token(section.model, precision, kind) * total(lens) / (p.tp * p.pp);
-  return maestro::activation_bytes(section.model, lens, precision, kind) / (p.tp * p.pp);
+    return activation_bytes_per_token(section.model, precision, kind, k) * total(lens) / (p.tp * p.pp);
+  return maestro::activation_bytes(section.model, lens, precision, kind, k) / (p.tp * p.pp);
 }
 
 double RooflineCost::peak_device_s(int s, const Sample& sample) const {

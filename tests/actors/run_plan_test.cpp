@@ -268,25 +268,32 @@ BOOST_AUTO_TEST_CASE(a_tp_the_model_cannot_split_and_impossible_pp_are_clear_err
   BOOST_CHECK_THROW(cpu_runnable(p), std::invalid_argument);
 }
 
-// `recompute`: true always recomputes, auto as the plan says, false never,
-// and a frozen section never (it keeps no activations for a backward); the
-// runner's flag (run_setup passes `recomputes`) reaches the engine's section.
+// `recompute`: true (all layers) or N always, auto as the plan says (in
+// halves of the layers), false never, and a frozen section never (it keeps
+// no activations for a backward); the runner's count (run_setup passes
+// `recomputed_layers`) reaches the engine's section.
 BOOST_AUTO_TEST_CASE(the_plans_recompute_reaches_the_engine) {
   Program p = tiny_mllm_like();
-  SectionPlan off, on;
-  on.recompute = true;
+  SectionPlan off, half, all;
+  half.recompute_halves = 1, all.recompute_halves = 2;
   Section s = p.sections[4];
-  BOOST_TEST(!recomputes(s, on));
+  s.model = ModelSpec{"t", TransformerSpec{.layers = 4, .hidden = 16, .heads = 2, .kv_heads = 2, .ffn = 32,
+                                            .vocab = 64}};
+  BOOST_TEST(recomputed_layers(s, all) == 0);
   s.recompute_auto = true;
-  BOOST_TEST(!recomputes(s, off));
-  BOOST_TEST(recomputes(s, on));
+  BOOST_TEST(recomputed_layers(s, off) == 0);
+  BOOST_TEST(recomputed_layers(s, half) == 2);
+  BOOST_TEST(recomputed_layers(s, all) == 4);
+  BOOST_TEST(recompute_note(s, half) == " recompute 2/4");
+  BOOST_TEST(recompute_note(s, all) == " recompute");
   s.mode = Mode::Frozen;
-  BOOST_TEST(!recomputes(s, on));
-  s.mode = Mode::Train, s.recompute_auto = false, s.recompute = true;
-  BOOST_TEST(recomputes(s, off));
+  BOOST_TEST(recomputed_layers(s, all) == 0);
+  s.mode = Mode::Train, s.recompute_auto = false, s.recompute = 3;
+  BOOST_TEST(recomputed_layers(s, off) == 3);
   LocalTransport transport;
-  const SectionRunner plain(p, 4, 0, 1, 1, transport, make_cpu_backend(1), nullptr, nullptr, false, false);
-  const SectionRunner recomputing(p, 4, 0, 1, 1, transport, make_cpu_backend(1), nullptr, nullptr, false, true);
-  BOOST_TEST(!plain.recomputes());
-  BOOST_TEST(recomputing.recomputes());
+  const int64_t layers = p.sections[4].model.layers();
+  const SectionRunner plain(p, 4, 0, 1, 1, transport, make_cpu_backend(1), nullptr, nullptr, false, 0);
+  const SectionRunner recomputing(p, 4, 0, 1, 1, transport, make_cpu_backend(1), nullptr, nullptr, false, layers);
+  BOOST_TEST(plain.recomputed_layers() == 0);
+  BOOST_TEST(recomputing.recomputed_layers() == layers);
 }

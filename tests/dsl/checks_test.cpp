@@ -48,7 +48,8 @@ BOOST_AUTO_TEST_CASE(duplicate_and_missing_sections) {
 
 BOOST_AUTO_TEST_CASE(types) {
   expect_error(with("micro_batch = 4;", "micro_batch = \"4\";"), "'micro_batch' takes a whole number or auto, not a string");
-  expect_error(with("micro_batch = 4;", "micro_batch = 4; recompute = 1;"), "'recompute' takes true, false or auto");
+  expect_error(with("micro_batch = 4;", "micro_batch = 4; recompute = 2;"),
+               "'recompute' (layers of 1) must be at most 1, not 2");
   expect_error(with("micro_batch = 4;", "micro_batch = 4; weights = w;"), "'weights' takes a string");
   expect_error(with("micro_batch = 4;", "micro_batch = 4; mode = frozn;"), "'mode' must be 'train' or 'frozen', not 'frozn'; did you mean 'frozen'?");
   expect_error(with("consumes = [image];", "consumes = image;"), "'consumes' takes a list of modalities");
@@ -57,20 +58,32 @@ BOOST_AUTO_TEST_CASE(types) {
   expect_error(with("tp = 1;", "tp = 0;"), "'tp' must be at least 1, not 0");
 }
 
-// `recompute = auto` leaves the choice to the planner (SectionPlan::recompute);
-// true pins it, false or nothing turns it off.
+// `recompute = auto` leaves the choice to the planner (SectionPlan::recompute_halves);
+// true pins it for every layer, a number for that many, false or nothing turns it off.
 BOOST_AUTO_TEST_CASE(recompute_values) {
   const Program a = must_load(with("micro_batch = 4;", "micro_batch = 4; recompute = auto;"));
   BOOST_TEST(a.find_section("vision")->recompute_auto);
   BOOST_TEST(!a.find_section("vision")->recompute);
   const Program t = must_load(with("micro_batch = 4;", "micro_batch = 4; recompute = true;"));
   BOOST_TEST(!t.find_section("vision")->recompute_auto);
-  BOOST_TEST(t.find_section("vision")->recompute);
+  BOOST_TEST(t.find_section("vision")->recompute == 1);  // the vit's one layer
+  const std::string deep = "transformer(layers: 1,";
+  auto llm = [&](const std::string& value) {
+    std::string text = with("loss     = cross_entropy;", "loss     = cross_entropy; recompute = " + value + ";");
+    return text.replace(text.find(deep), deep.size(), "transformer(layers: 6,");
+  };
+  BOOST_TEST(must_load(llm("4")).find_section("llm")->recompute == 4);
+  BOOST_TEST(must_load(llm("true")).find_section("llm")->recompute == 6);
+  BOOST_TEST(must_load(llm("0")).find_section("llm")->recompute == 0);
+  BOOST_TEST(must_load("let half = 3;\n" + llm("half")).find_section("llm")->recompute == 3);
+  expect_error(llm("7"), "'recompute' (layers of 6) must be at most 6, not 7");
+  expect_error(llm("-1"), "must be at least 0, not -1");
+  expect_error(llm("2.5"), "'recompute' (layers of 6) must be a whole number, not 2.5");
   const Program f = must_load(kBase);
   BOOST_TEST(!f.find_section("vision")->recompute_auto);
   BOOST_TEST(!f.find_section("vision")->recompute);
   expect_error(with("micro_batch = 4;", "micro_batch = 4; recompute = \"auto\";"),
-               "'recompute' takes true, false or auto, not a string");
+               "'recompute' takes true, false, auto or a number of layers, not a string");
 }
 
 BOOST_AUTO_TEST_CASE(models) {

@@ -225,6 +225,33 @@ BOOST_AUTO_TEST_CASE(pixel_shuffle_and_video_frames_train) {
   BOOST_TEST(r.out.find("trained 2 steps") != std::string::npos, r.out);
 }
 
+// `recompute = N` trains for real, through the planner's CPU plan and the
+// section runners: tiny_mllm with 1 of its LLM's 2 layers recomputed, and
+// with all of them (true), gives the plain run's losses exactly (the same
+// ops on the same inputs); `--print graph` shows the count.
+BOOST_AUTO_TEST_CASE(recomputing_some_or_all_layers_trains_to_the_same_losses) {
+  std::ifstream in("models/tiny_mllm.sect");
+  const std::string base((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string from = "vocab: 256, max_seq: 512);";
+  BOOST_TEST_REQUIRE(base.find(from) != std::string::npos);
+  auto losses = [&](const std::string& value) {
+    std::string text = base;
+    if (!value.empty()) text.replace(text.find(from), from.size(), from + "\n  recompute = " + value + ";");
+    const std::string path = write_temp("maestro_e2e_recompute.sect", text);
+    if (value == "1") {
+      const ProcessResult graph = maestro_run({path, "--print", "graph"});
+      BOOST_TEST(graph.out.find("(recompute 1/2)") != std::string::npos, graph.out);
+    }
+    const ProcessResult r = maestro_run({path, "--steps", "2", "--json", "--quiet"});
+    BOOST_TEST_REQUIRE(r.status == 0, r.err);
+    return nlohmann::json::parse(last_line(r.out)).at("losses").get<std::vector<double>>();
+  };
+  const std::vector<double> plain = losses("");
+  BOOST_TEST(plain.size() == 2u);
+  BOOST_TEST(losses("1") == plain, boost::test_tools::per_element());
+  BOOST_TEST(losses("true") == plain, boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(good_config_file) {
   const ProcessResult r = maestro_run({"models/tiny_mllm.sect", "--config", "configs/default.toml", "--check"});
   BOOST_TEST(r.status == 0, r.err);

@@ -148,8 +148,9 @@ BOOST_AUTO_TEST_CASE(section_backward_and_recompute) {
   const SectionFlops train = section_flops(s, {3});
   BOOST_TEST(train.backward == 2 * train.forward);
   BOOST_TEST(train.recompute == 0.0);
-  s.recompute = true;
+  s.recompute = s.model.layers();  // all: one more forward
   BOOST_TEST(section_flops(s, {3}).total() == 4 * 4080.0);
+  BOOST_TEST(section_flops(s, {3}, 0).total() == 3 * 4080.0);  // the plan's count instead of the program's
   s.mode = Mode::Frozen;
   BOOST_TEST(section_flops(s, {3}).total() == 4080.0);
 }
@@ -192,7 +193,7 @@ BOOST_AUTO_TEST_CASE(one_plan_by_hand) {
   BOOST_TEST(m.activations == 780 + 36);
   // recompute keeps only layer inputs: (8 + 26) elements · 2 B · 3 tokens
   s.mode = Mode::Train;
-  s.recompute = true;
+  s.recompute = s.model.layers();
   BOOST_TEST(memory_per_device(s, 1, 1, {3}, Precision::BF16).activations == 34 * 2 * 3);
 }
 
@@ -226,6 +227,28 @@ BOOST_AUTO_TEST_CASE(equals_the_enumeration) {
 BOOST_AUTO_TEST_CASE(huge_models_count_fast_or_overflow) {
   BOOST_TEST(parameter_count(transformer(1'000'000'000'000, 8, 2, 1, 16, 10)) == 10 * 8 * 2 + 8 + 1'000'000'000'000 * 592);
   BOOST_CHECK_THROW(parameter_count(transformer(1, 1'099'511'627'776, 1, 1, 16, 10)), std::overflow_error);
+}
+
+// Recomputing k of L layers: those keep their input (h elements per token)
+// and no attention probabilities, the others everything; backward runs
+// their forward again (k/L of one).
+BOOST_AUTO_TEST_CASE(partial_recompute_by_hand) {
+  Section s;
+  s.model = transformer(2, 8, 2, 1, 16, 10);  // per layer 104, input 8, outside 26 elements per token
+  auto acts = [&](int64_t k) { return activation_bytes(s.model, {3}, Precision::BF16, ActivationKind::Train, k); };
+  BOOST_TEST(acts(0) == (2 * 104 + 26) * 2 * 3 + 2 * 2 * 9 * 2);
+  BOOST_TEST(acts(1) == (104 + 8 + 26) * 2 * 3 + 1 * 2 * 9 * 2);
+  BOOST_TEST(acts(2) == (2 * 8 + 26) * 2 * 3);
+  BOOST_TEST(acts(5) == acts(2));  // more than the model's layers: all
+  const SectionFlops f = section_flops(s, {3}, 1);
+  BOOST_TEST(f.recompute == f.forward / 2);
+  // Spread evenly: 1 of 2 is the second layer, 2 of 4 every other one.
+  BOOST_TEST(!recomputes_layer(0, 2, 1));
+  BOOST_TEST(recomputes_layer(1, 2, 1));
+  int64_t count = 0;
+  for (int64_t l = 0; l < 48; ++l) count += recomputes_layer(l, 48, 18);
+  BOOST_TEST(count == 18);
+  for (int64_t l = 0; l < 4; ++l) BOOST_TEST(recomputes_layer(l, 4, 2) == (l % 2 == 1));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

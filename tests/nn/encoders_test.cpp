@@ -1,7 +1,7 @@
 // vit, audio_encoder and mlp against the PyTorch oracle: outputs and every
 // parameter gradient under a random upstream gradient, on packed
 // micro-batches (a sample with two images; clips with a frame remainder;
-// each mlp activation), with and without recompute.
+// each mlp activation), without recompute, with half the layers recomputed and with all.
 #include <boost/test/unit_test.hpp>
 
 #include "oracle_harness.h"
@@ -51,8 +51,10 @@ void check_against_torch(SectionModel& m, const std::vector<std::vector<float>>&
 BOOST_AUTO_TEST_SUITE(encoders)
 
 BOOST_AUTO_TEST_CASE(vit_matches_torch, *kOracle) {
-  for (bool recompute : {false, true}) {
-    SectionModel m(make_section("vision", small_vit(), Mode::Train, recompute), cpu(), 1);
+  for (int64_t recompute : {0, 1, 2}) {  // layers of 2: none, every other one (partial), all
+    Section sec = make_section("vision", small_vit());
+    sec.recompute = recompute;
+    SectionModel m(sec, cpu(), 1);
     randomize(m, 11);
     const int64_t image = 3 * 12 * 12;
     check_against_torch(m, {random_floats(2 * image, 1), random_floats(image, 2)}, "vit");
@@ -83,8 +85,10 @@ ModelSpec shuffled_vit() {
 }
 
 BOOST_AUTO_TEST_CASE(vit_pixel_shuffle_matches_torch, *kOracle) {
-  for (bool recompute : {false, true}) {
-    SectionModel m(make_section("vision", shuffled_vit(), Mode::Train, recompute), cpu(), 1);
+  for (int64_t recompute : {0, 1, 2}) {  // layers of 2: none, every other one (partial), all
+    Section sec = make_section("vision", shuffled_vit());
+    sec.recompute = recompute;
+    SectionModel m(sec, cpu(), 1);
     randomize(m, 12);
     const int64_t image = 3 * 16 * 16;
     check_against_torch(m, {random_floats(2 * image, 3), random_floats(image, 4)}, "vit_shuffle");
@@ -102,8 +106,10 @@ BOOST_AUTO_TEST_CASE(vit_pixel_shuffle_output_shape) {
 }
 
 BOOST_AUTO_TEST_CASE(audio_encoder_matches_torch, *kOracle) {
-  for (bool recompute : {false, true}) {
-    SectionModel m(make_section("audio", small_audio(), Mode::Train, recompute), cpu(), 1);
+  for (int64_t recompute : {0, 1, 2}) {  // layers of 2: none, every other one (partial), all
+    Section sec = make_section("audio", small_audio());
+    sec.recompute = recompute;
+    SectionModel m(sec, cpu(), 1);
     randomize(m, 12);
     // 9 frames (4 tokens, one frame dropped) and 14 frames (7 tokens)
     check_against_torch(m, {random_floats(9 * 10, 3), random_floats(14 * 10, 4)}, "audio");

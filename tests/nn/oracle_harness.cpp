@@ -72,7 +72,7 @@ Section make_section(const std::string& name, ModelSpec model, Mode mode, bool r
   s.name = name;
   s.model = std::move(model);
   s.mode = mode;
-  s.recompute = recompute;
+  s.recompute = recompute ? s.model.layers() : 0;  // every layer
   s.loss = std::move(loss);
   return s;
 }

@@ -325,10 +325,10 @@ BOOST_AUTO_TEST_CASE(recompute_auto_is_chosen_where_memory_needs_it) {
     const Plan plan = plan_program(g, cl, cost, batch);
     const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost);
     for (int64_t bytes : r.peak_memory_bytes) BOOST_TEST(bytes <= cl.device.memory_bytes);
-    return plan.sections[0].recompute;
+    return plan.sections[0].recompute_halves;
   };
-  BOOST_TEST(chosen(program("8192", "auto")));
-  BOOST_TEST(!chosen(program("512", "auto")));
+  BOOST_TEST(chosen(program("8192", "auto")) > 0);
+  BOOST_TEST(chosen(program("512", "auto")) == 0);
   const std::string e = plan_error(program("8192", "false"), cl);
   BOOST_TEST(e.find("exceeds h100's 80 GB") != std::string::npos, e);
   const Program p = program("8192", "auto");
@@ -336,9 +336,9 @@ BOOST_AUTO_TEST_CASE(recompute_auto_is_chosen_where_memory_needs_it) {
   const RooflineCost cost(g, cl);
   const Batch batch = Sampler(p.data, p.train.global_batch).batch(0);
   std::string plain_problem, recompute_problem;
-  FaithfulMegatronConfig c{1, 1, 8, 1, 32, false, true, false};
+  FaithfulMegatronConfig c{1, 1, 8, 1, 32, false, true, 0};
   faithful_megatron_iteration_s(g, cl, cost, c, batch, &plain_problem);
-  c.recompute = true;
+  c.recompute_halves = 2;
   const double t = faithful_megatron_iteration_s(g, cl, cost, c, batch, &recompute_problem);
   BOOST_TEST(plain_problem.find("exceeds h100's 80 GB") != std::string::npos, plain_problem);
   BOOST_TEST(recompute_problem.empty(), recompute_problem);
