@@ -307,13 +307,14 @@ BOOST_AUTO_TEST_CASE(single_section_within_3_percent_of_grid_search_random) {
 
 // `recompute = auto`: a Llama-7B pinned to tp 1, pp 1 on 8 H100 with 8,192-token
 // samples holds 35 GB of activations next to 52 GB of ZeRO-1 state — it fits
-// only recomputing (2.6 GB), which the planner then chooses; pinned off,
+// only recomputing, half of its layers (19 GB) being enough, which the planner
+// then chooses; with 16,384 tokens only all of them (6 GB) fit; pinned off,
 // nothing fits. With 512-token samples everything fits and recomputation
 // (4/3 of the compute) is not chosen. Megatron's evaluation honours its
 // recompute switch the same way (its tuning searches it: same freedom).
 BOOST_AUTO_TEST_CASE(recompute_auto_is_chosen_where_memory_needs_it) {
   const Cluster cl = make_cluster(load_runtime_config("configs/h100x8.toml"));
-  const std::string model = "transformer(layers: 32, hidden: 4096, heads: 32, ffn: 11008, vocab: 32000, max_seq: 8192)";
+  const std::string model = "transformer(layers: 32, hidden: 4096, heads: 32, ffn: 11008, vocab: 32000, max_seq: 16384)";
   auto program = [&](const std::string& tokens, const std::string& value) {
     std::string text = text_only(model, "tp = 1; pp = 1; dp = auto;", 16, tokens);
     return parse(text.replace(text.find("  loss"), 0, "  recompute = " + value + ";\n"));
@@ -327,7 +328,8 @@ BOOST_AUTO_TEST_CASE(recompute_auto_is_chosen_where_memory_needs_it) {
     for (int64_t bytes : r.peak_memory_bytes) BOOST_TEST(bytes <= cl.device.memory_bytes);
     return plan.sections[0].recompute_halves;
   };
-  BOOST_TEST(chosen(program("8192", "auto")) > 0);
+  BOOST_TEST(chosen(program("8192", "auto")) == 1);    // half of the layers suffice
+  BOOST_TEST(chosen(program("16384", "auto")) == 2);   // twice the tokens: all of them
   BOOST_TEST(chosen(program("512", "auto")) == 0);
   const std::string e = plan_error(program("8192", "false"), cl);
   BOOST_TEST(e.find("exceeds h100's 80 GB") != std::string::npos, e);
