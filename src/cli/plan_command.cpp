@@ -100,15 +100,14 @@ std::string plan_table(const Planned& p) {
     for (const auto& mb : loader_order_micro_batches(p.graph, int(s), batch, sp.micro_batch))
       activations = std::max(activations, p.cost->activation_bytes(int(s), mb, sp));
     const int64_t memory = p.cost->weights_bytes_per_device(int(s), sp) + in_flight_micro_batches(sp.pp) * activations;
+    const std::string note = recompute_note(p.graph.section(int(s)), sp);
     out += fmt::format("{:<14} {:<7} {:>11} {:>3} {:>3} {:>4} {:>11} {:>10.1f} GB {:>9.4g} s{}{}{}\n",
                        p.graph.nodes[s].name, p.graph.section(int(s)).mode == Mode::Train ? "train" : "frozen",
                        fmt::format("{}-{}", sp.first_device, sp.first_device + sp.devices - 1), sp.tp, sp.pp, sp.dp,
                        sp.micro_batch, double(memory) / 1e9, section_step_s(p.graph, *p.cost, int(s), sp, batch),
                        hosts ? "   " + hosts_cell(p.cluster, sp) : "",
                        sp.shard_optimizer ? "   optimizer sharded (ZeRO-1)" : "",
-                       recompute_note(p.graph.section(int(s)), sp).empty()
-                           ? ""
-                           : "  " + recompute_note(p.graph.section(int(s)), sp));
+                       note.empty() ? "" : "  " + note);
   }
   return out;
 }

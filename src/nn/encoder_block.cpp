@@ -2,8 +2,6 @@
 // layer stack with optional recomputation (see encoder_block.h).
 #include "nn/encoder_block.h"
 
-#include <algorithm>
-
 namespace maestro {
 
 EncoderActs EncoderActs::take(ForwardContext& ctx, const EncoderDims& d, int64_t N) {
@@ -71,9 +69,8 @@ const float* EncoderStack::forward(Backend& b, ForwardContext& ctx, const Packin
   const int64_t N = pk.tokens(), L = int64_t(layers.size());
   s.xs.assign(1, x0);
   float* tmp = ctx.take(N * dims.C);
-  const bool any_recomputed = std::count(recompute.begin(), recompute.end(), 1) > 0;
   EncoderActs scratch_acts{};
-  if (any_recomputed) scratch_acts = EncoderActs::take(ctx, dims, N);
+  if (recomputes_any()) scratch_acts = EncoderActs::take(ctx, dims, N);
   s.acts.resize(size_t(L));
   for (int64_t l = 0; l < L; ++l) {
     s.xs.push_back(ctx.take(N * dims.C));
@@ -89,7 +86,7 @@ float* EncoderStack::backward(Backend& b, ForwardContext& ctx, const Packing& pk
   const int64_t N = pk.tokens(), L = int64_t(layers.size());
   EncoderScratch scratch = EncoderScratch::take(ctx, dims, N);
   EncoderActs recomputed{};
-  if (std::count(recompute.begin(), recompute.end(), 1) > 0) recomputed = EncoderActs::take(ctx, dims, N);
+  if (recomputes_any()) recomputed = EncoderActs::take(ctx, dims, N);
   float* dbuf[2] = {ctx.take(N * dims.C), ctx.take(N * dims.C)};
   b.copy(dbuf[L % 2], dout, N * dims.C);
   for (int64_t l = L - 1; l >= 0; --l) {

@@ -11,6 +11,8 @@
 // ln1 and ln2's outputs all-reduced in backward.
 #pragma once
 
+#include <algorithm>
+
 #include "nn/model_impl.h"
 
 namespace maestro {
@@ -66,6 +68,7 @@ struct EncoderStack {
     std::vector<EncoderActs> acts;  // [L], empty where the layer is recomputed
   };
   bool recomputes(int64_t l) const { return !recompute.empty() && recompute[size_t(l)]; }
+  bool recomputes_any() const { return std::find(recompute.begin(), recompute.end(), 1) != recompute.end(); }
   // Runs the stack on xs[0] (filled by the caller); returns the output xs[L].
   const float* forward(Backend& b, ForwardContext& ctx, const Packing& pk, Saved& s, float* x0) const;
   // From dout[N, C], the gradient of the stack's output, returns dx0[N, C].

@@ -35,6 +35,7 @@ class Transformer final : public ModelImpl {
     if (part.first) embed_ = p("model.embed_tokens.weight");
     for (int64_t i = part.layer_begin; i < part.layer_end; ++i) {
       recompute_.push_back(recomputes_layer(i, t.layers, s.recompute));
+      any_recomputed_ = any_recomputed_ || recompute_.back();
       const std::string l = fmt::format("model.layers.{}.", i);
       layers_.push_back({p(l + "input_layernorm.weight"), p(l + "self_attn.q_proj.weight"),
                          p(l + "self_attn.k_proj.weight"), p(l + "self_attn.v_proj.weight"),
@@ -132,9 +133,8 @@ class Transformer final : public ModelImpl {
     // Layers.
     a.xs.push_back(x0);
     float* tmp = ctx.take(N * C);
-    const bool any_recomputed = std::count(recompute_.begin(), recompute_.end(), 1) > 0;
     DecoderActs scratch{};
-    if (any_recomputed) scratch = DecoderActs::take(ctx, dims_, N);
+    if (any_recomputed_) scratch = DecoderActs::take(ctx, dims_, N);
     a.layers.resize(size_t(L));
     for (int64_t l = 0; l < L; ++l) {
       a.xs.push_back(ctx.take(N * C));
@@ -201,7 +201,7 @@ class Transformer final : public ModelImpl {
     // Layers, last to first.
     DecoderScratch s = DecoderScratch::take(ctx, dims_, N);
     DecoderActs recomputed{};
-    if (std::count(recompute_.begin(), recompute_.end(), 1) > 0) recomputed = DecoderActs::take(ctx, dims_, N);
+    if (any_recomputed_) recomputed = DecoderActs::take(ctx, dims_, N);
     for (int64_t l = L - 1; l >= 0; --l) {
       if (recompute_[l]) decoder_forward(b_, dims_, layers_[l], g.pk, recomputed, s.tmp, a.xs[l], s.tmp);
       decoder_backward(b_, dims_, layers_[l], g.pk, recompute_[l] ? recomputed : a.layers[l], s, dbuf[l % 2],
@@ -281,6 +281,7 @@ class Transformer final : public ModelImpl {
   Backend& b_;
   StagePart part_;
   std::vector<char> recompute_;  // [L] this stage's layers: recomputed in backward (recomputes_layer)
+  bool any_recomputed_ = false;  // some entry of recompute_
   DecoderDims dims_{};
   int64_t vocab_shard_ = 0, vocab_first_ = 0, vocab_valid_ = 0;  // Vs, this rank's first column, its real columns
   Param embed_, norm_, head_;
