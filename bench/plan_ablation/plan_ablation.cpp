@@ -7,9 +7,9 @@
 // overlapped (against the sequential baseline under the same rule), with
 // the per-step micro-batch choice alone off (token budgets of micro_batch ×
 // the step's mean), with `recompute = auto` sections held to no
-// recomputation (only where the program has one), and the
-// sequential baseline (each section alone on all devices). Each variant is
-// planned with its lever off, so the planner adapts to it.
+// recomputation (only where the program has one), and the two
+// sequential baselines (each section alone on all devices; baselines.h).
+// Each variant is planned with its lever off, so the planner adapts to it.
 // Usage: bench_plan_ablation MODEL.sect CLUSTER.toml [STEPS]
 #include <fmt/format.h>
 
@@ -66,6 +66,8 @@ int main(int argc, char** argv) {
     for (int64_t k = 0; k < steps; ++k) batches.push_back(sampler.batch(k));
     const double sequential = sequential_baseline(g, cl, cost, batches).iteration_s;
     const double sequential_overlapped = sequential_baseline(g, cl, cost, batches, true).iteration_s;
+    const double ideal = sequential_ideal_baseline(g, cl, cost, batches).iteration_s;
+    const double ideal_overlapped = sequential_ideal_baseline(g, cl, cost, batches, true).iteration_s;
     struct Variant {
       const char* name;
       PlannerOptions options;
@@ -78,8 +80,10 @@ int main(int argc, char** argv) {
     variants[4].options.raise_in_flight_cap = false;
     variants[5].options = {false, false, {false, false, false, false, false, false}, {}};
     variants[6].options.levers.critical_path_first = false;
-    fmt::print("{} on {} × {}, mean of {} steps; sequential {:.4f} s ({:.4f} s with grad sync overlap)\n", argv[1],
-               cl.devices, cl.device.name, steps, sequential, sequential_overlapped);
+    fmt::print(
+        "{} on {} × {}, mean of {} steps; sequential {:.4f} s ({:.4f} s with grad sync overlap), sequential-ideal "
+        "{:.4f} s ({:.4f} s)\n",
+        argv[1], cl.devices, cl.device.name, steps, sequential, sequential_overlapped, ideal, ideal_overlapped);
     // Off by default (docs/PERFORMANCE.md §3): the full plan with the grad
     // sync overlapped against the sequential baseline under the same rule.
     // Per-step adaptation alone off: token micro-batches of micro_batch × the mean.
@@ -110,9 +114,10 @@ int main(int argc, char** argv) {
         iteration += r.iteration_s / double(steps);
         lower += r.lower_bound_s / double(steps);
       }
-      const double baseline = v.options.levers.overlap_grad_sync ? sequential_overlapped : sequential;
-      fmt::print("  {:<18} {:.4f} s  lower bound {:.4f} s  vs sequential {:.3f}x  [{}]\n", v.name, iteration, lower,
-                 baseline / iteration, layout(vg, plan));
+      const bool overlap = v.options.levers.overlap_grad_sync;
+      fmt::print("  {:<18} {:.4f} s  lower bound {:.4f} s  vs sequential {:.3f}x (ideal {:.3f}x)  [{}]\n", v.name,
+                 iteration, lower, (overlap ? sequential_overlapped : sequential) / iteration,
+                 (overlap ? ideal_overlapped : ideal) / iteration, layout(vg, plan));
     }
   } catch (const std::exception& e) {
     fmt::print(stderr, "{}: {}\n", argv[1], e.what());

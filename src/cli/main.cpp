@@ -53,7 +53,7 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   auto* simulate = app.add_flag("--simulate", cli.simulate, "run the plan on the modelled cluster, no training");
   app.add_option("--baseline", cli.baseline,
                  "with --simulate: also simulate a baseline and report the ratio; all: the whole ladder")
-      ->check(CLI::IsMember({"megatron", "sequential", "megatron-ideal", "mimo", "all"}))
+      ->check(CLI::IsMember({"megatron", "sequential", "sequential-ideal", "megatron-ideal", "mimo", "all"}))
       ->needs(simulate);
   app.add_option("--schedule", cli.schedule, "how a real run executes a step")
       ->check(CLI::IsMember({"wavefront", "monolithic"}));

@@ -1,6 +1,6 @@
 // The planning commands of maestro-run: `--print plan` (the resolved plan per
 // section), `--print schedule` (the first step's wavefront schedule, wave by
-// wave), `--simulate [--baseline megatron|sequential] [--steps N] [--trace
+// wave), `--simulate [--baseline NAME|all] [--steps N] [--trace
 // FILE] [--json]` (the plan run on the modelled cluster, averaged over N
 // sampled steps) and `--calibrate OUT.toml` (a device profile of this CPU).
 // Bad cluster settings and plans that do not fit are invalid input: exit 2.
@@ -213,12 +213,13 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
     std::vector<BaselineResult> ladder;
     auto run_baseline = [&](const std::string& name) {
       if (name == "sequential") ladder.push_back(sequential_baseline(p.graph, p.cluster, *p.cost, batches));
+      if (name == "sequential-ideal") ladder.push_back(sequential_ideal_baseline(p.graph, p.cluster, *p.cost, batches));
       if (name == "megatron-ideal") ladder.push_back(tuned_megatron(p.graph, p.cluster, *p.cost, batches));
       if (name == "megatron") ladder.push_back(tuned_faithful_megatron(p.graph, p.cluster, *p.cost, batches));
       if (name == "mimo") ladder.push_back(tuned_mimo(p.graph, p.cluster, *p.cost, batches));
     };
     if (cli.baseline == "all")
-      for (const char* name : {"sequential", "megatron", "megatron-ideal", "mimo"}) run_baseline(name);
+      for (const char* name : {"sequential", "sequential-ideal", "megatron", "megatron-ideal", "mimo"}) run_baseline(name);
     else if (!cli.baseline.empty())
       run_baseline(cli.baseline);
     // `baseline`/`speedup` (text and JSON): the named one, megatron for `all`.
@@ -238,7 +239,7 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
                        peak > p.cluster.device.memory_bytes ? ": does not fit, the plan would run out of memory" : "");
     if (cli.baseline == "all")
       for (const BaselineResult& b : ladder)
-        out += fmt::format("{:<14} {:.4f} s   maestro {:.2f}× faster{}\n", b.name, b.iteration_s, b.iteration_s / iteration,
+        out += fmt::format("{:<16} {:.4f} s   maestro {:.2f}× faster{}\n", b.name, b.iteration_s, b.iteration_s / iteration,
                            b.config.empty() ? "" : "   " + b.config);
     else if (baseline)
       out += fmt::format("{:<10} {:.4f} s{}\nspeedup    {:.2f}×\n", baseline->name, baseline->iteration_s,

@@ -6,9 +6,9 @@
 
 namespace maestro {
 
-namespace {
-
 int64_t precision_bytes(Precision p) { return p == Precision::BF16 ? 2 : 4; }
+
+namespace {
 
 // Images in a vit sequence of `tokens` emitted embeddings (rounded up; a
 // pixel-shuffled vit emits tokens_per_image = patches / merge² per image).

@@ -16,6 +16,9 @@
 
 namespace maestro {
 
+// Bytes of one element in the working precision: bf16 2, fp32 4.
+int64_t precision_bytes(Precision precision);
+
 // Forward FLOPs of one micro-batch made of sequences of these lengths (one
 // entry per sample; a vit entry covers that sample's images). Counts 2·in·out
 // per linear per token, patch/frame embeddings, the LM head on every position,

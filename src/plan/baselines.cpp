@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "graph/counts.h"
 #include "plan/planner.h"
 #include "plan/simulator.h"
 
@@ -110,21 +111,168 @@ BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const Co
   return {"megatron-ideal", megatron_iteration_s(g, cl, cost, *best, batches), best->str(), best};
 }
 
+namespace {
+
+std::string sequential_shape(const SectionGraph& g, int s, const SectionPlan& p) {
+  return fmt::format("{}{} tp={} pp={} dp={} micro_batch={}{}{}", s ? "; " : "", g.nodes[size_t(s)].name, p.tp, p.pp,
+                     p.dp, p.micro_batch, p.shard_optimizer ? " distributed_optimizer" : "",
+                     recompute_note(g.section(s), p));
+}
+
+// A trained section whose outputs feed another: its backward waits for the
+// consumers' backward, so in a sequential step it comes after theirs.
+bool backward_deferred(const SectionGraph& g, int s) {
+  return g.section(s).mode == Mode::Train && !g.nodes[size_t(s)].consumers.empty();
+}
+
+// A forward-only pass of section s over the batch: its micro-batches
+// balanced over dp, plus the pipeline's fill (section_step_s's rule).
+double forward_pass_s(const SectionGraph& g, const CostModel& cost, int s, const SectionPlan& p, const Batch& batch) {
+  double work = 0, largest = 0;
+  for (const auto& mb : loader_order_micro_batches(g, s, batch, p.micro_batch)) {
+    const double f = cost.forward_s(s, mb, p);
+    work += f;
+    largest = std::max(largest, f);
+  }
+  return std::max(work / double(p.dp), largest) + double(p.pp - 1) * largest;
+}
+
+// Bytes per device of section s's outputs over the whole batch (each flow
+// it feeds; logits by vocabulary), split over its tp·dp devices: what the
+// consumers' phase finds waiting.
+int64_t held_outputs_bytes(const SectionGraph& g, int s, const SectionPlan& p, const Batch& batch) {
+  const ModelSpec& model = g.section(s).model;
+  int64_t bytes = 0;
+  for (int e : g.nodes[size_t(s)].consumers) {
+    const int64_t width = g.edges[size_t(e)].kind == FlowKind::Logits ? std::get<TransformerSpec>(model.spec).vocab
+                                                                       : model.output_width();
+    for (const Sample& x : batch.samples)
+      if (g.carries(e, x.modalities))
+        bytes += g.tokens(s, {x.modalities, x.text_tokens, x.images, x.audio_frames}) * width;
+  }
+  return bytes * precision_bytes(g.program->train.precision) / (p.tp * p.dp);
+}
+
+// One way to run a section in the sequential step.
+struct SequentialOption {
+  SectionPlan plan;
+  bool twice = false;       // forward only first, forward again with the backward
+  bool holds = false;       // keeps its activations from its forward to its backward
+  int64_t resident = 0;     // on the devices the whole step: state, held activations, held outputs
+  int64_t activations = 0;  // in flight during its own phase
+  double step_s = 0;        // on batches[0], the extra forward included
+};
+
+std::vector<SequentialOption> sequential_options(const SectionGraph& g, const Cluster& cl, const CostModel& cost, int s,
+                                                 const Batch& batch) {
+  std::vector<const Sample*> active;
+  for (const Sample& x : batch.samples)
+    if (g.active(s, x.modalities)) active.push_back(&x);
+  std::vector<SequentialOption> all;
+  for (const ShapeOption& x : shapes_alone(g, cl, cost, s, batch)) {
+    const int64_t resident = x.state_bytes + held_outputs_bytes(g, s, x.plan, batch);
+    if (!backward_deferred(g, s)) {
+      all.push_back({x.plan, false, false, resident, x.activation_bytes, x.step_s});
+      continue;
+    }
+    // Holding: the replica's share of the step's activations stays from the
+    // forward phase to the backward one (its own phase runs on them).
+    all.push_back({x.plan, false, true, resident + cost.activation_bytes(s, active, x.plan) / x.plan.dp, 0, x.step_s});
+    all.push_back({x.plan, true, false, resident, x.activation_bytes, x.step_s + forward_pass_s(g, cost, s, x.plan, batch)});
+  }
+  // Keep the Pareto-best: no other option at most as slow needs no more
+  // memory on both counts.
+  std::stable_sort(all.begin(), all.end(),
+                   [](const SequentialOption& a, const SequentialOption& b) { return a.step_s < b.step_s; });
+  std::vector<SequentialOption> kept;
+  for (const SequentialOption& o : all) {
+    const bool dominated = std::any_of(kept.begin(), kept.end(), [&](const SequentialOption& k) {
+      return k.resident <= o.resident && k.activations <= o.activations;
+    });
+    if (!dominated) kept.push_back(o);
+  }
+  return kept;
+}
+
+int64_t least_resident(const std::vector<SequentialOption>& options) {
+  int64_t m = std::numeric_limits<int64_t>::max();
+  for (const SequentialOption& o : options) m = std::min(m, o.resident);
+  return m;
+}
+
+// The least Σ step_s over one option per section such that on a device the
+// residents of all plus the largest in-flight activations fit.
+std::vector<SequentialOption> choose_sequential(const std::vector<std::vector<SequentialOption>>& options,
+                                                int64_t memory) {
+  const size_t n = options.size();
+  std::vector<double> fastest_after(n + 1, 0.0);
+  std::vector<int64_t> smallest_after(n + 1, 0);
+  for (size_t i = n; i-- > 0;) {
+    double f = std::numeric_limits<double>::infinity();
+    for (const SequentialOption& o : options[i]) f = std::min(f, o.step_s);
+    fastest_after[i] = fastest_after[i + 1] + f;  // options are never empty: shapes_alone throws first
+    smallest_after[i] = smallest_after[i + 1] + least_resident(options[i]);
+  }
+  std::vector<size_t> pick(n), best;
+  double best_s = std::numeric_limits<double>::infinity();
+  auto search = [&](auto& self, size_t i, double time, int64_t resident, int64_t in_flight) -> void {
+    if (time + fastest_after[i] >= best_s || resident + smallest_after[i] + in_flight > memory) return;
+    if (i == n) {
+      best_s = time, best = pick;
+      return;
+    }
+    for (size_t k = 0; k < options[i].size(); ++k) {
+      const SequentialOption& o = options[i][k];
+      pick[i] = k;
+      self(self, i + 1, time + o.step_s, resident + o.resident, std::max(in_flight, o.activations));
+    }
+  };
+  search(search, 0, 0.0, 0, 0);
+  std::vector<SequentialOption> out;
+  for (size_t i = 0; i < best.size(); ++i) out.push_back(options[i][best[i]]);
+  return out;
+}
+
+}  // namespace
+
 BaselineResult sequential_baseline(const SectionGraph& g, const Cluster& cl, const CostModel& cost,
                                    const std::vector<Batch>& batches, bool overlap_grad_sync) {
+  std::vector<std::vector<SequentialOption>> options;
+  for (size_t s = 0; s < g.nodes.size(); ++s) options.push_back(sequential_options(g, cl, cost, int(s), batches.front()));
+  const std::vector<SequentialOption> chosen = choose_sequential(options, cl.device.memory_bytes);
+  if (chosen.empty()) {
+    int64_t states = 0;
+    for (const auto& o : options) states += least_resident(o);
+    throw PlanError(fmt::format(
+        "sequential baseline: the sections' shapes do not fit one {} ({:.0f} GB) together: at least {:.1f} GB of "
+        "parameter state and held tensors before any section's activations",
+        cl.device.name, double(cl.device.memory_bytes) / 1e9, double(states) / 1e9));
+  }
+  std::string config;
+  for (size_t s = 0; s < g.nodes.size(); ++s)
+    config += sequential_shape(g, int(s), chosen[s].plan) +
+              (chosen[s].twice ? " forward_twice" : chosen[s].holds ? " holds_activations" : "");
+  double sum = 0;
+  for (const Batch& b : batches)
+    for (size_t s = 0; s < g.nodes.size(); ++s) {
+      sum += section_step_s(g, cost, int(s), chosen[s].plan, b, overlap_grad_sync);
+      if (chosen[s].twice) sum += forward_pass_s(g, cost, int(s), chosen[s].plan, b);
+    }
+  return {"sequential", sum / double(batches.size()), config, std::nullopt};
+}
+
+BaselineResult sequential_ideal_baseline(const SectionGraph& g, const Cluster& cl, const CostModel& cost,
+                                         const std::vector<Batch>& batches, bool overlap_grad_sync) {
   std::vector<SectionPlan> alone;
   std::string config;
   for (size_t s = 0; s < g.nodes.size(); ++s) {
     alone.push_back(best_shape_alone(g, cl, cost, int(s), batches.front()));
-    const SectionPlan& p = alone.back();
-    config += fmt::format("{}{} tp={} pp={} dp={} micro_batch={}{}{}", s ? "; " : "", g.nodes[s].name, p.tp, p.pp, p.dp,
-                          p.micro_batch, p.shard_optimizer ? " distributed_optimizer" : "",
-                          recompute_note(g.section(int(s)), p));
+    config += sequential_shape(g, int(s), alone.back());
   }
   double sum = 0;
   for (const Batch& b : batches)
     for (size_t s = 0; s < g.nodes.size(); ++s) sum += section_step_s(g, cost, int(s), alone[s], b, overlap_grad_sync);
-  return {"sequential", sum / double(batches.size()), config, std::nullopt};
+  return {"sequential-ideal", sum / double(batches.size()), config, std::nullopt};
 }
 
 }  // namespace maestro

@@ -8,7 +8,9 @@
 //    through all its sections, 1F1B-style (at most pp in flight per lane);
 //    tuned: the best feasible configuration of the tp × pp × micro_batch grid.
 //  - sequential: each section alone on all devices with its own best shape,
-//    one after another (sequential_baseline below).
+//    one after another, as the step can run: every section's state resident
+//    on the devices, a trained encoder's backward after its consumers'
+//    (sequential_baseline below); sequential-ideal without those two.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +55,7 @@ std::string megatron_memory_problem(const SectionGraph& graph, const Cluster& cl
                                     const MegatronConfig& config, const Batch& batch);
 
 struct BaselineResult {
-  std::string name;            // "sequential" | "megatron" | "megatron-ideal" | "mimo"
+  std::string name;            // "sequential" | "sequential-ideal" | "megatron" | "megatron-ideal" | "mimo"
   double iteration_s = 0;      // mean over the batches
   std::string config;          // megatron: MegatronConfig::str(); sequential: ""
   std::optional<MegatronConfig> megatron;
@@ -69,15 +71,33 @@ BaselineResult tuned_megatron(const SectionGraph& graph, const Cluster& cluster,
 double megatron_iteration_s(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost,
                             const MegatronConfig& config, const std::vector<Batch>& batches);
 
-// Sum over sections of section_step_s (planner.h), each section with its
-// own best shape on the whole cluster (best_shape_alone, chosen on
-// batches[0]), mean over the batches. Independent of the wavefront plan.
-// Transfers between sections are not charged, nor the other sections'
-// weights on the devices (kind to the baseline). overlap_grad_sync: each
-// section's grad sync overlapped with its last backward, the rule the
+// The sections one after another, each alone on the whole cluster with its
+// own shape (planner.h shapes_alone), as a step can run them
+// (docs/planner.md, "Baselines"): forward phases in topological order, the
+// backward of a trained section after its consumers' backward. So on every
+// device, for the whole step, sit every section's parameter state and the
+// outputs each hands on (its share of the step's samples, held until the
+// consumer's phase); a trained section with consumers (an encoder, a
+// projector) either holds its activations for its share of the step from
+// its forward to its backward, or runs forward twice — forward only, keeping
+// its outputs, then forward again with its backward (the cost of one more
+// forward). Each phase adds its own in-flight activations. The shapes and
+// hold-or-twice are searched together (exhaustive with bounds, over each
+// section's Pareto-best options) for the least sum of section times on
+// batches[0] that fits a device; the result is the mean over the batches of
+// Σ section_step_s (+ the extra forward). Transfers between sections are not
+// charged. Throws PlanError when no combination fits. overlap_grad_sync:
+// each section's grad sync overlapped with its last backward, the rule the
 // simulator applies to a plan with ScheduleLevers::overlap_grad_sync.
 BaselineResult sequential_baseline(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost,
                                    const std::vector<Batch>& batches, bool overlap_grad_sync = false);
+// The same without those two rules ("sequential-ideal"): each section's best
+// shape as if it had the devices' memory to itself and could run forward
+// and backward before its consumers (best_shape_alone); the sum of
+// section_step_s. Not a schedule that can run where the sections' states do
+// not fit together; an optimistic reference.
+BaselineResult sequential_ideal_baseline(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost,
+                                         const std::vector<Batch>& batches, bool overlap_grad_sync = false);
 
 // ---- Megatron-LM as users run it (megatron_baseline.cpp) ----
 // One (tp, pp, dp, micro_batch) for the whole model. Transformer sections

@@ -45,6 +45,18 @@ double section_step_s(const SectionGraph& graph, const CostModel& cost, int s, c
 SectionPlan best_shape_alone(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost, int s,
                              const Batch& batch);
 
+// Every shape best_shape_alone chooses from, fastest first, with its memory
+// per device: parameter state, and the in-flight micro-batches' activations
+// (each alone fits the device). The sequential baseline's search.
+struct ShapeOption {
+  SectionPlan plan;
+  int64_t state_bytes = 0;       // CostModel::weights_bytes_per_device
+  int64_t activation_bytes = 0;  // in_flight_micro_batches(pp) × its largest micro-batch's
+  double step_s = 0;             // section_step_s
+};
+std::vector<ShapeOption> shapes_alone(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost, int s,
+                                      const Batch& batch);
+
 // What the planner may do; the switches exist for ablations
 // (bench/plan_ablation). `levers` is copied into the plan.
 struct PlannerOptions {

@@ -50,7 +50,7 @@ double ring_reduce_scatter_s(double bytes, int64_t n, double bytes_per_s) {
 RooflineCost::RooflineCost(const SectionGraph& graph, const Cluster& cluster) : graph_(graph), cluster_(cluster) {}
 
 int64_t RooflineCost::element_bytes() const {
-  return graph_.program->train.precision == Precision::BF16 ? 2 : 4;
+  return precision_bytes(graph_.program->train.precision);
 }
 
 double RooflineCost::peak_flops() const {

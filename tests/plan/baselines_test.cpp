@@ -1,14 +1,18 @@
 // The faithful Megatron-LM and MIMO baselines' structural rules (issue 18):
 // encoders on stage 0, the teacher in the student's layout, padding and
 // packing lengths by hand, the 1F1B replay against the closed form, ZeRO-1
-// memory by hand, MIMO's one micro-batch size per module.
+// memory by hand, MIMO's one micro-batch size per module; the sequential
+// baseline as a step can run it against the ideal one.
 #include <boost/test/unit_test.hpp>
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "data/sampler.h"
 #include "plan/baselines.h"
 #include "plan/cluster.h"
+#include "plan/planner.h"
 #include "plan/roofline_cost.h"
 #include "support/test_programs.h"
 
@@ -151,6 +155,107 @@ BOOST_AUTO_TEST_CASE(mimo_keeps_one_micro_batch_per_module) {
   const BaselineResult megatron = tuned_faithful_megatron(g, cl, cost, batches);
   BOOST_TEST(megatron.name == "megatron");
   BOOST_TEST(megatron.iteration_s > 0.0);
+}
+
+// The sequential baseline as a step can run it (baselines.h) against the
+// ideal one, on internvl_20b on 64 H100: the sections' best shapes alone
+// cannot share a device (their states plus the LLM's in-flight activations
+// exceed 80 GB), so the baseline is slower than the ideal, and the ViT,
+// whose share of the step's activations cannot stay on the devices across
+// the LLM's phase, runs forward twice.
+BOOST_AUTO_TEST_CASE(sequential_runs_what_fits_together) {
+  const Program program = load("models/internvl_20b.sect");
+  const SectionGraph g = build_graph(program);
+  const Cluster cl = make_cluster(load_runtime_config("configs/h100x64.toml"));
+  const RooflineCost cost(g, cl);
+  const std::vector<Batch> batches = {Sampler(program.data, program.train.global_batch).batch(0)};
+  int64_t states = 0, in_flight = 0;
+  for (int s = 0; s < int(g.nodes.size()); ++s) {
+    const ShapeOption best = shapes_alone(g, cl, cost, s, batches[0]).front();
+    const SectionPlan alone = best_shape_alone(g, cl, cost, s, batches[0]);
+    BOOST_TEST((best.plan.tp == alone.tp && best.plan.pp == alone.pp && best.plan.dp == alone.dp &&
+                best.plan.micro_batch == alone.micro_batch));
+    states += best.state_bytes;
+    in_flight = std::max(in_flight, best.activation_bytes);
+  }
+  BOOST_TEST(states + in_flight > cl.device.memory_bytes);
+  const BaselineResult ideal = sequential_ideal_baseline(g, cl, cost, batches);
+  const BaselineResult seq = sequential_baseline(g, cl, cost, batches);
+  BOOST_TEST(ideal.name == "sequential-ideal");
+  BOOST_TEST(seq.name == "sequential");
+  BOOST_TEST(seq.iteration_s > ideal.iteration_s);
+  BOOST_TEST_MESSAGE("sequential: " << seq.config);
+  const std::string vision = seq.config.substr(0, seq.config.find(';'));
+  BOOST_TEST(vision.find("vision tp=") == 0u, vision);
+  BOOST_TEST(vision.find(" forward_twice") != std::string::npos, vision);
+}
+
+// Where nothing waits for a consumer's backward and the states fit
+// together, the two sequential baselines agree: llava15_7b (a frozen ViT; the
+// projector holds its small activations) and tiny_kd (a frozen teacher).
+BOOST_AUTO_TEST_CASE(sequential_is_the_ideal_where_everything_fits) {
+  for (const char* model : {"models/llava15_7b.sect", "models/tiny_kd.sect"}) {
+    const Program program = load(model);
+    const SectionGraph g = build_graph(program);
+    const Cluster cl = make_cluster(load_runtime_config("configs/h100x64.toml"));
+    const RooflineCost cost(g, cl);
+    const std::vector<Batch> batches = {Sampler(program.data, program.train.global_batch).batch(0)};
+    BOOST_TEST_CONTEXT(model) {
+      BOOST_TEST(sequential_baseline(g, cl, cost, batches).iteration_s ==
+                     sequential_ideal_baseline(g, cl, cost, batches).iteration_s,
+                 boost::test_tools::tolerance(1e-12));
+    }
+  }
+}
+
+// internvl_20b with every shape pinned (the shapes the baseline chooses on
+// 64 H100): its time is each section's step on its shape plus one more
+// forward pass of the ViT (forward_twice), its micro-batches balanced over
+// dp plus the pipeline's fill; the projector holds its activations at no
+// extra time. With a device too small for the sections' states together
+// (though each fits alone) it is an error that names the baseline.
+BOOST_AUTO_TEST_CASE(forward_twice_costs_one_more_forward) {
+  Program program = load("models/internvl_20b.sect");
+  auto pin = [&](const char* name, int64_t tp, int64_t pp, int64_t dp, int64_t mb) {
+    for (Section& s : program.sections)
+      if (s.name == name) s.parallel = {tp, pp, dp}, s.micro_batch = mb, s.recompute_auto = false;
+  };
+  pin("vision", 2, 2, 16, 1);
+  pin("projector", 1, 1, 64, 2);
+  pin("llm", 4, 1, 16, 1);
+  const SectionGraph g = build_graph(program);
+  Cluster cl = make_cluster(load_runtime_config("configs/h100x64.toml"));
+  const RooflineCost cost(g, cl);
+  const std::vector<Batch> batches = {Sampler(program.data, program.train.global_batch).batch(0)};
+  const BaselineResult seq = sequential_baseline(g, cl, cost, batches);
+  BOOST_TEST_MESSAGE("sequential: " << seq.config);
+  BOOST_TEST(seq.config.find("vision tp=2 pp=2 dp=16 micro_batch=1") == 0u);
+  BOOST_TEST(seq.config.find("forward_twice") < seq.config.find("; projector"));
+  BOOST_TEST(seq.config.find("projector tp=1 pp=1 dp=64 micro_batch=2") != std::string::npos);
+  BOOST_TEST(seq.config.find("holds_activations") > seq.config.find("; projector"));
+  double expected = 0;
+  int64_t states = 0, llm_alone = 0;
+  for (int s = 0; s < int(g.nodes.size()); ++s) {
+    const ShapeOption x = shapes_alone(g, cl, cost, s, batches[0]).front();
+    expected += section_step_s(g, cost, s, x.plan, batches[0]);
+    states += x.state_bytes;
+    if (g.nodes[size_t(s)].name == "llm") llm_alone = x.state_bytes + x.activation_bytes;
+    if (g.nodes[size_t(s)].name != "vision") continue;
+    double work = 0, largest = 0;
+    for (const auto& mb : loader_order_micro_batches(g, s, batches[0], x.plan.micro_batch)) {
+      work += cost.forward_s(s, mb, x.plan);
+      largest = std::max(largest, cost.forward_s(s, mb, x.plan));
+    }
+    expected += std::max(work / double(x.plan.dp), largest) + double(x.plan.pp - 1) * largest;
+  }
+  BOOST_TEST(seq.iteration_s == expected, boost::test_tools::tolerance(1e-12));
+  // Each section fits alone; the LLM's phase does not fit beside the others' states.
+  cl.device.memory_bytes = std::max(llm_alone, states - 1);
+  const RooflineCost small(g, cl);
+  BOOST_CHECK_EXCEPTION(sequential_baseline(g, cl, small, batches), PlanError, [](const PlanError& e) {
+    BOOST_TEST_MESSAGE(e.what());
+    return std::string(e.what()).find("sequential baseline: the sections' shapes do not fit one h100") == 0;
+  });
 }
 
 BOOST_AUTO_TEST_SUITE_END()
