@@ -8,12 +8,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "data/sampler.h"
 #include "plan/baselines.h"
 #include "plan/cluster.h"
 #include "plan/planner.h"
 #include "plan/roofline_cost.h"
+#include "modelled.h"
 #include "support/test_programs.h"
 
 namespace maestro {
@@ -164,11 +166,8 @@ BOOST_AUTO_TEST_CASE(mimo_keeps_one_micro_batch_per_module) {
 // whose share of the step's activations cannot stay on the devices across
 // the LLM's phase, runs forward twice.
 BOOST_AUTO_TEST_CASE(sequential_runs_what_fits_together) {
-  const Program program = load("models/internvl_20b.sect");
-  const SectionGraph g = build_graph(program);
-  const Cluster cl = make_cluster(load_runtime_config("configs/h100x64.toml"));
-  const RooflineCost cost(g, cl);
-  const std::vector<Batch> batches = {Sampler(program.data, program.train.global_batch).batch(0)};
+  const Modelled m("models/internvl_20b.sect", "configs/h100x64.toml");
+  const auto& [g, cl, cost, batches] = std::tie(m.g, m.cl, m.cost, m.batches);
   int64_t states = 0, in_flight = 0;
   for (int s = 0; s < int(g.nodes.size()); ++s) {
     const ShapeOption best = shapes_alone(g, cl, cost, s, batches[0]).front();
@@ -195,14 +194,10 @@ BOOST_AUTO_TEST_CASE(sequential_runs_what_fits_together) {
 // projector holds its small activations) and tiny_kd (a frozen teacher).
 BOOST_AUTO_TEST_CASE(sequential_is_the_ideal_where_everything_fits) {
   for (const char* model : {"models/llava15_7b.sect", "models/tiny_kd.sect"}) {
-    const Program program = load(model);
-    const SectionGraph g = build_graph(program);
-    const Cluster cl = make_cluster(load_runtime_config("configs/h100x64.toml"));
-    const RooflineCost cost(g, cl);
-    const std::vector<Batch> batches = {Sampler(program.data, program.train.global_batch).batch(0)};
+    const Modelled m(model, "configs/h100x64.toml");
     BOOST_TEST_CONTEXT(model) {
-      BOOST_TEST(sequential_baseline(g, cl, cost, batches).iteration_s ==
-                     sequential_ideal_baseline(g, cl, cost, batches).iteration_s,
+      BOOST_TEST(sequential_baseline(m.g, m.cl, m.cost, m.batches).iteration_s ==
+                     sequential_ideal_baseline(m.g, m.cl, m.cost, m.batches).iteration_s,
                  boost::test_tools::tolerance(1e-12));
     }
   }
@@ -215,18 +210,17 @@ BOOST_AUTO_TEST_CASE(sequential_is_the_ideal_where_everything_fits) {
 // extra time. With a device too small for the sections' states together
 // (though each fits alone) it is an error that names the baseline.
 BOOST_AUTO_TEST_CASE(forward_twice_costs_one_more_forward) {
-  Program program = load("models/internvl_20b.sect");
-  auto pin = [&](const char* name, int64_t tp, int64_t pp, int64_t dp, int64_t mb) {
-    for (Section& s : program.sections)
-      if (s.name == name) s.parallel = {tp, pp, dp}, s.micro_batch = mb, s.recompute_auto = false;
-  };
-  pin("vision", 2, 2, 16, 1);
-  pin("projector", 1, 1, 64, 2);
-  pin("llm", 4, 1, 16, 1);
-  const SectionGraph g = build_graph(program);
-  Cluster cl = make_cluster(load_runtime_config("configs/h100x64.toml"));
-  const RooflineCost cost(g, cl);
-  const std::vector<Batch> batches = {Sampler(program.data, program.train.global_batch).batch(0)};
+  const Modelled m("models/internvl_20b.sect", "configs/h100x64.toml", [](Program& program) {
+    auto pin = [&](const char* name, int64_t tp, int64_t pp, int64_t dp, int64_t mb) {
+      for (Section& s : program.sections)
+        if (s.name == name) s.parallel = {tp, pp, dp}, s.micro_batch = mb, s.recompute_auto = false;
+    };
+    pin("vision", 2, 2, 16, 1);
+    pin("projector", 1, 1, 64, 2);
+    pin("llm", 4, 1, 16, 1);
+  });
+  const auto& [g, cost, batches] = std::tie(m.g, m.cost, m.batches);
+  Cluster cl = m.cl;
   const BaselineResult seq = sequential_baseline(g, cl, cost, batches);
   BOOST_TEST_MESSAGE("sequential: " << seq.config);
   BOOST_TEST(seq.config.find("vision tp=2 pp=2 dp=16 micro_batch=1") == 0u);

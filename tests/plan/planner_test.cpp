@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -19,6 +20,7 @@
 #include "plan/roofline_cost.h"
 #include "plan/schedule.h"
 #include "plan/simulator.h"
+#include "modelled.h"
 #include "support/test_programs.h"
 
 namespace maestro {
@@ -400,11 +402,8 @@ BOOST_AUTO_TEST_CASE(in_flight_cap_raised_within_memory) {
 // The ideal sequential baseline: each section's best shape alone, summed
 // (the one that can run is tested in baselines_test).
 BOOST_AUTO_TEST_CASE(sequential_ideal_is_sum_of_sections_on_all_devices) {
-  const Program program = load("models/llava15_7b.sect");
-  const SectionGraph g = build_graph(program);
-  const Cluster cl = make_cluster(load_runtime_config("configs/h100x64.toml"));
-  const RooflineCost cost(g, cl);
-  const std::vector<Batch> batches = {Sampler(program.data, program.train.global_batch).batch(0)};
+  const Modelled m("models/llava15_7b.sect", "configs/h100x64.toml");
+  const auto& [g, cl, cost, batches] = std::tie(m.g, m.cl, m.cost, m.batches);
   const BaselineResult seq = sequential_ideal_baseline(g, cl, cost, batches);
   double sum = 0;
   for (size_t s = 0; s < g.nodes.size(); ++s) {
