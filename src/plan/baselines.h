@@ -57,7 +57,7 @@ std::string megatron_memory_problem(const SectionGraph& graph, const Cluster& cl
 struct BaselineResult {
   std::string name;            // "sequential" | "sequential-ideal" | "megatron" | "megatron-ideal" | "mimo"
   double iteration_s = 0;      // mean over the batches
-  std::string config;          // megatron: MegatronConfig::str(); sequential: ""
+  std::string config;          // megatron: MegatronConfig::str(); sequential: each section's shape (and choice)
   std::optional<MegatronConfig> megatron;
 };
 
