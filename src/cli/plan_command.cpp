@@ -211,12 +211,22 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
     // The ladder (docs/planner.md, "Baselines"): the one named, or with
     // `all` every baseline, slowest rung first as the issue orders them.
     std::vector<BaselineResult> ladder;
+    // A baseline that fits no device is reported as such (the wavefront's
+    // result stands): kd_70b_to_8b on 8 H100 cannot hold its teacher's
+    // logits for the whole step, which a sequential step needs.
     auto run_baseline = [&](const std::string& name) {
-      if (name == "sequential") ladder.push_back(sequential_baseline(p.graph, p.cluster, *p.cost, batches));
-      if (name == "sequential-ideal") ladder.push_back(sequential_ideal_baseline(p.graph, p.cluster, *p.cost, batches));
-      if (name == "megatron-ideal") ladder.push_back(tuned_megatron(p.graph, p.cluster, *p.cost, batches));
-      if (name == "megatron") ladder.push_back(tuned_faithful_megatron(p.graph, p.cluster, *p.cost, batches));
-      if (name == "mimo") ladder.push_back(tuned_mimo(p.graph, p.cluster, *p.cost, batches));
+      try {
+        if (name == "sequential") ladder.push_back(sequential_baseline(p.graph, p.cluster, *p.cost, batches));
+        if (name == "sequential-ideal") ladder.push_back(sequential_ideal_baseline(p.graph, p.cluster, *p.cost, batches));
+        if (name == "megatron-ideal") ladder.push_back(tuned_megatron(p.graph, p.cluster, *p.cost, batches));
+        if (name == "megatron") ladder.push_back(tuned_faithful_megatron(p.graph, p.cluster, *p.cost, batches));
+        if (name == "mimo") ladder.push_back(tuned_mimo(p.graph, p.cluster, *p.cost, batches));
+      } catch (const PlanError& e) {
+        BaselineResult unfit;
+        unfit.name = name;
+        unfit.error = e.what();
+        ladder.push_back(std::move(unfit));
+      }
     };
     if (cli.baseline == "all")
       for (const char* name : {"sequential", "sequential-ideal", "megatron", "megatron-ideal", "mimo"}) run_baseline(name);
@@ -239,8 +249,11 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
                        peak > p.cluster.device.memory_bytes ? ": does not fit, the plan would run out of memory" : "");
     if (cli.baseline == "all")
       for (const BaselineResult& b : ladder)
-        out += fmt::format("{:<16} {:.4f} s   maestro {:.2f}× faster{}\n", b.name, b.iteration_s, b.iteration_s / iteration,
-                           b.config.empty() ? "" : "   " + b.config);
+        out += b.error.empty() ? fmt::format("{:<16} {:.4f} s   maestro {:.2f}× faster{}\n", b.name, b.iteration_s,
+                                             b.iteration_s / iteration, b.config.empty() ? "" : "   " + b.config)
+                               : fmt::format("{:<16} does not fit: {}\n", b.name, b.error);
+    else if (baseline && !baseline->error.empty())
+      out += fmt::format("{:<10} does not fit: {}\n", baseline->name, baseline->error);
     else if (baseline)
       out += fmt::format("{:<10} {:.4f} s{}\nspeedup    {:.2f}×\n", baseline->name, baseline->iteration_s,
                          baseline->config.empty() ? "" : "   " + baseline->config, baseline->iteration_s / iteration);
@@ -267,7 +280,9 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
         if (!p.cluster.hosts.empty())
           j["plan"][p.graph.nodes[s].name]["hosts"] = p.cluster.hosts_of(sp.first_device, sp.devices);
       }
-      if (baseline) {
+      if (baseline && !baseline->error.empty()) {
+        j["baseline"] = {{"name", baseline->name}, {"error", baseline->error}};
+      } else if (baseline) {
         j["baseline"] = {{"name", baseline->name}, {"iteration_s", baseline->iteration_s}, {"config", baseline->config}};
         j["speedup"] = baseline->iteration_s / iteration;
       }
@@ -275,8 +290,11 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
         // Each rung, then Maestro itself; speedup = the rung's time / Maestro's.
         j["ladder"] = nlohmann::ordered_json::array();
         for (const BaselineResult& b : ladder)
-          j["ladder"].push_back({{"name", b.name}, {"iteration_s", b.iteration_s}, {"config", b.config},
-                                 {"speedup", b.iteration_s / iteration}});
+          j["ladder"].push_back(b.error.empty() ? nlohmann::ordered_json{{"name", b.name},
+                                                                         {"iteration_s", b.iteration_s},
+                                                                         {"config", b.config},
+                                                                         {"speedup", b.iteration_s / iteration}}
+                                                : nlohmann::ordered_json{{"name", b.name}, {"error", b.error}});
         j["ladder"].push_back({{"name", "maestro"}, {"iteration_s", iteration}, {"config", ""}, {"speedup", 1.0}});
       }
       out += j.dump() + "\n";

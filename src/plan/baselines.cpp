@@ -108,7 +108,7 @@ BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const Co
     }
   }
   if (!best) throw PlanError("megatron-ideal baseline: no configuration fits (last tried " + last_problem + ")");
-  return {"megatron-ideal", megatron_iteration_s(g, cl, cost, *best, batches), best->str(), best};
+  return {"megatron-ideal", megatron_iteration_s(g, cl, cost, *best, batches), best->str(), best, ""};
 }
 
 namespace {
@@ -258,7 +258,7 @@ BaselineResult sequential_baseline(const SectionGraph& g, const Cluster& cl, con
       sum += section_step_s(g, cost, int(s), chosen[s].plan, b, overlap_grad_sync);
       if (chosen[s].twice) sum += forward_pass_s(g, cost, int(s), chosen[s].plan, b);
     }
-  return {"sequential", sum / double(batches.size()), config, std::nullopt};
+  return {"sequential", sum / double(batches.size()), config, std::nullopt, ""};
 }
 
 BaselineResult sequential_ideal_baseline(const SectionGraph& g, const Cluster& cl, const CostModel& cost,
@@ -272,7 +272,7 @@ BaselineResult sequential_ideal_baseline(const SectionGraph& g, const Cluster& c
   double sum = 0;
   for (const Batch& b : batches)
     for (size_t s = 0; s < g.nodes.size(); ++s) sum += section_step_s(g, cost, int(s), alone[s], b, overlap_grad_sync);
-  return {"sequential-ideal", sum / double(batches.size()), config, std::nullopt};
+  return {"sequential-ideal", sum / double(batches.size()), config, std::nullopt, ""};
 }
 
 }  // namespace maestro

@@ -59,6 +59,7 @@ struct BaselineResult {
   double iteration_s = 0;      // mean over the batches
   std::string config;          // megatron: MegatronConfig::str(); sequential: each section's shape (and choice)
   std::optional<MegatronConfig> megatron;
+  std::string error;           // set (and no time) when no configuration of the baseline fits: why
 };
 
 // Searches the planner's grid (planner.h): tp ∈ kDegreeChoices (within a

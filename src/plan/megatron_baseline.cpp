@@ -344,7 +344,7 @@ BaselineResult tuned_faithful_megatron(const SectionGraph& g, const Cluster& cl,
   std::string last;
   const auto best = ev.tune(batches.front(), last);
   if (!best) throw PlanError("megatron baseline: no configuration fits (last tried " + last + ")");
-  return {"megatron", ev.mean_s(batches, best->first), best->first.str(), std::nullopt};
+  return {"megatron", ev.mean_s(batches, best->first), best->first.str(), std::nullopt, ""};
 }
 
 BaselineResult tuned_mimo(const SectionGraph& g, const Cluster& cl, const CostModel& cost,
@@ -400,7 +400,7 @@ BaselineResult tuned_mimo(const SectionGraph& g, const Cluster& cl, const CostMo
       if (!best || t < best->first) best = {{t, "non-colocated: " + enc_config + "; " + llm_config}};
     }
   if (!best) throw PlanError("mimo baseline: no configuration fits (last tried " + last + ")");
-  return {"mimo", best->first, best->second, std::nullopt};
+  return {"mimo", best->first, best->second, std::nullopt, ""};
 }
 
 }  // namespace maestro

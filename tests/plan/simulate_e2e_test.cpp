@@ -148,6 +148,33 @@ BOOST_AUTO_TEST_CASE(ladder_of_every_baseline) {
   BOOST_TEST(last_line_json(one.out)["baseline"]["name"] == "mimo", one.out);
 }
 
+// A baseline that fits no device is reported, not an error: kd_70b_to_8b on
+// 8 H100 plans and simulates, but a sequential step cannot hold the
+// teacher's logits for all 1,024 samples beside both sections' state.
+BOOST_AUTO_TEST_CASE(a_baseline_that_does_not_fit_is_reported) {
+  const std::string args = "models/kd_70b_to_8b.sect --simulate --json --steps 1 --config configs/h100x8.toml";
+  const Run all = run(args + " --baseline all");
+  BOOST_TEST_CONTEXT(all.out) {
+    BOOST_REQUIRE(all.status == 0);
+    BOOST_TEST(all.out.find("sequential       does not fit: sequential baseline: ") != std::string::npos);
+    const nlohmann::json j = last_line_json(all.out);
+    BOOST_REQUIRE(j["ladder"].size() == 6u);
+    BOOST_TEST(j["ladder"][0]["name"] == "sequential");
+    BOOST_TEST(j["ladder"][0].contains("error"));
+    BOOST_TEST(!j["ladder"][0].contains("speedup"));
+    for (size_t k = 1; k < 6; ++k) BOOST_TEST(j["ladder"][k].contains("speedup"), j["ladder"][k]["name"]);
+    BOOST_TEST(j["baseline"]["name"] == "megatron");  // `all` reports megatron's speedup
+    BOOST_TEST(j.contains("speedup"));
+  }
+  const Run one = run(args + " --baseline sequential");
+  BOOST_TEST_CONTEXT(one.out) {
+    BOOST_REQUIRE(one.status == 0);
+    const nlohmann::json j = last_line_json(one.out);
+    BOOST_TEST(std::string(j["baseline"]["error"]).find("do not fit one h100 (80 GB) together") != std::string::npos);
+    BOOST_TEST(!j.contains("speedup"));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(kd_70b_fits_64_h100s_with_the_sharded_optimizer) {
   // Unsharded the student's 18 B per parameter over tp = 2 is 72.3 GB per
   // device; the planner shards its optimizer state over its dp replicas.
