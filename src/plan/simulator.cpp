@@ -80,6 +80,7 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     double time;
     int64_t bytes;  // negative first at equal times
     int64_t device;
+    int section;
     bool operator<(const MemoryDelta& o) const { return std::tie(time, bytes, device) < std::tie(o.time, o.bytes, o.device); }
   };
   std::vector<MemoryDelta> memory;
@@ -205,12 +206,12 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     // (train) or its own end (frozen).
     if (t.kind == Task::Kind::Forward) {
       act_bytes[size_t(id)] = cost.activation_bytes(t.section, pointers(sch.batch, mb.samples), sp);
-      for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({start, act_bytes[size_t(id)], d});
+      for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({start, act_bytes[size_t(id)], d, t.section});
       if (!sch.sections[size_t(t.section)].backward)
-        for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({end, -act_bytes[size_t(id)], d});
+        for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({end, -act_bytes[size_t(id)], d, t.section});
     } else {
       for (int64_t d = first; d < first + sp.tp; ++d)
-        memory.push_back({end, -act_bytes[size_t(forward_of_backward[size_t(id)])], d});
+        memory.push_back({end, -act_bytes[size_t(forward_of_backward[size_t(id)])], d, t.section});
     }
     events.push({end, kEnd, id});
   };
@@ -312,8 +313,17 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     for (int64_t d = sp.first_device; d < sp.first_device + sp.devices; ++d) weights[size_t(d)] += w;
   }
   std::sort(memory.begin(), memory.end());
+  // With memory_breakdown, each section's share of a device's activations, kept at its peak.
+  std::vector<std::vector<int64_t>> by_section(options.memory_breakdown ? size_t(devices) : 0,
+                                               std::vector<int64_t>(g.nodes.size(), 0));
+  if (options.memory_breakdown) r.peak_activations_by_section = by_section;
   for (const MemoryDelta& m : memory) {
     current[size_t(m.device)] += m.bytes;
+    if (options.memory_breakdown) {
+      by_section[size_t(m.device)][size_t(m.section)] += m.bytes;
+      if (current[size_t(m.device)] > peak[size_t(m.device)])
+        r.peak_activations_by_section[size_t(m.device)] = by_section[size_t(m.device)];
+    }
     peak[size_t(m.device)] = std::max(peak[size_t(m.device)], current[size_t(m.device)]);
   }
   r.peak_memory_bytes.resize(size_t(devices));

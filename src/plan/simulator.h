@@ -31,10 +31,14 @@ struct SimResult {
   std::vector<int64_t> peak_memory_bytes;     // per device: weights of its sections + peak in-flight activations
   std::vector<double> task_start_s, task_end_s;  // per task of the schedule
   std::vector<TraceSpan> spans;               // one per task per device, when SimOptions::trace
+  // Per device, at its peak: in-flight activation bytes per section (index =
+  // section), when SimOptions::memory_breakdown (diagnosis: bench_plan_probe).
+  std::vector<std::vector<int64_t>> peak_activations_by_section;
 };
 
 struct SimOptions {
-  bool trace = false;  // fill SimResult::spans
+  bool trace = false;             // fill SimResult::spans
+  bool memory_breakdown = false;  // fill SimResult::peak_activations_by_section
 };
 
 SimResult simulate(const SectionGraph& graph, const Plan& plan, const Schedule& schedule, const CostModel& cost,

@@ -223,6 +223,34 @@ BOOST_AUTO_TEST_CASE(shared_device_serialises) {
   BOOST_CHECK_CLOSE(r.lower_bound_s, 20.0, 1e-9);  // work 20 device-seconds on 1 device
 }
 
+// SimOptions::memory_breakdown: each device's activations at its peak, by
+// section. Apart (the by-hand case above): enc's two micro-batches on
+// device 0, llm's two on device 1. Sharing device 0: the shares add up to
+// the peak less both sections' weights, each a whole number of its
+// micro-batches.
+BOOST_AUTO_TEST_CASE(memory_breakdown_names_what_each_peak_holds) {
+  TwoSections t;
+  const FixedCost cost;
+  auto sim = [&](bool breakdown) {
+    return simulate(t.graph, t.plan, wavefront_schedule(t.graph, t.plan, cost, t.batch), cost,
+                    SimOptions{.memory_breakdown = breakdown});
+  };
+  const SimResult apart = sim(true);
+  BOOST_REQUIRE_EQUAL(apart.peak_activations_by_section.size(), 2u);
+  BOOST_CHECK(apart.peak_activations_by_section[0] == (std::vector<int64_t>{2 * 100, 0}));
+  BOOST_CHECK(apart.peak_activations_by_section[1] == (std::vector<int64_t>{0, 2 * 1000}));
+  BOOST_CHECK(sim(false).peak_activations_by_section.empty());
+
+  t.plan.sections[1].first_device = 0;
+  const SimResult shared = sim(true);
+  BOOST_REQUIRE_EQUAL(shared.peak_activations_by_section.size(), 1u);
+  const std::vector<int64_t>& held = shared.peak_activations_by_section[0];
+  BOOST_CHECK_EQUAL(held[0] + held[1], shared.peak_memory_bytes[0] - (10 + 20));
+  BOOST_CHECK_EQUAL(held[0] % 100, 0);
+  BOOST_CHECK_EQUAL(held[1] % 1000, 0);
+  BOOST_CHECK_GT(held[1], 0);
+}
+
 BOOST_AUTO_TEST_CASE(chrome_trace_is_valid_json_with_one_track_per_device) {
   TwoSections t;
   FixedCost cost;
