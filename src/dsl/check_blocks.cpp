@@ -261,6 +261,7 @@ void Checker::read_section(const Stmt& s) {
   if (auto it = keys.find("weights"); it != keys.end())
     if (auto p = path(*it->second->value, "'weights'")) sec.weights = *p;
   if (auto it = keys.find("recompute"); it != keys.end()) {
+    info.recompute_written = true;
     const Expr& v = *it->second->value;
     const int64_t layers = ok ? sec.model.layers() : 0;
     const LetValue* let = v.kind == Expr::Kind::Name && lets_.count(v.text) ? let_value(v.text, v.span, 0) : nullptr;

@@ -46,13 +46,18 @@ void Checker::check_flow_cycles() {
 
 void Checker::check_sections_against_program() {
   for (size_t i = 0; i < program_.sections.size(); ++i) {
-    const Section& sec = program_.sections[i];
+    Section& sec = program_.sections[i];
     const SectionInfo& si = infos_[i];
     bool leaves = false, logits_in = false;
     for (const Flow& f : program_.flows) {
       leaves |= f.from == sec.name;
       logits_in |= f.to == sec.name && f.kind == FlowKind::Logits;
     }
+    // A trained section that feeds another keeps its activations until its
+    // consumers' backward returns (the sequential step runs its forward
+    // twice instead): with `recompute` not written, recomputing it is the
+    // planner's choice, as `recompute = auto` (docs/language.md).
+    if (leaves && sec.mode == Mode::Train && !si.recompute_written) sec.recompute_auto = true;
     if (!sec.loss.empty() && si.model_ok && flows_ok_) {
       if (!leaves && !std::holds_alternative<TransformerSpec>(sec.model.spec))
         error(si.loss_span, fmt::format("section '{}' has a 'loss' but it is not a transformer and no flow leaves it",

@@ -184,6 +184,7 @@ class Checker {
     Span name_span, loss_span, micro_batch_span;
     std::vector<Span> consume_spans;
     bool model_ok = false;
+    bool recompute_written = false;
   };
   const SectionInfo& info(const std::string& name) const {
     for (size_t i = 0; i < program_.sections.size(); ++i)

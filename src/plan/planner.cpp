@@ -627,7 +627,14 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
     if (also_ran && pass_s < std::numeric_limits<double>::infinity()) also_ran->push_back(refined);
     if (pass_s < best_s) best_s = pass_s, best = std::move(refined);
   };
-  search_shared(ranked);
+  // First without recomputation (a section whose every shape needs it
+  // keeps them): what recomputing buys is searched in the holds below, so
+  // each hold only adds candidates to this search's.
+  std::vector<std::vector<Shape>> plain = ranked;
+  for (auto& r : plain)
+    if (std::any_of(r.begin(), r.end(), [](const Shape& x) { return x.plan.recompute_halves == 0; }))
+      std::erase_if(r, [](const Shape& x) { return x.plan.recompute_halves != 0; });
+  search_shared(plain);
   // Recomputation frees the memory another section's faster shape needs,
   // which no single step of the coordinate search finds (it costs time
   // where it is switched on alone): the shared search again with each
@@ -643,8 +650,18 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
     for (int64_t halves : {1, 2}) {
       std::vector<std::vector<Shape>> held = ranked;
       std::erase_if(held[s], [&](const Shape& x) { return x.plan.recompute_halves != halves; });
-      if (!held[s].empty())
-        holds.emplace_back(free_bound - ranked[s].front().score + held[s].front().score, std::move(held));
+      if (held[s].empty()) continue;
+      // What the level frees on the section's best shape: under 1 % of a
+      // device (a projector's few layers) it cannot make room for another
+      // section's shape, and the hold is not run.
+      const Shape& best = ranked[s].front();
+      auto twin = std::find_if(held[s].begin(), held[s].end(), [&](const Shape& x) {
+        return x.plan.tp == best.plan.tp && x.plan.pp == best.plan.pp && x.plan.dp == best.plan.dp &&
+               x.plan.micro_batch == best.plan.micro_batch;
+      });
+      const int64_t freed = best.memory.activations - (twin != held[s].end() ? *twin : held[s].front()).memory.activations;
+      if (freed * 100 < cl.device.memory_bytes) continue;
+      holds.emplace_back(free_bound - ranked[s].front().score + held[s].front().score, std::move(held));
     }
   std::stable_sort(holds.begin(), holds.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [bound, held] : holds)

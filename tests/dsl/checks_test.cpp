@@ -59,7 +59,10 @@ BOOST_AUTO_TEST_CASE(types) {
 }
 
 // `recompute = auto` leaves the choice to the planner (SectionPlan::recompute_halves);
-// true pins it for every layer, a number for that many, false or nothing turns it off.
+// true pins it for every layer, a number for that many, false turns it off.
+// Not written: auto for a trained section that feeds another (the vision
+// encoder here: its activations wait for its consumers' backward), off for
+// the rest (the llm, a sink; a frozen section has no backward).
 BOOST_AUTO_TEST_CASE(recompute_values) {
   const Program a = must_load(with("micro_batch = 4;", "micro_batch = 4; recompute = auto;"));
   BOOST_TEST(a.find_section("vision")->recompute_auto);
@@ -80,8 +83,14 @@ BOOST_AUTO_TEST_CASE(recompute_values) {
   expect_error(llm("-1"), "must be at least 0, not -1");
   expect_error(llm("2.5"), "'recompute' (layers of 6) must be a whole number, not 2.5");
   const Program f = must_load(kBase);
-  BOOST_TEST(!f.find_section("vision")->recompute_auto);
+  BOOST_TEST(f.find_section("vision")->recompute_auto);
   BOOST_TEST(!f.find_section("vision")->recompute);
+  BOOST_TEST(!f.find_section("llm")->recompute_auto);
+  const Program off = must_load(with("micro_batch = 4;", "micro_batch = 4; recompute = false;"));
+  BOOST_TEST(!off.find_section("vision")->recompute_auto);
+  BOOST_TEST(!off.find_section("vision")->recompute);
+  const Program frozen = must_load(with("micro_batch = 4;", "micro_batch = 4; mode = frozen;"));
+  BOOST_TEST(!frozen.find_section("vision")->recompute_auto);
   expect_error(with("micro_batch = 4;", "micro_batch = 4; recompute = \"auto\";"),
                "'recompute' takes true, false, auto or a number of layers, not a string");
 }
