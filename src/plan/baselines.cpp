@@ -95,7 +95,7 @@ BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const Co
       if (tp * pp > cl.devices || pp > max_layers(g)) continue;
       for (int64_t mb : kMicroBatchChoices)
         for (bool distributed_optimizer : {false, true})
-          for (int64_t recompute : {0, 1, 2}) {
+          for (int64_t recompute : {0, 1, 2}) {  // more only while it does not fit with less
             const MegatronConfig c{tp, pp, cl.devices / (tp * pp), mb, distributed_optimizer, recompute};
             if ((distributed_optimizer && c.dp <= 1) || (recompute && !recompute_auto)) continue;
             if (const std::string p = megatron_memory_problem(g, cl, cost, c, batches.front()); !p.empty()) {
@@ -104,6 +104,7 @@ BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const Co
             }
             const double t = megatron_iteration_s(g, cl, cost, c, {batches.front()});
             if (t < best_s) best_s = t, best = c;
+            break;
           }
     }
   }

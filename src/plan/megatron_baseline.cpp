@@ -303,6 +303,8 @@ struct Evaluator {
             if (packing && d < 0) continue;
             for (int64_t k : firsts)
               for (bool dopt : {false, true})
+                // More recomputation only adds work: tried only while the
+                // configuration does not fit with less.
                 for (int64_t recompute : {0, 1, 2}) {
                   if ((dopt && (dp <= 1 || !trains)) || (recompute && !recompute_auto)) continue;
                   const FaithfulMegatronConfig c{tp, pp, dp, mb, k, packing, dopt, recompute};
@@ -312,6 +314,7 @@ struct Evaluator {
                     continue;
                   }
                   if (!best || e.iteration_s < best->second) best = {{c, e.iteration_s}};
+                  break;
                 }
           }
       }
