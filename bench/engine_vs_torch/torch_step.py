@@ -4,7 +4,10 @@ attention written out (torch 1.13 has no scaled_dot_product_attention),
 SwiGLU, untied LM head, mean cross-entropy over next-token targets,
 torch.optim.AdamW. Prints one JSON line. Run with /usr/bin/python3.
 --device cuda --bf16: the same step on a GPU under bf16 autocast (the GPU
-peer of bench/gpu's `bench_gpu step`), timed with torch.cuda.synchronize."""
+peer of bench/gpu's `bench_gpu step`), timed with torch.cuda.synchronize.
+--sdpa --fused-adamw: PyTorch's own best on a GPU, torch >= 2.0 — attention
+by scaled_dot_product_attention (flash attention where torch has it),
+AdamW(fused=True) — the peer with the freedom our side lacks."""
 import argparse, json, math, time
 import torch
 
@@ -14,7 +17,11 @@ for name, default in [("layers", 2), ("hidden", 128), ("heads", 4), ("ffn", 384)
     p.add_argument("--" + name, type=int, default=default)
 p.add_argument("--device", default="cpu")
 p.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
+p.add_argument("--sdpa", action="store_true", help="attention by torch's scaled_dot_product_attention (torch >= 2.0)")
+p.add_argument("--fused-adamw", action="store_true", help="AdamW(fused=True) (torch >= 2.0)")
 a = p.parse_args()
+if a.sdpa and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+    raise SystemExit("torch_step.py: error: --sdpa needs torch >= 2.0 (this is torch %s)" % torch.__version__)
 dev = torch.device(a.device)
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
@@ -49,8 +56,11 @@ class Layer(torch.nn.Module):
         y = self.n1(x)
         q, k, v = (m(y).view(B, T, a.heads, D).transpose(1, 2) for m in (self.q, self.k, self.v))
         q, k = rope(q, cos, sin), rope(k, cos, sin)
-        s = (q @ k.transpose(-1, -2)) / math.sqrt(D) + mask
-        att = torch.softmax(s, dim=-1) @ v
+        if a.sdpa:
+            att = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            s = (q @ k.transpose(-1, -2)) / math.sqrt(D) + mask
+            att = torch.softmax(s, dim=-1) @ v
         x = x + self.o(att.transpose(1, 2).reshape(B, T, a.hidden))
         y = self.n2(x)
         return x + self.down(torch.nn.functional.silu(self.gate(y)) * self.up(y))
@@ -77,7 +87,7 @@ class Model(torch.nn.Module):
 
 
 model = Model().to(dev)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if a.fused_adamw else {}))
 ids = torch.tensor([[(s * 7919 + t * 104729) % a.vocab for t in range(a.tokens)] for s in range(a.samples)], device=dev)
 sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 times = []
@@ -94,4 +104,4 @@ for i in range(a.warmup + a.steps):
         times.append(time.perf_counter() - t0)
 median = sorted(times)[len(times) // 2]
 print(json.dumps({"impl": "torch", "threads": torch.get_num_threads(), "step_s": times, "median_s": median,
-                  "device": a.device, "bf16": a.bf16, "tokens_per_s": a.samples * a.tokens / median}))
+                  "device": a.device, "bf16": a.bf16, "sdpa": a.sdpa, "fused_adamw": a.fused_adamw, "tokens_per_s": a.samples * a.tokens / median}))

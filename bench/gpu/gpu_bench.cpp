@@ -156,12 +156,13 @@ int run_model(const ModelArgs& a, bool fp32, int device) {
   return j["ok"] ? 0 : 1;
 }
 
-int run_step(const ModelArgs& a, bool fp32, int device, int steps, int warmup) {
+int run_step(const ModelArgs& a, bool fp32, AttentionPath attention, int device, int steps, int warmup) {
   const Program program = load_transformer(a, fp32);
   const Section& section = program.sections[0];
   CudaBackendOptions o;
   o.device = device;
   o.bf16_gemm = !fp32;
+  o.attention = attention;
   const std::unique_ptr<Backend> gpu = make_cuda_backend(o);
   SectionModel model(section, *gpu, 1);
   const auto ids = token_ids(a);
@@ -188,6 +189,7 @@ int run_step(const ModelArgs& a, bool fp32, int device, int steps, int warmup) {
   nlohmann::ordered_json j;
   j["check"] = "step";
   j["precision"] = fp32 ? "fp32" : "bf16";
+  j["attention"] = int(attention);
   j["params"] = model.parameter_count();
   j["step_s"] = step_s;
   j["median_s"] = median;
@@ -226,7 +228,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "CUDA device");
   app.add_flag("--fp32", fp32, "fp32 GEMMs (default: bf16 GEMMs, fp32 accumulation)");
   AttentionPath attention = AttentionPath::Auto;
-  app.add_option("--attention", attention, "attention path of the ops check")
+  app.add_option("--attention", attention, "attention path of the ops check and the step")
       ->transform(CLI::CheckedTransformer(std::map<std::string, AttentionPath>{{"auto", AttentionPath::Auto},
                                                                              {"fast", AttentionPath::Fast},
                                                                              {"reference", AttentionPath::Reference},
@@ -252,7 +254,7 @@ int main(int argc, char** argv) {
     if (*ops) return run_ops(fp32, attention, device);
     if (*self) return run_selfcheck(device);
     if (*model) return run_model(m, fp32, device);
-    if (*step) return run_step(m, fp32, device, steps, warmup);
+    if (*step) return run_step(m, fp32, attention, device, steps, warmup);
     if (*gemm) return run_gemm(device);
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_gpu: error: {}\n", e.what());

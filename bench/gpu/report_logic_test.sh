@@ -15,7 +15,10 @@ stub() { printf '#!/usr/bin/env bash\n%s\n' "$2" > "$1"; chmod +x "$1"; }
 # one GPU unless GPUS says how many
 stub "$fake/bin/nvidia-smi" 'case "$1" in -L) for i in $(seq 0 $((${GPUS:-1} - 1))); do echo "GPU $i: stand-in"; done;; *) echo "stand-in, 80 GiB, 0";; esac'
 stub "$fake/bin/compute-sanitizer" 'shift 4; exec "$@"'
-stub "$fake/bin/nopython" 'exit 1'  # TORCH_PYTHON without torch: the torch step is SKIP
+stub "$fake/bin/nopython" 'exit 1'  # TORCH_PYTHON without torch: the torch steps are SKIP
+# TORCH_PYTHON with torch: 10,000 tokens/s eager, 40,000 with --sdpa
+stub "$fake/bin/torchpy" '[ "$1" = -c ] && exit 0
+case " $* " in *" --sdpa "*) echo "{\"tokens_per_s\": 40000.0, \"sdpa\": true}";; *) echo "{\"tokens_per_s\": 10000.0, \"sdpa\": false}";; esac'
 stub "$fake/build/tests/gpu/test_gpu" 'echo "*** No errors detected"'
 # falling losses unless FALLING=0; cuda and cpu agree unless AGREE=0
 stub "$fake/build/maestro-run" '
@@ -26,15 +29,16 @@ stub "$fake/build/bench/bench_gpu" '
 for a; do case "$a" in
   gemm) echo "{\"check\": \"gemm\", \"peak_tflops\": 700.0, \"device\": \"stand-in\"}"; exit 0;;
   step) echo "{\"check\": \"step\", \"tokens_per_s\": 20000.0, \"tflops\": 210.0}"; exit 0;;
-  ops|selfcheck|model) echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
+  selfcheck) [ "${STALL:-0}" = 1 ] && sleep 60; echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
+  ops|model) echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
 esac; done; exit 2'
-run() { PATH="$fake/bin:$PATH" TORCH_PYTHON="$fake/bin/nopython" bash bench/gpu/run.sh --no-build --build "$fake/build" --report "$fake/report.md" >"$fake/stdout" 2>&1; }
+run() { PATH="$fake/bin:$PATH" TORCH_PYTHON="$fake/bin/${TORCHPY:-nopython}" bash bench/gpu/run.sh --no-build --build "$fake/build" --report "$fake/report.md" ${STEP_TIMEOUT:+--step-timeout $STEP_TIMEOUT} >"$fake/stdout" 2>&1; }
 fail=0
 check() { if eval "$1"; then echo "ok   $2"; else echo "FAIL $2"; fail=1; fi; }
 
 run; st=$?
 check '[ $st = 0 ]' "all stand-ins pass: status 0 ($st)"
-check 'grep -q "^## torch step: SKIP" "$fake/report.md"' "no torch with CUDA: the torch step is SKIP"
+check 'grep -q "^## torch step: SKIP" "$fake/report.md" && grep -q "^## torch step sdpa: SKIP" "$fake/report.md"' "no torch with CUDA: both torch steps are SKIP"
 check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBLASLt peak 700.0" "$fake/report.md"' "MFU against 989 and against the measured peak, in the report"
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
 check '[ $(grep -c ": PASS" "$fake/report.md") = 14 ]' "14 steps PASS (all but build, skipped, and torch)"
@@ -51,6 +55,14 @@ check 'grep -q "^## train tiny_kd: FAIL" "$fake/report.md"' "... naming the step
 
 AGREE=0 run; st=$?
 check 'grep -q "^## engine cuda vs cpu: FAIL" "$fake/report.md"' "cuda and cpu losses that differ fail the comparison"
+
+TORCHPY=torchpy run; st=$?
+check '[ $st = 0 ] && grep -q "PyTorch 10000 tokens/s, maestro 20000 tokens/s: maestro / torch = 2.00" "$fake/report.md"' "torch with CUDA: the eager peer's ratio ($st)"
+check 'grep -q "PyTorch (SDPA, fused AdamW) 40000 tokens/s, maestro 20000 tokens/s: maestro / torch = 0.50" "$fake/report.md"' "... and PyTorch's best, SDPA and fused AdamW"
+
+STALL=1 STEP_TIMEOUT=2 run; st=$?
+check '[ $st = 1 ] && grep -q "^## selfcheck: FAIL" "$fake/report.md" && grep -q "stopped after --step-timeout 2 s" "$fake/report.md"' "a step that hangs is stopped at --step-timeout and FAILs ($st)"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 13 ]' "... and the steps after it still run"
 
 [ "$fail" = 0 ] || { echo "--- report headers:"; grep "^## " "$fake/report.md"; }
 exit $fail

@@ -9,22 +9,29 @@
 #   6. maestro-run: tiny_mllm and tiny_kd on cuda, the loss falls
 #   6b. tiny_mllm with its llm section at dp = 2 (gradients all-reduced
 #      over NCCL), 3 steps cuda vs cpu (fp32 losses agree); SKIP on < 2 GPUs
-#   7. compute-sanitizer (memcheck) on the op check and a 2-step run
-#   8. cuBLASLt bf16 GEMM peak, then the 1.3B transformer section (layers 24,
+#   7. cuBLASLt bf16 GEMM peak, then the 1.3B transformer section (layers 24,
 #      hidden 2048, heads 16, ffn 5504, vocab 32000, seq 2048, bf16):
 #      tokens/s, MFU vs 989 TFLOP/s (H100) and vs the measured GEMM peak;
 #      the same model in PyTorch (bf16 autocast) on the same GPU when
-#      $TORCH_PYTHON (default python3) has torch with CUDA, else SKIP
+#      $TORCH_PYTHON (default python3) has torch with CUDA, else SKIP: as
+#      our side (attention written out, plain AdamW), and at PyTorch's best
+#      (scaled_dot_product_attention, fused AdamW)
+#   8. compute-sanitizer (memcheck) on the op check and a 2-step run (last:
+#      the slowest steps)
 # and writes one report (markdown, every step's JSON, PASS/FAIL).
 #
 # Usage: bench/gpu/run.sh [--dry-run] [--build DIR] [--report FILE] [--quick] [--no-build]
+#                         [--step-timeout S]
 #   --dry-run  checks the build here (no GPU needed) and prints the plan
-#   --quick    a 4-layer model instead of the 1.3B one in step 8
-#   --no-build uses DIR as it is (no cmake step)
+#   --quick    a 4-layer model instead of the 1.3B one in step 7
+#   --no-build uses DIR as it is (no cmake step; bench/gpu/bundle.sh packs
+#              one for a GPU machine without this project's packages)
+#   --step-timeout S  a step still running after S seconds (default 900) is
+#              stopped and FAILs, so a hung kernel cannot hang the run
 # Exit status: 0 all passed, 1 a check failed, 2 bad usage or no build.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-dry=0 build=build report="" quick=0 no_build=0
+dry=0 build=build report="" quick=0 no_build=0 step_timeout=900
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=1 ;;
@@ -32,14 +39,17 @@ while [ $# -gt 0 ]; do
     --no-build) no_build=1 ;;
     --build) build=${2:?--build needs a folder}; shift ;;
     --report) report=${2:?--report needs a file}; shift ;;
-    *) echo "run.sh: error: unknown argument '$1' (usage: run.sh [--dry-run] [--build DIR] [--report FILE] [--quick] [--no-build])" >&2; exit 2 ;;
+    --step-timeout) step_timeout=${2:?--step-timeout needs seconds}; shift
+      [[ "$step_timeout" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: error: --step-timeout '$step_timeout' is not a whole number of seconds" >&2; exit 2; } ;;
+    *) echo "run.sh: error: unknown argument '$1' (usage: run.sh [--dry-run] [--build DIR] [--report FILE] [--quick] [--no-build] [--step-timeout S])" >&2; exit 2 ;;
   esac
   shift
 done
 report=${report:-$build/gpu-report.md}
 bench="$build/bench/bench_gpu"
 run="$build/maestro-run"
-py=/usr/bin/python3
+py=/usr/bin/python3  # the checks below need only json: any python3 where Debian's is absent
+[ -x "$py" ] || py=$(command -v python3)
 torch_py=${TORCH_PYTHON:-python3}  # a python whose torch has CUDA, for the PyTorch peer (skipped without one)
 big="--layers 24 --hidden 2048 --heads 16 --ffn 5504 --vocab 32000 --samples 2 --tokens 2048"
 [ "$quick" = 1 ] && big="--layers 4 --hidden 1024 --heads 8 --ffn 2816 --vocab 32000 --samples 2 --tokens 2048"
@@ -66,11 +76,12 @@ plan=(
   "train tiny_mllm|$run models/tiny_mllm.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
   "train tiny_kd|$run models/tiny_kd.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
   "dp 2 over NCCL|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
-  "sanitizer ops|$sanitizer --tool memcheck --error-exitcode 1 $bench --fp32 ops"
-  "sanitizer run|$sanitizer --tool memcheck --error-exitcode 1 $run models/tiny_kd.sect --steps 2 --quiet --config $cfg_dir/cuda.toml"
   "gemm peak|$bench gemm"
   "transformer step|$bench step $big --steps 5 --warmup 2"
   "torch step|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --steps 5 --warmup 2"
+  "torch step sdpa|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --sdpa --fused-adamw --steps 5 --warmup 2"
+  "sanitizer ops|$sanitizer --tool memcheck --error-exitcode 1 $bench --fp32 ops"
+  "sanitizer run|$sanitizer --tool memcheck --error-exitcode 1 $run models/tiny_kd.sect --steps 2 --quiet --config $cfg_dir/cuda.toml"
 )
 
 if [ "$dry" = 1 ]; then
@@ -113,7 +124,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "run
   echo
   echo "- date: $(date -u)"
   echo "- machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1); $(nproc) cores; $(uptime)"
-  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- 2>/dev/null || echo ' with uncommitted changes')"
   echo
 } > "$report"
 failures=0
@@ -122,7 +133,7 @@ for p in "${plan[@]}"; do
   name=${p%%|*} cmd=${p#*|}
   [ "$name" = build ] && [ "$no_build" = 1 ] && continue
   echo "== $name: $cmd"
-  if [ "$name" = "torch step" ] && ! $torch_py -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  if [[ "$name" == "torch step"* ]] && ! $torch_py -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     echo "   SKIP ($torch_py has no torch with CUDA)"
     printf '## %s: SKIP\n\n%s has no torch with CUDA (set TORCH_PYTHON)\n\n' "$name" "$torch_py" >> "$report"
     continue
@@ -133,7 +144,9 @@ for p in "${plan[@]}"; do
     continue
   fi
   start=$(date +%s)
-  log=$(bash -c "$cmd" 2>&1); st=$?
+  log=$(timeout -k 10 "$step_timeout" bash -c "$cmd" 2>&1); st=$?
+  [ "$st" = 124 ] || [ "$st" = 137 ] && log="$log
+run.sh: stopped after --step-timeout $step_timeout s"
   out[$name]=$log
   verdict=PASS
   [ "$st" = 0 ] || verdict=FAIL
@@ -163,12 +176,13 @@ print("tokens/s %.0f, model %.1f TFLOP/s, MFU %.1f%% of 989 TFLOP/s (H100 bf16),
       % (step["tokens_per_s"], tf, 100 * tf / 989, 100 * tf / gemm["peak_tflops"], gemm["peak_tflops"], gemm["device"]))
 PY
       ;;
-    "torch step")
+    "torch step"|"torch step sdpa")
       [ "$st" = 0 ] && $py - "${out[transformer step]}" "$log" <<'PY'
 import json, sys
 ours = json.loads(sys.argv[1].splitlines()[-1]); torch = json.loads(sys.argv[2].splitlines()[-1])
-print("PyTorch %.0f tokens/s, maestro %.0f tokens/s: maestro / torch = %.2f"
-      % (torch["tokens_per_s"], ours["tokens_per_s"], ours["tokens_per_s"] / torch["tokens_per_s"]))
+print("PyTorch%s %.0f tokens/s, maestro %.0f tokens/s: maestro / torch = %.2f"
+      % (" (SDPA, fused AdamW)" if torch.get("sdpa") else "", torch["tokens_per_s"], ours["tokens_per_s"],
+         ours["tokens_per_s"] / torch["tokens_per_s"]))
 PY
       ;;
   esac

@@ -184,8 +184,10 @@ class CudaBackend final : public Backend {
                        int64_t N, int64_t C, int64_t OC) override {
     on_device();
     if (N == 0) return;
-    if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, true, dinp, C, nullptr);  // dinp[N,C] += dout·w
-    if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, true, dw, C, nullptr);      // dw[OC,C] += doutᵀ·inp
+    // dout rounded to bf16 once for both GEMMs
+    const void* dout16 = opt_.bf16_gemm && dinp && dw ? rounded(kBf16Dout, dout, size_t(N * OC)) : nullptr;
+    if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, true, dinp, C, nullptr, dout16);  // dinp[N,C] += dout·w
+    if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, true, dw, C, nullptr, dout16);      // dw[OC,C] += doutᵀ·inp
     if (dbias) launch_column_sum(dbias, dout, N, OC, stream_);
   }
 
@@ -261,8 +263,13 @@ class CudaBackend final : public Backend {
       if (L == 0) continue;
       bufs[kAttnScores] = scratch(kScores, size_t(H * L * L));  // [H, L, L]
       run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D), bufs, b16 ? bufs16 : nullptr);
-      launch_attention_softmax(bufs[kAttnScores], lse, t0, L, H, causal, stream_);
-      if (b16) bufs16[kAttnScores] = rounded(kP16, bufs[kAttnScores], size_t(H * L * L));
+      if (b16) {  // P straight to bf16, the P·v GEMM's operand
+        void* p16 = scratch(kP16, size_t(H * L * L + 1) / 2);
+        launch_attention_softmax_bf16(bufs[kAttnScores], static_cast<uint16_t*>(p16), lse, t0, L, H, causal, stream_);
+        bufs16[kAttnScores] = p16;
+      } else {
+        launch_attention_softmax(bufs[kAttnScores], lse, t0, L, H, causal, stream_);
+      }
       run(attention_values(t0, L, H, KV, D), bufs, b16 ? bufs16 : nullptr);
     }
   }
@@ -296,11 +303,16 @@ class CudaBackend final : public Backend {
       run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D), bufs, b16 ? bufs16 : nullptr);
       run(attention_head_products(kAttnDScores, 1.0f, kAttnDOut, kAttnV, t0, L, H, KV, D), bufs,
           b16 ? bufs16 : nullptr);
-      launch_attention_probs(bufs[kAttnScores], lse, t0, L, H, causal, stream_);
-      launch_attention_dscores(bufs[kAttnDScores], bufs[kAttnScores], delta, t0, L, H, stream_);
-      if (b16) {
-        bufs16[kAttnScores] = rounded(kP16, bufs[kAttnScores], size_t(H * L * L));
-        bufs16[kAttnDScores] = rounded(kDS16, bufs[kAttnDScores], size_t(H * L * L));
+      if (b16) {  // P and dS in one pass, straight to bf16 (the gradient GEMMs' operands)
+        void* p16 = scratch(kP16, size_t(H * L * L + 1) / 2);
+        void* ds16 = scratch(kDS16, size_t(H * L * L + 1) / 2);
+        launch_attention_backward_scores_bf16(bufs[kAttnScores], bufs[kAttnDScores], static_cast<uint16_t*>(p16),
+                                              static_cast<uint16_t*>(ds16), lse, delta, t0, L, H, causal, stream_);
+        bufs16[kAttnScores] = p16;
+        bufs16[kAttnDScores] = ds16;
+      } else {
+        launch_attention_probs(bufs[kAttnScores], lse, t0, L, H, causal, stream_);
+        launch_attention_dscores(bufs[kAttnDScores], bufs[kAttnScores], delta, t0, L, H, stream_);
       }
       run(attention_gradients(t0, L, H, KV, D, dq != nullptr, dk != nullptr, dv != nullptr), bufs,
           b16 ? bufs16 : nullptr);
@@ -330,8 +342,8 @@ class CudaBackend final : public Backend {
   int threads() const override { return 1; }
 
  private:
-  enum ScratchSlot { kScores, kDScores, kDelta, kIndices, kTiles, kBf16A, kBf16B, kQ16, kK16, kV16, kDO16, kP16, kDS16,
-                     kSlots };
+  enum ScratchSlot { kScores, kDScores, kDelta, kIndices, kTiles, kBf16A, kBf16B, kBf16Dout, kQ16, kK16, kV16, kDO16,
+                     kP16, kDS16, kSlots };
 
   // The caller's thread may have another device current (several backends
   // per process): every entry point makes ours current first.
@@ -420,21 +432,17 @@ class CudaBackend final : public Backend {
   }
 
   // Row-major C[M,Nc] = op(A)·op(B) (+ C when accumulate) (+ bias[Nc]) through
-  // cuBLASLt, fp32 compute; bf16 operands (rounded into scratch) when
-  // opt_.bf16_gemm. Returns whether the bias was fused.
+  // cuBLASLt, fp32 compute; bf16 operands (rounded into scratch, or A's
+  // rounding a16 when the caller has it) when opt_.bf16_gemm. Returns whether
+  // the bias was fused.
   bool gemm(bool ta, bool tb, int64_t M, int64_t Nc, int64_t K, const float* A, int64_t lda, const float* B,
-            int64_t ldb, bool accumulate, float* C, int64_t ldc, const float* bias) {
+            int64_t ldb, bool accumulate, float* C, int64_t ldc, const float* bias, const void* a16 = nullptr) {
     const void *a = A, *b = B;
     cudaDataType ab = CUDA_R_32F;
     if (opt_.bf16_gemm) {
       // Operands are dense here (lda, ldb are their row lengths): round them whole.
-      const size_t na = size_t(M * K), nb = size_t(Nc * K);
-      void* a16 = scratch(kBf16A, (na + 1) / 2);
-      void* b16 = scratch(kBf16B, (nb + 1) / 2);
-      launch_convert(a16, DType::BF16, A, DType::F32, na, stream_);
-      launch_convert(b16, DType::BF16, B, DType::F32, nb, stream_);
-      a = a16;
-      b = b16;
+      a = a16 ? a16 : rounded(kBf16A, A, size_t(M * K));
+      b = rounded(kBf16B, B, size_t(Nc * K));
       ab = CUDA_R_16BF;
     }
     const GemmKey key{ta, tb, M, Nc, K, lda, ldb, ldc, ab, bias != nullptr, accumulate,
