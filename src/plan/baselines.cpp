@@ -8,6 +8,7 @@
 
 #include "graph/counts.h"
 #include "plan/planner.h"
+#include "plan/shared_devices_fit.h"
 #include "plan/simulator.h"
 
 namespace maestro {
@@ -181,57 +182,7 @@ std::vector<SequentialOption> sequential_options(const SectionGraph& g, const Cl
     all.push_back({x.plan, false, true, resident + cost.activation_bytes(s, active, x.plan) / x.plan.dp, 0, x.step_s});
     all.push_back({x.plan, true, false, resident, x.activation_bytes, x.step_s + forward_pass_s(g, cost, s, x.plan, batch)});
   }
-  // Keep the Pareto-best: no other option at most as slow needs no more
-  // memory on both counts.
-  std::stable_sort(all.begin(), all.end(),
-                   [](const SequentialOption& a, const SequentialOption& b) { return a.step_s < b.step_s; });
-  std::vector<SequentialOption> kept;
-  for (const SequentialOption& o : all) {
-    const bool dominated = std::any_of(kept.begin(), kept.end(), [&](const SequentialOption& k) {
-      return k.resident <= o.resident && k.activations <= o.activations;
-    });
-    if (!dominated) kept.push_back(o);
-  }
-  return kept;
-}
-
-int64_t least_resident(const std::vector<SequentialOption>& options) {
-  int64_t m = std::numeric_limits<int64_t>::max();
-  for (const SequentialOption& o : options) m = std::min(m, o.resident);
-  return m;
-}
-
-// The least Σ step_s over one option per section such that on a device the
-// residents of all plus the largest in-flight activations fit.
-std::vector<SequentialOption> choose_sequential(const std::vector<std::vector<SequentialOption>>& options,
-                                                int64_t memory) {
-  const size_t n = options.size();
-  std::vector<double> fastest_after(n + 1, 0.0);
-  std::vector<int64_t> smallest_after(n + 1, 0);
-  for (size_t i = n; i-- > 0;) {
-    double f = std::numeric_limits<double>::infinity();
-    for (const SequentialOption& o : options[i]) f = std::min(f, o.step_s);
-    fastest_after[i] = fastest_after[i + 1] + f;  // options are never empty: shapes_alone throws first
-    smallest_after[i] = smallest_after[i + 1] + least_resident(options[i]);
-  }
-  std::vector<size_t> pick(n), best;
-  double best_s = std::numeric_limits<double>::infinity();
-  auto search = [&](auto& self, size_t i, double time, int64_t resident, int64_t in_flight) -> void {
-    if (time + fastest_after[i] >= best_s || resident + smallest_after[i] + in_flight > memory) return;
-    if (i == n) {
-      best_s = time, best = pick;
-      return;
-    }
-    for (size_t k = 0; k < options[i].size(); ++k) {
-      const SequentialOption& o = options[i][k];
-      pick[i] = k;
-      self(self, i + 1, time + o.step_s, resident + o.resident, std::max(in_flight, o.activations));
-    }
-  };
-  search(search, 0, 0.0, 0, 0);
-  std::vector<SequentialOption> out;
-  for (size_t i = 0; i < best.size(); ++i) out.push_back(options[i][best[i]]);
-  return out;
+  return pareto_best(std::move(all));
 }
 
 }  // namespace
@@ -240,7 +191,7 @@ BaselineResult sequential_baseline(const SectionGraph& g, const Cluster& cl, con
                                    const std::vector<Batch>& batches, bool overlap_grad_sync) {
   std::vector<std::vector<SequentialOption>> options;
   for (size_t s = 0; s < g.nodes.size(); ++s) options.push_back(sequential_options(g, cl, cost, int(s), batches.front()));
-  const std::vector<SequentialOption> chosen = choose_sequential(options, cl.device.memory_bytes);
+  const std::vector<SequentialOption> chosen = choose_least_sum(options, cl.device.memory_bytes);
   if (chosen.empty()) {
     int64_t states = 0;
     for (const auto& o : options) states += least_resident(o);

@@ -172,7 +172,9 @@ BaselineResult tuned_faithful_megatron(const SectionGraph& graph, const Cluster&
 // Non-colocated: the other modules on the first a devices (a = a node, 2, 4,
 // ... nodes), the language module on the rest, micro-batches streamed: the
 // step is the slower group's time plus the faster one's per micro-batch of
-// the language module. Both layouts tried; the faster is reported.
+// the language module. Both layouts tried; the faster is reported. Modules
+// on the same devices are tuned together: their parameter states stay there
+// all step (shared_devices_fit.h).
 BaselineResult tuned_mimo(const SectionGraph& graph, const Cluster& cluster, const CostModel& cost,
                           const std::vector<Batch>& batches);
 

@@ -11,6 +11,7 @@
 
 #include "plan/baselines.h"
 #include "plan/planner.h"
+#include "plan/shared_devices_fit.h"
 
 namespace maestro {
 
@@ -152,6 +153,17 @@ namespace {
 struct Evaluated {
   double iteration_s = 0;
   std::string problem;  // "" when it fits
+  // Per device, the most over the stages: parameter state, and state plus
+  // in-flight activations (what the memory check compares).
+  double state_bytes = 0, need_bytes = 0;
+};
+
+// One configuration of a module among colocated ones (shared_devices_fit.h).
+struct ModuleOption {
+  FaithfulMegatronConfig config;
+  double step_s = 0;        // on the tuning batch
+  int64_t resident = 0;     // parameter state per device, there all step
+  int64_t activations = 0;  // the rest of its need, while it runs
 };
 
 struct Evaluator {
@@ -228,6 +240,7 @@ struct Evaluator {
     const auto ranks = micro_batches(batch, c);
     // Memory, per stage: parameter state of its shares + the 1F1B in-flight
     // micro-batches (pp - j on stage j) of its largest activations.
+    double state = 0, need = 0;
     for (int64_t j = 0; j < c.pp; ++j) {
       double weights = 0, worst_act = 0;
       for (int s : sections) weights += share(s, j, c) * double(cost.weights_bytes_per_device(s, p));
@@ -241,6 +254,7 @@ struct Evaluator {
           worst_act = std::max(worst_act, act);
         }
       const double total = weights + double(c.pp - j) * worst_act;
+      state = std::max(state, weights), need = std::max(need, total);
       if (total > double(cl.device.memory_bytes))
         return {0, fmt::format("stage {}: {:.1f} GB of weights + {:.1f} GB of activations per device exceeds {}'s {:.0f} GB", j,
                                weights / 1e9, double(c.pp - j) * worst_act / 1e9, cl.device.name,
@@ -270,23 +284,19 @@ struct Evaluator {
       for (int s : sections) t += share(s, j, c) * (cost.grad_sync_s(s, p) + cost.optimizer_s(s, p));
       tail = std::max(tail, t);
     }
-    return {slowest + tail, ""};
+    return {slowest + tail, "", state, need};
   }
 
   // The grid: tp within a node, pp up to the decoder's layers (1 with no
   // decoder), dp filling the devices, micro_batch, first-stage layers
   // (even split, ¾, ½, ¼ of it), padding and packing, the distributed
-  // optimizer off and (dp > 1) on, recomputation off and (some section
-  // with `recompute = auto`) of half or all the layers. Tuned on `batch`.
-  std::optional<std::pair<FaithfulMegatronConfig, double>> tune(const Batch& batch, std::string& last_problem) const {
+  // optimizer off and (dp > 1) on. f(config without recomputation).
+  template <class F>
+  void each_config(F&& f) const {
     const int d = main_decoder(g, sections);
     const int64_t layers = d < 0 ? 1 : transformer_of(g, d)->layers;
-    bool trains = false, recompute_auto = false;
-    for (int s : sections) {
-      trains |= g.section(s).mode == Mode::Train;
-      recompute_auto |= g.section(s).mode == Mode::Train && g.section(s).recompute_auto;
-    }
-    std::optional<std::pair<FaithfulMegatronConfig, double>> best;
+    bool trains = false;
+    for (int s : sections) trains |= g.section(s).mode == Mode::Train;
     for (int64_t tp : kDegreeChoices) {
       if (tp > std::min(cl.devices_per_node, devices)) continue;
       for (int64_t pp : kDegreeChoices) {
@@ -302,24 +312,59 @@ struct Evaluator {
           for (bool packing : {false, true}) {
             if (packing && d < 0) continue;
             for (int64_t k : firsts)
-              for (bool dopt : {false, true})
-                // More recomputation only adds work: tried only while the
-                // configuration does not fit with less.
-                for (int64_t recompute : {0, 1, 2}) {
-                  if ((dopt && (dp <= 1 || !trains)) || (recompute && !recompute_auto)) continue;
-                  const FaithfulMegatronConfig c{tp, pp, dp, mb, k, packing, dopt, recompute};
-                  const Evaluated e = evaluate(batch, c);
-                  if (!e.problem.empty()) {
-                    last_problem = c.str() + ": " + e.problem;
-                    continue;
-                  }
-                  if (!best || e.iteration_s < best->second) best = {{c, e.iteration_s}};
-                  break;
-                }
+              for (bool dopt : {false, true}) {
+                if (dopt && (dp <= 1 || !trains)) continue;
+                f(FaithfulMegatronConfig{tp, pp, dp, mb, k, packing, dopt, 0});
+              }
           }
       }
     }
+  }
+  // Recomputation (some trained section with `recompute = auto`): of none,
+  // half or all of the layers.
+  int64_t recompute_levels() const {
+    for (int s : sections)
+      if (g.section(s).mode == Mode::Train && g.section(s).recompute_auto) return 3;
+    return 1;
+  }
+
+  // The fastest configuration that fits, tuned on `batch`. More
+  // recomputation only adds work: tried only while a configuration does not
+  // fit with less.
+  std::optional<std::pair<FaithfulMegatronConfig, double>> tune(const Batch& batch, std::string& last_problem) const {
+    std::optional<std::pair<FaithfulMegatronConfig, double>> best;
+    const int64_t levels = recompute_levels();
+    each_config([&](FaithfulMegatronConfig c) {
+      for (c.recompute_halves = 0; c.recompute_halves < levels; ++c.recompute_halves) {
+        const Evaluated e = evaluate(batch, c);
+        if (!e.problem.empty()) {
+          last_problem = c.str() + ": " + e.problem;
+          continue;
+        }
+        if (!best || e.iteration_s < best->second) best = {{c, e.iteration_s}};
+        break;
+      }
+    });
     return best;
+  }
+
+  // Every configuration that fits alone, as a module sharing its devices
+  // with others (every recomputation level: less activations is what
+  // sharing may need), the Pareto-best of them (shared_devices_fit.h).
+  std::vector<ModuleOption> options(const Batch& batch, std::string& last_problem) const {
+    std::vector<ModuleOption> all;
+    const int64_t levels = recompute_levels();
+    each_config([&](FaithfulMegatronConfig c) {
+      for (c.recompute_halves = 0; c.recompute_halves < levels; ++c.recompute_halves) {
+        const Evaluated e = evaluate(batch, c);
+        if (!e.problem.empty()) {
+          last_problem = c.str() + ": " + e.problem;
+          continue;
+        }
+        all.push_back({c, e.iteration_s, int64_t(e.state_bytes), int64_t(e.need_bytes - e.state_bytes)});
+      }
+    });
+    return pareto_best(std::move(all));
   }
 
   double mean_s(const std::vector<Batch>& batches, const FaithfulMegatronConfig& c) const {
@@ -358,7 +403,11 @@ BaselineResult tuned_mimo(const SectionGraph& g, const Cluster& cl, const CostMo
   std::vector<int> language, others;
   for (int s : g.topo_order) (g.nodes[size_t(s)].has_loss && g.section(s).mode == Mode::Train ? language : others).push_back(s);
   std::string last;
-  // One group of modules, each tuned alone on `devices`, run one after another.
+  // One group of modules on the same `devices`, run one after another. Each
+  // module's parameter state stays on the devices all step, so the modules'
+  // configurations are chosen together: the least sum of their times on
+  // the first batch such that every module's state plus the largest
+  // module's in-flight activations fit a device. (One module: tuned alone.)
   auto group = [&](const std::vector<int>& modules, int64_t devices, std::string& config, int64_t* llm_micro_batches)
       -> std::optional<double> {
     double sum_first = 0;
@@ -366,13 +415,26 @@ BaselineResult tuned_mimo(const SectionGraph& g, const Cluster& cl, const CostMo
     std::vector<Evaluator> evs;
     evs.reserve(modules.size());
     for (int s : modules) evs.push_back({g, cl, cost, {s}, devices});
-    for (const Evaluator& ev : evs) {
-      const auto best = ev.tune(batches.front(), last);
+    if (evs.size() == 1) {
+      const auto best = evs[0].tune(batches.front(), last);
       if (!best) return std::nullopt;
-      chosen.push_back({&ev, best->first});
-      config += fmt::format("{}{}[{} dev] {}", config.empty() ? "" : "; ", g.nodes[size_t(ev.sections[0])].name, devices,
-                            best->first.str());
+      chosen.push_back({&evs[0], best->first});
+    } else {
+      std::vector<std::vector<ModuleOption>> options;
+      for (const Evaluator& ev : evs) options.push_back(ev.options(batches.front(), last));
+      const std::vector<ModuleOption> picked = choose_least_sum(options, cl.device.memory_bytes);
+      if (picked.empty()) {
+        int64_t states = 0;
+        for (const auto& o : options) states += o.empty() ? 0 : least_resident(o);
+        last = fmt::format("{} modules on {} devices: at least {:.1f} GB of parameter state per device together", evs.size(),
+                           devices, double(states) / 1e9);
+        return std::nullopt;
+      }
+      for (size_t i = 0; i < evs.size(); ++i) chosen.push_back({&evs[i], picked[i].config});
     }
+    for (const auto& [ev, c] : chosen)
+      config += fmt::format("{}{}[{} dev] {}", config.empty() ? "" : "; ", g.nodes[size_t(ev->sections[0])].name, devices,
+                            c.str());
     for (const auto& [ev, c] : chosen) sum_first += ev->mean_s(batches, c);
     if (llm_micro_batches && !chosen.empty()) {
       const auto& c = chosen.back().second;

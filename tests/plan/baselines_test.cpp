@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <regex>
 #include <tuple>
 
 #include "data/sampler.h"
@@ -250,6 +251,40 @@ BOOST_AUTO_TEST_CASE(forward_twice_costs_one_more_forward) {
     BOOST_TEST_MESSAGE(e.what());
     return std::string(e.what()).find("sequential baseline: the sections' shapes do not fit one h100") == 0;
   });
+}
+
+// MIMO colocated: the modules take turns on the same devices and each one's
+// parameter state stays there all step, so their configurations are chosen
+// together (shared_devices_fit.h). internvl_26b on one node of 8 H100: the
+// modules tuned alone (vision tp 2 dp 4, projector dp 8, llm tp 4 dp 2, all
+// with the distributed optimizer) hold 85.4 GB of state per device
+// together (bench_plan_probe), more than an H100; the rung's configuration
+// keeps the sum of the chosen modules' states within the device.
+BOOST_AUTO_TEST_CASE(mimo_colocated_modules_fit_the_device_together) {
+  const Modelled m("models/internvl_26b.sect", "configs/h100x8.toml");
+  const auto& [g, cl, cost, batches] = std::tie(m.g, m.cl, m.cost, m.batches);
+  const BaselineResult mimo = tuned_mimo(g, cl, cost, batches);
+  BOOST_TEST_MESSAGE("mimo: " << mimo.config);
+  BOOST_REQUIRE(mimo.config.rfind("colocated: ", 0) == 0);
+  const std::regex shape(R"(tp=(\d+) pp=(\d+) dp=(\d+) micro_batch=(\d+) first_stage_layers=(\d+) (padding|packing)( distributed_optimizer)?)");
+  double states = 0;
+  for (int s = 0; s < int(g.nodes.size()); ++s) {
+    const std::string name = g.nodes[size_t(s)].name + "[8 dev] ";
+    const size_t at = mimo.config.find(name);
+    BOOST_REQUIRE_MESSAGE(at != std::string::npos, name + " missing");
+    std::smatch x;
+    const std::string rest = mimo.config.substr(at + name.size());
+    BOOST_REQUIRE(std::regex_search(rest, x, shape));
+    FaithfulMegatronConfig c;
+    c.tp = std::stoll(x[1]), c.pp = std::stoll(x[2]), c.dp = std::stoll(x[3]), c.micro_batch = std::stoll(x[4]);
+    c.first_stage_layers = std::stoll(x[5]), c.packing = x[6] == "packing", c.distributed_optimizer = x[7].matched;
+    const SectionPlan plan{0, 8, c.tp, 1, c.dp, c.micro_batch, c.distributed_optimizer};
+    double most = 0;  // the module's fullest stage
+    for (int64_t j = 0; j < c.pp; ++j)
+      most = std::max(most, megatron_stage_share(g, {s}, s, j, c) * double(cost.weights_bytes_per_device(s, plan)));
+    states += most;
+  }
+  BOOST_TEST(states <= double(cl.device.memory_bytes), states / 1e9 << " GB of state per device");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
