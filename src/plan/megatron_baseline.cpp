@@ -320,20 +320,16 @@ struct Evaluator {
       }
     }
   }
-  // Recomputation (some trained section with `recompute = auto`): of none,
-  // half or all of the layers.
-  int64_t recompute_levels() const {
-    for (int s : sections)
-      if (g.section(s).mode == Mode::Train && g.section(s).recompute_auto) return 3;
-    return 1;
-  }
 
-  // The fastest configuration that fits, tuned on `batch`. More
-  // recomputation only adds work: tried only while a configuration does not
-  // fit with less.
-  std::optional<std::pair<FaithfulMegatronConfig, double>> tune(const Batch& batch, std::string& last_problem) const {
-    std::optional<std::pair<FaithfulMegatronConfig, double>> best;
-    const int64_t levels = recompute_levels();
+  // f(config, its evaluation) for each configuration that fits on `batch`,
+  // at each recomputation level that fits (every_level) or at the least one
+  // (more recomputation only adds work). `last_problem`: why the last
+  // configuration tried did not fit.
+  template <class F>
+  void each_fitting(const Batch& batch, bool every_level, std::string& last_problem, F&& f) const {
+    int64_t levels = 1;  // recomputation of none, half, all the layers where a trained section has `recompute = auto`
+    for (int s : sections)
+      if (g.section(s).mode == Mode::Train && g.section(s).recompute_auto) levels = 3;
     each_config([&](FaithfulMegatronConfig c) {
       for (c.recompute_halves = 0; c.recompute_halves < levels; ++c.recompute_halves) {
         const Evaluated e = evaluate(batch, c);
@@ -341,28 +337,28 @@ struct Evaluator {
           last_problem = c.str() + ": " + e.problem;
           continue;
         }
-        if (!best || e.iteration_s < best->second) best = {{c, e.iteration_s}};
-        break;
+        f(c, e);
+        if (!every_level) break;
       }
+    });
+  }
+
+  // The fastest configuration that fits, tuned on `batch`.
+  std::optional<std::pair<FaithfulMegatronConfig, double>> tune(const Batch& batch, std::string& last_problem) const {
+    std::optional<std::pair<FaithfulMegatronConfig, double>> best;
+    each_fitting(batch, false, last_problem, [&](const FaithfulMegatronConfig& c, const Evaluated& e) {
+      if (!best || e.iteration_s < best->second) best = {{c, e.iteration_s}};
     });
     return best;
   }
 
-  // Every configuration that fits alone, as a module sharing its devices
-  // with others (every recomputation level: less activations is what
-  // sharing may need), the Pareto-best of them (shared_devices_fit.h).
+  // As a module sharing its devices with others: the Pareto-best of every
+  // configuration that fits alone, at every recomputation level (less
+  // activations is what sharing may need; shared_devices_fit.h).
   std::vector<ModuleOption> options(const Batch& batch, std::string& last_problem) const {
     std::vector<ModuleOption> all;
-    const int64_t levels = recompute_levels();
-    each_config([&](FaithfulMegatronConfig c) {
-      for (c.recompute_halves = 0; c.recompute_halves < levels; ++c.recompute_halves) {
-        const Evaluated e = evaluate(batch, c);
-        if (!e.problem.empty()) {
-          last_problem = c.str() + ": " + e.problem;
-          continue;
-        }
-        all.push_back({c, e.iteration_s, int64_t(e.state_bytes), int64_t(e.need_bytes - e.state_bytes)});
-      }
+    each_fitting(batch, true, last_problem, [&](const FaithfulMegatronConfig& c, const Evaluated& e) {
+      all.push_back({c, e.iteration_s, int64_t(e.state_bytes), int64_t(e.need_bytes - e.state_bytes)});
     });
     return pareto_best(std::move(all));
   }

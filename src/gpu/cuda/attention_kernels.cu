@@ -14,15 +14,19 @@ namespace {
 constexpr int kRowThreads = 256;
 
 // One block per row r = h*L + i of S[H,L,L].
+// log Σ exp over row[0, end), by the whole block.
+__device__ float row_lse(const float* row, int64_t end, float* shared) {
+  gm::SoftmaxState s = gm::softmax_init();
+  for (int64_t j = threadIdx.x; j < end; j += blockDim.x) s = gm::softmax_push(s, row[j]);
+  return gm::softmax_lse(block_softmax(s, shared));
+}
+
 __global__ void attention_softmax_kernel(float* S, float* lse, int64_t t0, int64_t L, int64_t H, bool causal) {
   __shared__ float shared[64];
   const int64_t r = blockIdx.x, h = r / L, i = r % L;
   float* row = S + r * L;
   const int64_t end = causal ? i + 1 : L;
-  gm::SoftmaxState s = gm::softmax_init();
-  for (int64_t j = threadIdx.x; j < end; j += blockDim.x) s = gm::softmax_push(s, row[j]);
-  s = block_softmax(s, shared);
-  const float l = gm::softmax_lse(s);
+  const float l = row_lse(row, end, shared);
   for (int64_t j = threadIdx.x; j < L; j += blockDim.x) row[j] = j < end ? expf(row[j] - l) : 0.0f;
   if (threadIdx.x == 0) lse[(t0 + i) * H + h] = l;
 }
@@ -54,10 +58,7 @@ __global__ void attention_softmax_bf16_kernel(const float* S, uint16_t* P16, flo
   const float* row = S + r * L;
   uint16_t* out = P16 + r * L;
   const int64_t end = causal ? i + 1 : L;
-  gm::SoftmaxState s = gm::softmax_init();
-  for (int64_t j = threadIdx.x; j < end; j += blockDim.x) s = gm::softmax_push(s, row[j]);
-  s = block_softmax(s, shared);
-  const float l = gm::softmax_lse(s);
+  const float l = row_lse(row, end, shared);
   for (int64_t j = threadIdx.x; j < end; j += blockDim.x) out[j] = float_to_bf16(expf(row[j] - l));
   for (int64_t j = end + threadIdx.x; j < L; j += blockDim.x) out[j] = 0;  // masked: no score read
   if (threadIdx.x == 0) lse[(t0 + i) * H + h] = l;
