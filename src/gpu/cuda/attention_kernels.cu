@@ -13,7 +13,6 @@ namespace {
 
 constexpr int kRowThreads = 256;
 
-// One block per row r = h*L + i of S[H,L,L].
 // log Σ exp over row[0, end), by the whole block.
 __device__ float row_lse(const float* row, int64_t end, float* shared) {
   gm::SoftmaxState s = gm::softmax_init();
@@ -21,6 +20,7 @@ __device__ float row_lse(const float* row, int64_t end, float* shared) {
   return gm::softmax_lse(block_softmax(s, shared));
 }
 
+// One block per row r = h*L + i of S[H,L,L].
 __global__ void attention_softmax_kernel(float* S, float* lse, int64_t t0, int64_t L, int64_t H, bool causal) {
   __shared__ float shared[64];
   const int64_t r = blockIdx.x, h = r / L, i = r % L;
