@@ -138,6 +138,11 @@ for p in "${plan[@]}"; do
     printf '## %s: SKIP\n\n%s has no torch with CUDA (set TORCH_PYTHON)\n\n' "$name" "$torch_py" >> "$report"
     continue
   fi
+  if [ "$name" = "torch step sdpa" ] && ! $torch_py -c "import torch, sys; sys.exit(0 if hasattr(torch.nn.functional, 'scaled_dot_product_attention') else 1)" 2>/dev/null; then
+    echo "   SKIP ($torch_py's torch has no scaled_dot_product_attention: torch < 2.0)"
+    printf '## %s: SKIP\n\n%s has no scaled_dot_product_attention (torch < 2.0)\n\n' "$name" "$torch_py" >> "$report"
+    continue
+  fi
   if [ "$name" = "dp 2 over NCCL" ] && [ "$(nvidia-smi -L | grep -c '^GPU')" -lt 2 ]; then
     echo "   SKIP (one GPU: a dp group needs a GPU per NCCL rank)"
     printf '## %s: SKIP\n\none GPU here; dp = 2 on cuda needs two\n\n' "$name" >> "$report"
