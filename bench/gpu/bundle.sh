@@ -30,7 +30,8 @@ for p in "${progs[@]}"; do ldd "$build/$p"; done | awk '$2 == "=>" && $3 ~ /^\//
       libnccl.so*) ;;                                            # the GPU machine's
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|libstdc++.so*|libmvec.so*)
         cp -L "$path" "$stage/glibc/$name" ;;
-      *) cp -L "$path" "$stage/lib/$name" && strip --strip-unneeded "$stage/lib/$name" 2>/dev/null || true ;;
+      *) cp -L "$path" "$stage/lib/$name"
+         strip --strip-unneeded "$stage/lib/$name" 2>/dev/null || true ;;  # a library strip cannot read stays as it is
     esac
   done
 cp -L "$(ldd "$build/maestro-run" | awk '/ld-linux/ {print $1}')" "$stage/glibc/ld-linux-x86-64.so.2"
