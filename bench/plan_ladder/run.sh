@@ -6,7 +6,13 @@
 # markdown table per cluster (step seconds; Maestro's speedup
 # over each rung in parentheses; utilisation = Maestro's lower bound / its
 # step), then each rung's tuned configuration. Simulated: no GPU is used.
-# usage: [CLUSTERS="..."] bench/plan_ladder/run.sh BUILD_DIR [STEPS]   (from the source root)
+# Every rung tunes tp, pp and dp of every module over its own grid, so
+# Maestro gets the same freedom: each program runs with its written
+# `parallel` degrees removed and every section's left to the planner (the
+# language's defaults, tp = 1 and pp = 1, would pin the encoders; PINNED=1
+# runs the programs as written). Every search tries only a tp the model
+# splits over (heads, kv heads, ffn).
+# usage: [CLUSTERS="..."] [PINNED=1] bench/plan_ladder/run.sh BUILD_DIR [STEPS]   (from the source root)
 set -euo pipefail
 BUILD=${1:?usage: run.sh BUILD_DIR [STEPS]}
 STEPS=${2:-1}
@@ -14,10 +20,24 @@ CLUSTERS=${CLUSTERS:-h100x64 h100x1024}
 MODELS="llava15_7b omni_7b omni_whisper_7b video_7b internvl_20b internvl_26b kd_70b_to_8b kd_32b_to_1_5b"
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-echo "# $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(uname -n), $(nproc) cores; $(uptime)"
+P=models
+if [ "${PINNED:-0}" != 1 ]; then
+  P=$W/models
+  cp -r models "$P"
+  for m in $MODELS; do
+    /usr/bin/python3 - "$P/$m.sect" <<'PY'
+import re, sys
+path = sys.argv[1]
+text = re.sub(r"parallel\s*\{[^}]*\}", "", open(path).read())
+text = re.sub(r"(section\s+\w+\s*\{)", r"\1 parallel { tp = auto; pp = auto; dp = auto; }", text)
+open(path, "w").write(text)
+PY
+  done
+fi
+echo "# $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(uname -n), $(nproc) cores; $(uptime); degrees: $([ "$P" = models ] && echo 'as written' || echo 'all auto')"
 for cluster in $CLUSTERS; do
   for m in $MODELS; do
-    if ! "$BUILD/maestro-run" "models/$m.sect" --config "configs/$cluster.toml" --simulate --baseline all \
+    if ! "$BUILD/maestro-run" "$P/$m.sect" --config "configs/$cluster.toml" --simulate --baseline all \
          --steps "$STEPS" --json > "$W/$cluster.$m.out" 2> "$W/$cluster.$m.err"; then
       echo "{\"error\": $(tail -1 "$W/$cluster.$m.err" | /usr/bin/python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().strip()))')}" > "$W/$cluster.$m.out"
     fi

@@ -92,6 +92,9 @@ BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const Co
     recompute_auto |= g.section(int(s)).mode == Mode::Train && g.section(int(s)).recompute_auto;
   for (int64_t tp : kDegreeChoices) {
     if (tp > std::min(cl.devices_per_node, cl.devices)) continue;
+    bool splits = true;  // every section at the one tp
+    for (size_t s = 0; s < g.nodes.size(); ++s) splits &= splits_over_tp(g.section(int(s)).model, tp);
+    if (!splits) continue;
     for (int64_t pp : kDegreeChoices) {
       if (tp * pp > cl.devices || pp > max_layers(g)) continue;
       for (int64_t mb : kMicroBatchChoices)

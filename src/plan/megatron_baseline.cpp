@@ -299,6 +299,8 @@ struct Evaluator {
     for (int s : sections) trains |= g.section(s).mode == Mode::Train;
     for (int64_t tp : kDegreeChoices) {
       if (tp > std::min(cl.devices_per_node, devices)) continue;
+      if (std::any_of(sections.begin(), sections.end(), [&](int s) { return !splits_over_tp(g.section(s).model, tp); }))
+        continue;  // the module's sections all run at its tp
       for (int64_t pp : kDegreeChoices) {
         if (devices % (tp * pp) != 0 || pp > layers || (d < 0 && pp > 1)) continue;
         const int64_t dp = devices / (tp * pp);

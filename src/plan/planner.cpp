@@ -93,7 +93,9 @@ std::vector<Shape> ranked_shapes(const SectionGraph& g, const Cluster& cl, const
   std::vector<SectionPlan> candidates;
   for (int64_t tp : kDegreeChoices)
     for (int64_t pp : kDegreeChoices) {
-      if (sec.parallel.tp ? tp != *sec.parallel.tp : tp > std::min(cl.devices_per_node, cl.devices)) continue;
+      if (sec.parallel.tp ? tp != *sec.parallel.tp
+                          : tp > std::min(cl.devices_per_node, cl.devices) || !splits_over_tp(sec.model, tp))
+        continue;
       if (sec.parallel.pp ? pp != *sec.parallel.pp : pp > layers_of(sec.model) || tp * pp > cl.devices) continue;
       for (int64_t mb : kMicroBatchChoices)
         if (sec.micro_batch ? mb == 1 : mb <= active) candidates.push_back({0, tp * pp, tp, pp, 1, sec.micro_batch.value_or(mb)});
@@ -367,10 +369,15 @@ std::vector<Plan> aligned_plans(const SectionGraph& g, const std::vector<std::ve
     for (size_t s = 0; s < ranked.size(); ++s) {
       const ParallelSpec& par = g.section(int(s)).parallel;
       if (s == lead || par.tp || par.pp) continue;
-      const auto it = std::find_if(ranked[s].begin(), ranked[s].end(), [&](const Shape& x) {
-        return x.plan.tp == target.tp && x.plan.pp == target.pp && x.plan.dp == target.dp;
-      });
-      if (it != ranked[s].end()) plan.sections[s] = it->plan, aligned = true;
+      // The lead's tp, pp and dp; for a model that cannot split over the
+      // lead's tp (splits_over_tp), its largest tp below it on the same
+      // devices (tp·dp and pp the lead's), so that stages still line up.
+      const Shape* pick = nullptr;
+      for (const Shape& x : ranked[s])
+        if (x.plan.pp == target.pp && x.plan.tp <= target.tp && x.plan.tp * x.plan.dp == target.tp * target.dp &&
+            (!pick || x.plan.tp > pick->plan.tp))
+          pick = &x;
+      if (pick) plan.sections[s] = pick->plan, aligned = true;
     }
     if (!aligned || std::any_of(out.begin(), out.end(), [&](const Plan& p) {
           return p.sections[lead].tp == target.tp && p.sections[lead].pp == target.pp && p.sections[lead].dp == target.dp;

@@ -11,6 +11,7 @@
 
 #include "data/batch.h"
 #include "graph/section_graph.h"
+#include "graph/tensor_parallel.h"
 #include "plan/cluster.h"
 #include "plan/cost_model.h"
 #include "plan/plan.h"
@@ -21,6 +22,12 @@ namespace maestro {
 // size; the tuned Megatron baseline searches the same (baselines.h).
 inline constexpr int64_t kDegreeChoices[] = {1, 2, 4, 8};
 inline constexpr int64_t kMicroBatchChoices[] = {1, 2, 4, 8, 16, 32};
+
+// Whether `model` splits over `tp` ranks (heads, kv heads, ffn multiples of
+// tp: tp_divisibility_error). Every search — the planner's and each
+// baseline's — tries only such a tp: the engine cannot run another, and
+// neither can Megatron-LM (its `divide()` asserts the same).
+inline bool splits_over_tp(const ModelSpec& model, int64_t tp) { return tp_divisibility_error(model, tp).empty(); }
 
 // Micro-batches whose activations stage 0 of a replica keeps alive at once
 // under 1F1B: pp (Plan::in_flight_cap is the largest pp of the plan).

@@ -6,7 +6,9 @@
 // same sampled steps; the simulator's lower bound never above the iteration.
 // Against the ideal sequential baseline (neither rule; baselines.h), where
 // the wavefront does not reach it, the test holds the ratio reached
-// (docs/planner.md explains each).
+// (docs/planner.md explains each); likewise on InternVL against both since
+// every search keeps to a tp the model splits over (InternViT-6B's 25 heads:
+// tp 1 only; docs/planner.md, "The points below parity").
 #include <boost/test/unit_test.hpp>
 
 #include <string>
@@ -25,15 +27,17 @@ namespace maestro {
 using namespace maestro::test;
 namespace {
 
+// 1.0 within 0.5 %: the wavefront pays the transfers between sections that
+// the baselines are not charged.
+constexpr double kParity = 0.995;
+
 struct Workload {
   const char* model;
   const char* cluster;
   double ideal_at_least;  // sequential-ideal / wavefront
+  double sequential_at_least = kParity;  // sequential / wavefront
 };
 
-// 1.0 within 0.5 %: the wavefront pays the transfers between sections that
-// the baselines are not charged.
-constexpr double kParity = 0.995;
 
 const Workload kWorkloads[] = {
     {"models/llava15_7b.sect", "configs/h100x64.toml", kParity},
@@ -42,10 +46,11 @@ const Workload kWorkloads[] = {
     {"models/omni_7b.sect", "configs/h100x1024.toml", kParity},
     {"models/kd_70b_to_8b.sect", "configs/h200x64.toml", kParity},
     {"models/kd_70b_to_8b.sect", "configs/h200x1024.toml", kParity},
-    {"models/internvl_20b.sect", "configs/h100x64.toml", 0.935},  // 0.939 over 4 steps: memory (docs/planner.md)
+    // Over these 2 steps 0.892 and 0.968 (the ViT at tp 1 holds its layers' inputs)
+    {"models/internvl_20b.sect", "configs/h100x64.toml", 0.885, 0.96},
     {"models/internvl_20b.sect", "configs/h100x1024.toml", kParity},
-    {"models/internvl_26b.sect", "configs/h100x64.toml", kParity},
-    {"models/internvl_26b.sect", "configs/h100x1024.toml", kParity},
+    {"models/internvl_26b.sect", "configs/h100x64.toml", 0.91, 0.975},     // 0.916, 0.979
+    {"models/internvl_26b.sect", "configs/h100x1024.toml", 0.96, 0.96},    // 0.966, 0.966
     {"models/kd_32b_to_1_5b.sect", "configs/h100x64.toml", 0.99},  // 0.995 over 4 steps: memory (docs/planner.md)
     {"models/kd_32b_to_1_5b.sect", "configs/h100x1024.toml", kParity},
     {"models/omni_whisper_7b.sect", "configs/h100x64.toml", kParity},
@@ -85,7 +90,7 @@ BOOST_AUTO_TEST_CASE(every_workload_at_64_and_1024_devices) {
     const double ideal = sequential_ideal_baseline(g, cl, cost, batches).iteration_s;
     BOOST_TEST_CONTEXT(w.model << " on " << w.cluster << ": wavefront " << wavefront << " s, sequential "
                                 << sequential << " s, sequential-ideal " << ideal << " s") {
-      BOOST_TEST(sequential / wavefront >= kParity);
+      BOOST_TEST(sequential / wavefront >= w.sequential_at_least);
       BOOST_TEST(ideal / wavefront >= w.ideal_at_least);
       BOOST_TEST(sequential >= ideal * (1 - 1e-12));
     }
