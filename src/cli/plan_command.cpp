@@ -257,6 +257,24 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
     else if (baseline)
       out += fmt::format("{:<10} {:.4f} s{}\nspeedup    {:.2f}×\n", baseline->name, baseline->iteration_s,
                          baseline->config.empty() ? "" : "   " + baseline->config, baseline->iteration_s / iteration);
+    // Sections whose tp or pp the program fixes (written, or the language's
+    // defaults tp = 1, pp = 1), which every baseline tunes freely.
+    std::vector<std::string> pinned;
+    nlohmann::ordered_json pinned_json = nlohmann::ordered_json::object();
+    for (size_t s = 0; s < p.graph.nodes.size(); ++s) {
+      const ParallelSpec& par = p.graph.section(int(s)).parallel;
+      if (!par.tp && !par.pp) continue;
+      const SectionPlan& sp = p.plan.sections[s];
+      pinned.push_back(fmt::format("{}{}{}", p.graph.nodes[s].name, par.tp ? fmt::format(" tp {}", sp.tp) : "",
+                                   par.pp ? fmt::format(" pp {}", sp.pp) : ""));
+      if (par.tp) pinned_json[p.graph.nodes[s].name]["tp"] = sp.tp;
+      if (par.pp) pinned_json[p.graph.nodes[s].name]["pp"] = sp.pp;
+    }
+    if (!ladder.empty() && !pinned.empty())
+      out += fmt::format(
+          "pinned     {}: written or the defaults (tp = 1, pp = 1), where the baselines choose every module's tp "
+          "and pp; `parallel {{ tp = auto; pp = auto; }}` gives the planner the same freedom\n",
+          fmt::join(pinned, ", "));
     if (!trace_path.empty()) out += fmt::format("trace of step 0: {}\n", trace_path);
     if (cli.json) {
       nlohmann::ordered_json j;
@@ -286,6 +304,7 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
         j["baseline"] = {{"name", baseline->name}, {"iteration_s", baseline->iteration_s}, {"config", baseline->config}};
         j["speedup"] = baseline->iteration_s / iteration;
       }
+      if (!ladder.empty()) j["pinned"] = pinned_json;  // {section: {tp, pp}} of the fixed degrees
       if (!ladder.empty()) {
         // Each rung, then Maestro itself; speedup = the rung's time / Maestro's.
         j["ladder"] = nlohmann::ordered_json::array();

@@ -185,6 +185,27 @@ BOOST_AUTO_TEST_CASE(kd_70b_fits_64_h100s_with_the_sharded_optimizer) {
   BOOST_TEST(j["plan"]["teacher"]["shard_optimizer"] == false);  // frozen: no optimizer state
 }
 
+// With a baseline, the sections whose tp or pp the program fixes (which
+// every baseline tunes freely) are named: omni_7b's LLM (written tp 4, pp
+// 2) and its encoders and projectors (the defaults tp 1, pp 1); none of
+// internvl_20b's (every degree auto).
+BOOST_AUTO_TEST_CASE(a_baseline_names_the_pinned_degrees) {
+  const Run r = run("models/omni_7b.sect --simulate --json --steps 1 --baseline megatron --config configs/h100x64.toml");
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
+  BOOST_TEST(r.out.find("\npinned     vision tp 1 pp 1, audio tp 1 pp 1, vision_proj tp 1 pp 1, audio_proj tp 1 pp 1, "
+                        "llm tp 4 pp 2: ") != std::string::npos, r.out);
+  const nlohmann::json j = last_line_json(r.out);
+  BOOST_TEST(j["pinned"]["llm"]["tp"] == 4);
+  BOOST_TEST(j["pinned"]["llm"]["pp"] == 2);
+  BOOST_TEST(j["pinned"].size() == 5u);
+  const Run plain = run("models/omni_7b.sect --simulate --steps 1 --config configs/h100x64.toml");
+  BOOST_TEST(plain.out.find("pinned") == std::string::npos, plain.out);  // no baseline: nothing to compare
+  const Run free = run("models/internvl_20b.sect --simulate --json --steps 1 --baseline megatron --config configs/h100x64.toml");
+  BOOST_REQUIRE_MESSAGE(free.status == 0, free.out);
+  BOOST_TEST(free.out.find("\npinned") == std::string::npos, free.out);
+  BOOST_TEST(last_line_json(free.out)["pinned"].empty());
+}
+
 // `recompute = auto` (internvl_20b's ViT and LLM, written; the projector,
 // a trained section feeding the LLM, by default): on 64 H100 the planner
 // recomputes the ViT's layers — its 25 heads split over no tp > 1, so its
