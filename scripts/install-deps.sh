@@ -26,6 +26,7 @@ PACKAGES=(
   libedit-dev tmux                 # the debug REPL's line editing; its terminal test
   libucx-dev ucx-utils             # the transfer engine (UcxTransport) and ucx_perftest (bench/transport)
   iproute2                         # `ip netns` + veth: the multi-host tests (tests/netns)
+  xz-utils                         # bench/gpu/bundle.sh's tar.xz (test bench.gpu_bundle)
 )
 
 missing=()
