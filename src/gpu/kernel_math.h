@@ -39,14 +39,24 @@ MAESTRO_HD inline float layernorm_dw(float x, float dy, float m, float r) { retu
 MAESTRO_HD inline double rope_inv_freq(int64_t i, int64_t D, float theta) {
   return pow(double(theta), -2.0 * double(i) / double(D));
 }
-// (x0, x1) -> (x0 cos − x1 sin, x1 cos + x0 sin) with sin = sign·sin(angle);
-// sign −1 is the inverse rotation (backward).
-MAESTRO_HD inline void rope_rotate(float& x0, float& x1, int32_t pos, double inv_freq, float sign) {
+// The rotation of pair i at position pos: c = cos(angle), s = sign·sin(angle)
+// (fp64 angle, as the CPU backend); sign −1 is the inverse (backward). One
+// per (token, pair), shared by every head.
+MAESTRO_HD inline void rope_cos_sin(int32_t pos, double inv_freq, float sign, float& c, float& s) {
   const double a = double(pos) * inv_freq;
-  const float c = float(cos(a)), s = sign * float(sin(a));
+  c = float(cos(a));
+  s = sign * float(sin(a));
+}
+// (x0, x1) -> (x0 c − x1 s, x1 c + x0 s)
+MAESTRO_HD inline void rope_apply(float& x0, float& x1, float c, float s) {
   const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
   x0 = y0;
   x1 = y1;
+}
+MAESTRO_HD inline void rope_rotate(float& x0, float& x1, int32_t pos, double inv_freq, float sign) {
+  float c, s;
+  rope_cos_sin(pos, inv_freq, sign, c, s);
+  rope_apply(x0, x1, c, s);
 }
 
 // ---- activations --------------------------------------------------------------

@@ -126,15 +126,18 @@ BOOST_AUTO_TEST_CASE(rotary_matches_the_cpu_backend_and_inverts) {
   const Vec x0 = randn(size_t(N * H * D), 5);
   const std::vector<int32_t> pos = {0, 1, 2, 700, 4095};
   Vec x = x0, cpu_x = x0;
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < D / 2; ++i) {
+  for (int64_t n = 0; n < N; ++n)  // rope_kernel's order: one cos/sin per (token, pair), every head
+    for (int64_t i = 0; i < D / 2; ++i) {
+      float c, s;
+      gm::rope_cos_sin(pos[size_t(n)], gm::rope_inv_freq(i, D, 10000.0f), 1.0f, c, s);
+      for (int64_t h = 0; h < H; ++h) {
         float* r = x.data() + (n * H + h) * D;
-        gm::rope_rotate(r[i], r[i + D / 2], pos[size_t(n)], gm::rope_inv_freq(i, D, 10000.0f), 1.0f);
+        gm::rope_apply(r[i], r[i + D / 2], c, s);
       }
+    }
   Cpu cpu;
   cpu.b->rope_forward(cpu_x.data(), pos.data(), N, H, D, 10000.0f);
-  BOOST_TEST(rel_err(x, cpu_x) <= kF32);
+  BOOST_TEST(x == cpu_x, boost::test_tools::per_element());  // the same operations, in the same precision
   for (int64_t n = 0; n < N; ++n)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < D / 2; ++i) {

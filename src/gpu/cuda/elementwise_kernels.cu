@@ -156,13 +156,18 @@ __global__ void layernorm_backward_kernel(float* dinp, const float* dout, const 
     dinp[row * C + c] += gm::layernorm_dx(x[c], dy[c], w[c], m, r, mean_g, mean_gx);
 }
 
-// One thread per (token, head, pair i < D/2).
+// One thread per (token, pair i < D/2): the fp64 cos/sin once, applied to
+// every head (the CPU backend's order; a warp's pairs are adjacent in memory).
 __global__ void rope_kernel(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign) {
   const int64_t half = D / 2;
-  MAESTRO_GRID_STRIDE(e, N * H * half) {
-    const int64_t i = e % half, nh = e / half, n = nh / H;
-    float* r = x + nh * D;
-    gm::rope_rotate(r[i], r[i + half], pos[n], gm::rope_inv_freq(i, D, theta), sign);
+  MAESTRO_GRID_STRIDE(e, N * half) {
+    const int64_t i = e % half, n = e / half;
+    float c, s;
+    gm::rope_cos_sin(pos[n], gm::rope_inv_freq(i, D, theta), sign, c, s);
+    for (int64_t h = 0; h < H; ++h) {
+      float* r = x + (n * H + h) * D;
+      gm::rope_apply(r[i], r[i + half], c, s);
+    }
   }
 }
 
@@ -338,7 +343,7 @@ void launch_layernorm_backward(float* dinp, float* dw, float* db, const float* d
 
 void launch_rope(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign,
                  cudaStream_t st) {
-  MAESTRO_LAUNCH(rope_kernel, N * H * (D / 2), x, pos, N, H, D, theta, sign);
+  MAESTRO_LAUNCH(rope_kernel, N * (D / 2), x, pos, N, H, D, theta, sign);
 }
 void launch_swiglu_forward(float* out, const float* gate, const float* up, size_t n, cudaStream_t st) {
   MAESTRO_LAUNCH(swiglu_forward_kernel, n, out, gate, up, n);
