@@ -369,8 +369,9 @@ std::vector<Plan> aligned_plans(const SectionGraph& g, const std::vector<std::ve
     for (size_t s = 0; s < ranked.size(); ++s) {
       const ParallelSpec& par = g.section(int(s)).parallel;
       if (s == lead || par.tp || par.pp) continue;
-      // The lead's tp, pp and dp; for a model that cannot split over the
-      // lead's tp (splits_over_tp), its largest tp below it on the same
+      // The lead's tp, pp and dp; where the section has no such shape (a
+      // model that cannot split over the lead's tp, splits_over_tp, or a
+      // shape that does not fit), its largest tp below it on the same
       // devices (tp·dp and pp the lead's), so that stages still line up.
       const Shape* pick = nullptr;
       for (const Shape& x : ranked[s])
