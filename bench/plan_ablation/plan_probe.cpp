@@ -6,8 +6,8 @@
 // the planner's plan and each layout on steps 0-3 with their peak memory
 // (the planner chooses on step 0 only), and step 0's fullest device: what
 // its memory holds at its peak, section by section.
-// Usage: bench_plan_probe MODEL.sect CLUSTER.toml ["tp,pp,dp,mb[,first[,halves]];… per section" CAP]...
-// (halves: recomputed halves of the layers, 0-2, for a `recompute = auto`
+// Usage: bench_plan_probe MODEL.sect CLUSTER.toml ["tp,pp,dp,mb[,first[,level]];… per section" CAP]...
+// (level: SectionPlan::recompute_level 0-3, for a `recompute = auto`
 // section; CAP: the in-flight cap, optionally followed by `p` — per-step
 // micro-batches off —, `t` — token micro-batches off — and `c` — critical
 // path first off.)
@@ -32,7 +32,7 @@ using namespace maestro;
 
 int main(int argc, char** argv) {
   if (argc < 3 || argc % 2 == 0) {
-    fmt::print(stderr, "usage: {} MODEL.sect CLUSTER.toml [\"tp,pp,dp,mb[,first[,halves]];...\" CAP]...\n", argv[0]);
+    fmt::print(stderr, "usage: {} MODEL.sect CLUSTER.toml [\"tp,pp,dp,mb[,first[,level]];...\" CAP]...\n", argv[0]);
     return 2;
   }
   Diagnostics diags;
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
       fmt::print("  {} {:<12} tp{} pp{} dp{} mb{}{}{}: estimate {:.3f} s, state {:.1f} GB, largest sample {} tokens "
                  "{:.1f} GB of activations\n",
                  what, g.nodes[size_t(s)].name, p.tp, p.pp, p.dp, p.micro_batch, p.shard_optimizer ? " zero1" : "",
-                 p.recompute_halves ? fmt::format(" recompute {}/2", p.recompute_halves) : "",
+                 recompute_note(g.section(s), p),
                  section_step_s(g, cost, s, p, batch), double(cost.weights_bytes_per_device(s, p)) / 1e9, tokens,
                  big ? double(cost.activation_bytes(s, {big}, p)) / 1e9 : 0.0);
     };
@@ -123,17 +123,18 @@ int main(int argc, char** argv) {
       std::string part;
       for (int s = 0; std::getline(list, part, ';'); ++s) {
         if (s >= int(g.nodes.size())) throw std::invalid_argument(fmt::format("'{}': more sections than the program", argv[a]));
-        long tp = 0, pp = 0, dp = 0, mb = 0, first = 0, halves = 0;
-        if (std::sscanf(part.c_str(), "%ld,%ld,%ld,%ld,%ld,%ld", &tp, &pp, &dp, &mb, &first, &halves) < 4 || tp < 1 ||
-            pp < 1 || dp < 1 || mb < 1 || first < 0 || halves < 0 || halves > 2 ||
-            (halves > 0 && !(g.section(s).recompute_auto && g.section(s).mode == Mode::Train)))
+        long tp = 0, pp = 0, dp = 0, mb = 0, first = 0, level = 0;
+        if (std::sscanf(part.c_str(), "%ld,%ld,%ld,%ld,%ld,%ld", &tp, &pp, &dp, &mb, &first, &level) < 4 || tp < 1 ||
+            pp < 1 || dp < 1 || mb < 1 || first < 0 || level < 0 || level > 3 ||
+            (level > 0 && !(g.section(s).recompute_auto && g.section(s).mode == Mode::Train)))
           throw std::invalid_argument(fmt::format(
-              "'{}': want tp,pp,dp,micro_batch[,first_device[,recompute halves 0-2: a train section with recompute = auto]]",
+              "'{}': want tp,pp,dp,micro_batch[,first_device[,recompute level 0-3 (SectionPlan::recompute_level): a "
+              "train section with recompute = auto]]",
               part));
         SectionPlan p;
         p.tp = tp, p.pp = pp, p.dp = dp, p.micro_batch = mb, p.first_device = first, p.devices = tp * pp * dp;
         p.shard_optimizer = dp > 1 && g.section(s).mode == Mode::Train;
-        p.recompute_halves = halves;
+        p.recompute_level = level;
         describe(s, p, "    ");
         plan.sections.push_back(p);
       }

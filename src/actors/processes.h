@@ -31,7 +31,7 @@ namespace maestro {
 
 // Checked twice: in the gate's preamble (gate.h) and in Hello.
 // Bumped whenever a message of this file or of messages.h changes shape.
-inline constexpr int32_t kProcessProtocolVersion = 7;
+inline constexpr int32_t kProcessProtocolVersion = 8;
 
 // This binary's build id: FNV-1a 64 of its executable file (/proc/self/exe),
 // in hex — two processes of one run must run the same build. The
@@ -124,7 +124,7 @@ struct Shutdown {
 };
 
 MAESTRO_INSPECT(SectionPlan, x.first_device, x.devices, x.tp, x.pp, x.dp, x.micro_batch, x.shard_optimizer,
-                x.recompute_halves)
+                x.recompute_level)
 MAESTRO_INSPECT(ScheduleLevers, x.reorder, x.token_micro_batches, x.per_step_micro_batch, x.overlap_grad_sync,
                 x.critical_path_first, x.host_groups)
 MAESTRO_INSPECT(Plan, x.sections, x.levers, x.in_flight_cap, x.cluster_devices)

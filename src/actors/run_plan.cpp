@@ -112,7 +112,7 @@ Plan plan_cpu_run(const SectionGraph& graph, int64_t slots, const Batch& sample)
     const SectionPlan& r = resolved.sections[s];
     const int64_t dp = sec.parallel.dp.value_or(r.dp), pp = sec.parallel.pp.value_or(r.pp), tp = sec.parallel.tp.value_or(1);
     plan.sections.push_back(
-        SectionPlan{0, tp * dp * pp, tp, pp, dp, sec.micro_batch.value_or(r.micro_batch), false, r.recompute_halves});
+        SectionPlan{0, tp * dp * pp, tp, pp, dp, sec.micro_batch.value_or(r.micro_batch), false, r.recompute_level});
     max_pp = std::max(max_pp, pp);
   }
   // The planner's cap on in-flight micro-batches (Frontier): one per stage.

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "graph/tensor_parallel.h"
@@ -15,15 +16,30 @@ namespace maestro {
 
 // One micro-batch's forward, kept until its backward: the engine's context
 // and, per sample, which incoming activations flows were spliced (in order).
+// A stage recomputed whole keeps the forward's task instead of its context:
+// the task's tensors (upstream outputs, the previous stage's hidden states,
+// the step's data) are the stage's input, and backward runs the forward
+// again from them.
 struct SectionRunner::Pending {
-  std::shared_ptr<ForwardContext> context;
+  std::shared_ptr<ForwardContext> context;          // null until the replay when recompute_stage_
   std::vector<std::vector<int32_t>> spliced_flows;  // [sample in mb] -> flow ids
+  std::optional<RunTask> replay;                    // recompute_stage_: the forward's task
+};
+
+// The engine's inputs of a forward task: views into the task's tensors and
+// step data, valid while the task lives.
+struct SectionRunner::EngineInputs {
+  std::vector<SampleInput> samples;
+  std::vector<std::vector<int32_t>> spliced_flows;  // [sample in mb] -> flow ids
+  std::vector<std::span<const float>> teacher;      // [sample in mb] a logits flow's tensor, or empty
+  bool has_teacher = false;
+  StageInput stage;  // stages after the first
 };
 
 SectionRunner::SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed,
                              Transport& transport, std::unique_ptr<Backend> backend,
                              std::shared_ptr<Communicator> dp_group, std::shared_ptr<Communicator> tp_group,
-                             bool shard_optimizer, int64_t recompute)
+                             bool shard_optimizer, int64_t recompute, bool recompute_stage)
     : program_(program),
       section_(section),
       stage_(stage),
@@ -31,7 +47,13 @@ SectionRunner::SectionRunner(const Program& program, int section, int stage, int
       transport_(transport),
       backend_(std::move(backend)),
       dp_group_(std::move(dp_group)),
-      tp_group_(std::move(tp_group)) {
+      tp_group_(std::move(tp_group)),
+      recompute_stage_(recompute_stage && program.sections[size_t(section)].mode == Mode::Train) {
+  // A loss section's replay would need its loss's gradient again; the planner
+  // offers the level only to sections without one (planner.cpp).
+  if (recompute_stage_ && !program.sections[size_t(section)].loss.empty())
+    throw std::invalid_argument(fmt::format("section '{}': a stage recomputed whole needs a section without a loss",
+                                            program.sections[size_t(section)].name));
   const TensorParallel tp = tp_group_ ? TensorParallel{tp_group_->rank(), tp_group_->size(), tp_group_.get()}
                                       : TensorParallel{};
   Section engine_section = program.sections[size_t(section)];
@@ -125,23 +147,21 @@ TensorRef SectionRunner::output_of(const RowsView& v) {
   return t;
 }
 
-SectionRunner::Result SectionRunner::forward_rank(const RunTask& rt) {
-  const Task& t = rt.task;
+SectionRunner::EngineInputs SectionRunner::inputs_of(const RunTask& rt) const {
   const Section& sec = program_.sections[size_t(section_)];
   const size_t n = rt.samples.size();
   // Inputs per sample: step data, then the flows' tensors in flow order.
-  std::vector<SampleInput> in(n);
-  Pending pending;
-  pending.spliced_flows.resize(n);
-  std::vector<std::span<const float>> teacher(n);
-  bool has_teacher = false;
+  EngineInputs in;
+  in.samples.resize(n);
+  in.spliced_flows.resize(n);
+  in.teacher.resize(n);
   for (size_t k = 0; k < n; ++k) {
     const int32_t i = rt.samples[k];
     if (size_t(section_) < rt.data->inputs.size() && !rt.data->inputs[size_t(section_)].empty()) {
       const SampleInputs& s = rt.data->inputs[size_t(section_)][size_t(i)];
-      in[k].tokens = s.tokens;
-      if (!s.pixels.empty()) in[k].values = s.pixels;
-      if (!s.mel.empty()) in[k].values = s.mel;
+      in.samples[k].tokens = s.tokens;
+      if (!s.pixels.empty()) in.samples[k].values = s.pixels;
+      if (!s.mel.empty()) in.samples[k].values = s.mel;
     }
   }
   std::vector<const FlowTensor*> ordered;  // flow order, then sample order (inputs_of's order)
@@ -151,35 +171,42 @@ SectionRunner::Result SectionRunner::forward_rank(const RunTask& rt) {
   for (const FlowTensor* ft : ordered) {
     const size_t k = position_of(rt, ft->sample);
     if (program_.flows[size_t(ft->flow)].kind == FlowKind::Logits) {
-      teacher[k] = ft->tensor.values();
-      has_teacher = true;
+      in.teacher[k] = ft->tensor.values();
+      in.has_teacher = true;
     } else if (is_mlp) {
-      in[k].values = ft->tensor.values();
-      pending.spliced_flows[k].push_back(ft->flow);
+      in.samples[k].values = ft->tensor.values();
+      in.spliced_flows[k].push_back(ft->flow);
     } else {
-      in[k].spliced.push_back(ft->tensor.values());
-      pending.spliced_flows[k].push_back(ft->flow);
+      in.samples[k].spliced.push_back(ft->tensor.values());
+      in.spliced_flows[k].push_back(ft->flow);
     }
   }
-  const bool last = stage_ == stages_ - 1;
-  StageInput stage_in;
   if (stage_ > 0) {
     if (rt.stage_in.empty())
       throw std::logic_error(fmt::format("stage {} forward without stage {}'s output", stage_, stage_ - 1));
     if (!rt.stage_in.geometry)  // kept by another process: a replica's stages share one (processes.h)
       throw std::logic_error(fmt::format("stage {} forward without the layout of stage {}'s output", stage_, stage_ - 1));
-    stage_in = {rt.stage_in.tensor.values(), rt.stage_in.geometry};
+    in.stage = {rt.stage_in.tensor.values(), rt.stage_in.geometry};
   }
-  ForwardOutput out = model_->forward(in, stage_ > 0 ? &stage_in : nullptr);
+  return in;
+}
+
+SectionRunner::Result SectionRunner::forward_rank(const RunTask& rt) {
+  const Task& t = rt.task;
+  const Section& sec = program_.sections[size_t(section_)];
+  const size_t n = rt.samples.size();
+  EngineInputs in = inputs_of(rt);
+  const bool last = stage_ == stages_ - 1;
+  ForwardOutput out = model_->forward(in.samples, stage_ > 0 ? &in.stage : nullptr);
   Result result;
   if (!last) {
     if (tp_rank0())  // the ranks' hidden states are the same
       result.stage_out = {host_copy(transport_, *backend_, {out.hidden.rows, out.hidden.cols}, out.hidden.data),
                           out.geometry};
   } else if (!sec.loss.empty()) {
-    if (!has_teacher) teacher.clear();
+    if (!in.has_teacher) in.teacher.clear();
     const QueuedLoss q{t.id, rt.data->loss_positions.at(size_t(section_)), take_slots(sec.loss.size())};
-    model_->loss_terms(*out.context, teacher, q.n_global, slot(q.slot));
+    model_->loss_terms(*out.context, in.teacher, q.n_global, slot(q.slot));
     queued_losses_.push_back(q);
   }
   // Outputs: a copy per outgoing flow and sample, handed on by handle.
@@ -191,7 +218,12 @@ SectionRunner::Result SectionRunner::forward_rank(const RunTask& rt) {
     for (size_t k = 0; k < n && tp_rank0(); ++k) result.outputs.push_back({int32_t(fi), rt.samples[k], whole[k]});
   }
   if (sec.mode == Mode::Train) {
-    pending.context = std::move(out.context);
+    Pending pending;
+    pending.spliced_flows = std::move(in.spliced_flows);
+    // A stage recomputed whole lets its activations go back to the pool now
+    // (out.context dies here) and keeps the task, its input.
+    if (recompute_stage_) pending.replay = rt;
+    else pending.context = std::move(out.context);
     pending_[t.micro_batch] = std::move(pending);
   }
   return result;
@@ -204,6 +236,10 @@ SectionRunner::Result SectionRunner::backward_rank(const RunTask& rt) {
     throw std::logic_error(fmt::format("backward of micro-batch {} without its forward", t.micro_batch));
   Pending pending = std::move(it->second);
   pending_.erase(it);
+  if (!pending.context) {  // a stage recomputed whole: its forward again, the same on every tp rank
+    const EngineInputs in = inputs_of(*pending.replay);
+    pending.context = model_->forward(in.samples, stage_ > 0 ? &in.stage : nullptr).context;
+  }
   const size_t n = rt.samples.size();
   // The gradient of each sample's output: summed over the consumers in flow
   // order (a fixed order, whatever order they finished in).

@@ -50,12 +50,19 @@ class SectionRunner {
   // `recompute`: how many of the section's layers (spread evenly,
   // recomputes_layer) keep their input only and are recomputed in backward
   // (the plan's `recomputed_layers`); the program's `recompute` when larger.
+  // `recompute_stage` (the plan's `recomputes_stage`): between a micro-batch's
+  // forward and backward keep only the task (its input tensors) and run the
+  // forward again before the backward — the same results, none of the
+  // stage's activations held meanwhile; a train section without a loss only
+  // (std::invalid_argument otherwise).
   SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, Transport& transport,
                 std::unique_ptr<Backend> backend, std::shared_ptr<Communicator> dp_group,
-                std::shared_ptr<Communicator> tp_group, bool shard_optimizer, int64_t recompute = 0);
+                std::shared_ptr<Communicator> tp_group, bool shard_optimizer, int64_t recompute = 0,
+                bool recompute_stage = false);
   ~SectionRunner();
   // The layers whose activations the engine recomputes in backward.
   int64_t recomputed_layers() const;
+  bool recomputes_stage() const { return recompute_stage_; }
 
   struct Result {
     // forward (last stage): outputs per outgoing flow and sample; backward
@@ -109,6 +116,7 @@ class SectionRunner {
   Transport& transport_;
   std::unique_ptr<Backend> backend_;
   std::shared_ptr<Communicator> dp_group_, tp_group_;
+  bool recompute_stage_ = false;
   std::unique_ptr<SectionModel> model_;
   struct Pending;
   std::map<int64_t, Pending> pending_;  // micro-batch id -> its forward, until its backward
@@ -128,6 +136,8 @@ class SectionRunner {
   // f(), aborting the tp group when it throws.
   template <class F>
   auto on_all_ranks(F&& f) -> decltype(f());
+  struct EngineInputs;
+  EngineInputs inputs_of(const RunTask& task) const;
   Result forward_rank(const RunTask& task);
   Result backward_rank(const RunTask& task);
   StepScalars reduce_grads_rank();

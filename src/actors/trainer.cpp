@@ -10,6 +10,7 @@
 #include "actors/messages.h"
 #include "actors/processes.h"
 #include "actors/train_phases.h"
+#include "plan/cost_model.h"
 #include "transport/counted_communicator.h"
 
 namespace maestro {
@@ -50,14 +51,15 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   result.first_step = setup.first_step;
   result.skipped_samples = inputs.skipped_samples();
   for (size_t s = 0; s < graph.nodes.size(); ++s)
-    result.plan_lines.push_back(fmt::format("{}: {}dp {}, pp {}, micro_batch {}{}{}", graph.nodes[s].name,
+    result.plan_lines.push_back(fmt::format("{}: {}dp {}, pp {}, micro_batch {}{}{}{}", graph.nodes[s].name,
                                             plan.sections[s].tp > 1 ? fmt::format("tp {}, ", plan.sections[s].tp) : "",
                                             plan.sections[s].dp, plan.sections[s].pp, plan.sections[s].micro_batch,
                                             options.cluster ? fmt::format(", CPU slots {}-{} of [cluster]",
                                                                           plan.sections[s].first_device,
                                                                           plan.sections[s].first_device + plan.sections[s].devices - 1)
                                                             : "",
-                                            graph.section(int(s)).mode == Mode::Frozen ? " (frozen)" : ""));
+                                            graph.section(int(s)).mode == Mode::Frozen ? " (frozen)" : "",
+                                            recompute_note(graph.section(int(s)), plan.sections[s])));
   for (const auto& stages : setup.runners)
     for (const auto& group : stages)  // [dp replica][tp rank]: replica 0's tp rank 0 speaks for the group
       if (!group.empty() && !group[0].empty() && group[0][0]->optimizer_state_bytes() > 0) {

@@ -98,8 +98,8 @@ std::string plan_table(const Planned& p) {
     const SectionPlan& sp = p.plan.sections[s];
     int64_t activations = 0;
     for (const auto& mb : loader_order_micro_batches(p.graph, int(s), batch, sp.micro_batch))
-      activations = std::max(activations, p.cost->activation_bytes(int(s), mb, sp));
-    const int64_t memory = p.cost->weights_bytes_per_device(int(s), sp) + in_flight_micro_batches(sp.pp) * activations;
+      activations = std::max(activations, in_flight_activation_bytes(*p.cost, int(s), mb, sp, in_flight_micro_batches(sp.pp)));
+    const int64_t memory = p.cost->weights_bytes_per_device(int(s), sp) + activations;
     const std::string note = recompute_note(p.graph.section(int(s)), sp);
     out += fmt::format("{:<14} {:<7} {:>11} {:>3} {:>3} {:>4} {:>11} {:>10.1f} GB {:>9.4g} s{}{}{}\n",
                        p.graph.nodes[s].name, p.graph.section(int(s)).mode == Mode::Train ? "train" : "frozen",
@@ -294,7 +294,8 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
         j["plan"][p.graph.nodes[s].name] = {{"tp", sp.tp}, {"pp", sp.pp}, {"dp", sp.dp},
                                             {"micro_batch", sp.micro_batch}, {"devices", sp.devices},
                                             {"shard_optimizer", sp.shard_optimizer},
-                                            {"recompute", recomputed_layers(p.graph.section(int(s)), sp)}};
+                                            {"recompute", recomputed_layers(p.graph.section(int(s)), sp)},
+                                            {"recompute_stage", recomputes_stage(p.graph.section(int(s)), sp)}};
         if (!p.cluster.hosts.empty())
           j["plan"][p.graph.nodes[s].name]["hosts"] = p.cluster.hosts_of(sp.first_device, sp.devices);
       }

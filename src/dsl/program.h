@@ -189,7 +189,7 @@ struct Section {
   // `recompute = true` all of the model's, `= N` N of them, `false` none.
   // The engine reads this.
   int64_t recompute = 0;
-  bool recompute_auto = false;  // `recompute = auto`: the planner's choice, SectionPlan::recompute_halves
+  bool recompute_auto = false;  // `recompute = auto`: the planner's choice, SectionPlan::recompute_level
 };
 
 // Whether layer `l` (0-based, of `layers`) is one of the `recomputed` ones,

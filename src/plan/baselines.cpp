@@ -27,7 +27,7 @@ int64_t max_layers(const SectionGraph& g) {
 std::string MegatronConfig::str() const {
   return fmt::format("tp={} pp={} dp={} micro_batch={}{}{}", tp, pp, dp, micro_batch,
                      distributed_optimizer ? " distributed_optimizer" : "",
-                     recompute_halves_note(recompute_halves));
+                     recompute_level_note(recompute_level));
 }
 
 Plan megatron_plan(const SectionGraph& g, const Cluster& cl, const MegatronConfig& c) {
@@ -36,7 +36,7 @@ Plan megatron_plan(const SectionGraph& g, const Cluster& cl, const MegatronConfi
   plan.in_flight_cap = c.pp;
   for (size_t s = 0; s < g.nodes.size(); ++s)
     plan.sections.push_back(
-        {0, c.tp * c.pp * c.dp, c.tp, c.pp, c.dp, c.micro_batch, c.distributed_optimizer, c.recompute_halves});
+        {0, c.tp * c.pp * c.dp, c.tp, c.pp, c.dp, c.micro_batch, c.distributed_optimizer, c.recompute_level});
   return plan;
 }
 
@@ -65,8 +65,8 @@ std::string megatron_memory_problem(const SectionGraph& g, const Cluster& cl, co
     weights += cost.weights_bytes_per_device(int(s), plan.sections[s]);
     int64_t worst = 0;
     for (const auto& mb : loader_order_micro_batches(g, int(s), batch, c.micro_batch))
-      worst = std::max(worst, cost.activation_bytes(int(s), mb, plan.sections[s]));
-    activations += in_flight_micro_batches(c.pp) * worst;
+      worst = std::max(worst, in_flight_activation_bytes(cost, int(s), mb, plan.sections[s], in_flight_micro_batches(c.pp)));
+    activations += worst;
   }
   if (weights + activations <= cl.device.memory_bytes) return "";
   return fmt::format("{:.1f} GB of weights + {:.1f} GB of activations per device exceeds {}'s {:.0f} GB",
@@ -99,7 +99,7 @@ BaselineResult tuned_megatron(const SectionGraph& g, const Cluster& cl, const Co
       if (tp * pp > cl.devices || pp > max_layers(g)) continue;
       for (int64_t mb : kMicroBatchChoices)
         for (bool distributed_optimizer : {false, true})
-          for (int64_t recompute : {0, 1, 2}) {  // more only while it does not fit with less
+          for (int64_t recompute : {0, 1, 2, 3}) {  // more only while it does not fit with less
             const MegatronConfig c{tp, pp, cl.devices / (tp * pp), mb, distributed_optimizer, recompute};
             if ((distributed_optimizer && c.dp <= 1) || (recompute && !recompute_auto)) continue;
             if (const std::string p = megatron_memory_problem(g, cl, cost, c, batches.front()); !p.empty()) {
@@ -181,8 +181,13 @@ std::vector<SequentialOption> sequential_options(const SectionGraph& g, const Cl
       continue;
     }
     // Holding: the replica's share of the step's activations stays from the
-    // forward phase to the backward one (its own phase runs on them).
-    all.push_back({x.plan, false, true, resident + cost.activation_bytes(s, active, x.plan) / x.plan.dp, 0, x.step_s});
+    // forward phase to the backward one (its own phase runs on them); a
+    // stage recomputed whole holds its inputs and runs its micro-batches'
+    // forwards again in its phase (counted as its in-flight activations:
+    // over by their inputs, which are also held).
+    const bool replays = recomputes_stage(g.section(s), x.plan);
+    all.push_back({x.plan, false, true, resident + cost.kept_activation_bytes(s, active, x.plan) / x.plan.dp,
+                   replays ? x.activation_bytes : 0, x.step_s});
     all.push_back({x.plan, true, false, resident, x.activation_bytes, x.step_s + forward_pass_s(g, cost, s, x.plan, batch)});
   }
   return pareto_best(std::move(all));

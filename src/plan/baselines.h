@@ -30,13 +30,14 @@ namespace maestro {
 struct MegatronConfig {
   int64_t tp = 1, pp = 1, dp = 1, micro_batch = 1;
   bool distributed_optimizer = false;  // --use-distributed-optimizer (ZeRO-1) for the train sections
-  int64_t recompute_halves = 0;  // recomputation for the `recompute = auto` sections (FaithfulMegatronConfig's)
-  std::string str() const;  // "tp=2 pp=1 dp=4 micro_batch=2[ distributed_optimizer][ recompute[_half]]"
+  int64_t recompute_level = 0;  // recomputation for the `recompute = auto` sections (FaithfulMegatronConfig's)
+  std::string str() const;  // "tp=2 pp=1 dp=4 micro_batch=2[ distributed_optimizer][ recompute[_half|_stage]]"
 };
 
-// " recompute_half", " recompute" or "" for a configuration's recompute_halves.
-inline std::string recompute_halves_note(int64_t halves) {
-  return halves == 0 ? "" : halves == 1 ? " recompute_half" : " recompute";
+// " recompute_half", " recompute", " recompute_stage" or "" for a
+// configuration's recompute_level.
+inline std::string recompute_level_note(int64_t level) {
+  return level == 0 ? "" : level == 1 ? " recompute_half" : level == 2 ? " recompute" : " recompute_stage";
 }
 
 // Every section on devices [0, tp·pp·dp) with the same degrees. Encoders and
@@ -119,12 +120,13 @@ struct FaithfulMegatronConfig {
   bool distributed_optimizer = false;
   // Activation recomputation (--recompute-granularity full
   // --recompute-method block --recompute-num-layers: half of each stage's
-  // layers, or all of them), in halves as SectionPlan's, one setting for the
+  // layers, or all of them; --recompute-method uniform with a stage's layers
+  // as one chunk: the stage whole), in SectionPlan's levels, one setting for the
   // model as Megatron's; it reaches the sections with `recompute = auto`
   // (`recompute = true | N` sections recompute either way). Searched when
   // some trained section has `recompute = auto`: the same freedom as the
   // planner.
-  int64_t recompute_halves = 0;
+  int64_t recompute_level = 0;
   std::string str() const;
 };
 

@@ -25,14 +25,25 @@ namespace maestro {
 
 // How many of section `s`'s layers recompute their activations in backward
 // under plan shape `p` (spread evenly, `recomputes_layer`): the program's
-// `recompute`, or with `auto` the planner's choice. 0 for a frozen section.
+// `recompute`, or with `auto` the planner's choice. 0 for a frozen section,
+// and for a stage recomputed whole (its layers keep nothing to recompute from).
 inline int64_t recomputed_layers(const Section& s, const SectionPlan& p) {
   if (s.mode != Mode::Train) return 0;
-  return s.recompute_auto ? s.model.layers() * p.recompute_halves / 2 : s.recompute;
+  if (!s.recompute_auto) return s.recompute;
+  return p.recompute_level >= 3 ? 0 : s.model.layers() * p.recompute_level / 2;
 }
 
-// "", " recompute" (every layer) or " recompute 24/48" for plan listings.
+// Whether each pipeline stage of section `s` keeps only its input between a
+// micro-batch's forward and backward and runs its forward again before the
+// backward (SectionPlan::recompute_level 3; the runtime: SectionRunner).
+inline bool recomputes_stage(const Section& s, const SectionPlan& p) {
+  return s.mode == Mode::Train && s.recompute_auto && p.recompute_level >= 3;
+}
+
+// "", " recompute" (every layer), " recompute 24/48" or " recompute stage"
+// for plan listings.
 inline std::string recompute_note(const Section& s, const SectionPlan& p) {
+  if (recomputes_stage(s, p)) return " recompute stage";
   const int64_t k = recomputed_layers(s, p), n = s.model.layers();
   if (k == 0) return "";
   return k >= n ? " recompute" : " recompute " + std::to_string(k) + "/" + std::to_string(n);
@@ -60,14 +71,32 @@ class CostModel {
   // Per device of the section: parameter state (weights, and for train
   // sections gradients, master copy and Adam moments) split tp·pp ways.
   virtual int64_t weights_bytes_per_device(int section, const SectionPlan& plan) const = 0;
-  // Per device of one stage: what one in-flight micro-batch keeps alive.
+  // Per device of one stage: what one in-flight micro-batch keeps alive
+  // while its forward or its backward runs.
   virtual int64_t activation_bytes(int section, const std::vector<const Sample*>& samples,
                                    const SectionPlan& plan) const = 0;
+  // What it keeps from its forward's end to its backward's start: the same,
+  // except for a stage recomputed whole (recomputes_stage), which keeps its input.
+  virtual int64_t kept_activation_bytes(int section, const std::vector<const Sample*>& samples,
+                                        const SectionPlan& plan) const {
+    return activation_bytes(section, samples, plan);
+  }
 
   // Device-seconds of the sample's whole work in the section (forward,
   // backward, recompute) at the cost model's peak efficiency (the device's peak FLOP rate
   // times its best GEMM efficiency): the lower bound's work term (docs/architecture.md).
   virtual double peak_device_s(int section, const Sample& sample) const = 0;
 };
+
+// Activation bytes per device of one stage with `count` micro-batches of
+// these samples in flight: each keeps what it keeps between its forward
+// and backward, and one at a time (the stage runs one task at once) holds
+// all of its activations.
+inline int64_t in_flight_activation_bytes(const CostModel& cost, int section, const std::vector<const Sample*>& samples,
+                                          const SectionPlan& plan, int64_t count) {
+  const int64_t all = cost.activation_bytes(section, samples, plan);
+  const int64_t kept = cost.kept_activation_bytes(section, samples, plan);
+  return count * kept + (count > 0 ? all - kept : 0);
+}
 
 }  // namespace maestro

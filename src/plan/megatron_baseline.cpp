@@ -69,7 +69,7 @@ std::string FaithfulMegatronConfig::str() const {
   return fmt::format("tp={} pp={} dp={} micro_batch={} first_stage_layers={} {}{}{}", tp, pp, dp, micro_batch,
                      first_stage_layers, packing ? "packing" : "padding",
                      distributed_optimizer ? " distributed_optimizer" : "",
-                     recompute_halves_note(recompute_halves));
+                     recompute_level_note(recompute_level));
 }
 
 double megatron_stage_share(const SectionGraph& g, const std::vector<int>& sections, int s, int64_t j,
@@ -232,7 +232,7 @@ struct Evaluator {
   }
 
   SectionPlan whole(const FaithfulMegatronConfig& c) const {
-    return {0, devices, c.tp, 1, c.dp, c.micro_batch, c.distributed_optimizer, c.recompute_halves};
+    return {0, devices, c.tp, 1, c.dp, c.micro_batch, c.distributed_optimizer, c.recompute_level};
   }
 
   Evaluated evaluate(const Batch& batch, const FaithfulMegatronConfig& c) const {
@@ -242,22 +242,28 @@ struct Evaluator {
     // micro-batches (pp - j on stage j) of its largest activations.
     double state = 0, need = 0;
     for (int64_t j = 0; j < c.pp; ++j) {
-      double weights = 0, worst_act = 0;
+      // worst_kept: what a micro-batch keeps between its forward and
+      // backward (less than all of it for a stage recomputed whole).
+      double weights = 0, worst_act = 0, worst_kept = 0;
       for (int s : sections) weights += share(s, j, c) * double(cost.weights_bytes_per_device(s, p));
       for (const auto& rank : ranks)
         for (const MicroBatch& mb : rank) {
           const auto view = mb.decoder_view();
-          double act = 0;
+          double act = 0, kept = 0;
           for (int s : sections)
-            if (share(s, j, c) > 0)
-              act += share(s, j, c) * double(cost.activation_bytes(s, transformer_of(g, s) ? view : mb.real, p));
-          worst_act = std::max(worst_act, act);
+            if (share(s, j, c) > 0) {
+              const auto& samples = transformer_of(g, s) ? view : mb.real;
+              act += share(s, j, c) * double(cost.activation_bytes(s, samples, p));
+              kept += share(s, j, c) * double(cost.kept_activation_bytes(s, samples, p));
+            }
+          worst_act = std::max(worst_act, act), worst_kept = std::max(worst_kept, kept);
         }
-      const double total = weights + double(c.pp - j) * worst_act;
+      const double activations = double(c.pp - j - 1) * worst_kept + worst_act;
+      const double total = weights + activations;
       state = std::max(state, weights), need = std::max(need, total);
       if (total > double(cl.device.memory_bytes))
         return {0, fmt::format("stage {}: {:.1f} GB of weights + {:.1f} GB of activations per device exceeds {}'s {:.0f} GB", j,
-                               weights / 1e9, double(c.pp - j) * worst_act / 1e9, cl.device.name,
+                               weights / 1e9, activations / 1e9, cl.device.name,
                                double(cl.device.memory_bytes) / 1e9)};
     }
     // Each rank's 1F1B pipeline; the step waits for the slowest rank.
@@ -329,11 +335,13 @@ struct Evaluator {
   // configuration tried did not fit.
   template <class F>
   void each_fitting(const Batch& batch, bool every_level, std::string& last_problem, F&& f) const {
-    int64_t levels = 1;  // recomputation of none, half, all the layers where a trained section has `recompute = auto`
+    // recomputation of none, half, all the layers, each stage whole, where a
+    // trained section has `recompute = auto`
+    int64_t levels = 1;
     for (int s : sections)
-      if (g.section(s).mode == Mode::Train && g.section(s).recompute_auto) levels = 3;
+      if (g.section(s).mode == Mode::Train && g.section(s).recompute_auto) levels = 4;
     each_config([&](FaithfulMegatronConfig c) {
-      for (c.recompute_halves = 0; c.recompute_halves < levels; ++c.recompute_halves) {
+      for (c.recompute_level = 0; c.recompute_level < levels; ++c.recompute_level) {
         const Evaluated e = evaluate(batch, c);
         if (!e.problem.empty()) {
           last_problem = c.str() + ": " + e.problem;

@@ -26,12 +26,17 @@ struct SectionPlan {
   // all-reduce. Only meaningful for a train section with dp > 1.
   bool shard_optimizer = false;
   // Activation recomputation chosen by the planner for a train section with
-  // `recompute = auto`, in halves of its layers: 0 none, 1 half, 2 all. A
+  // `recompute = auto`: 0 none; 1 half of its layers, 2 all of them — a
   // recomputed layer keeps only its input and runs its forward again in
-  // backward (all of them: 4/3 of the compute for a fraction of the memory);
-  // `recomputed_layers` turns this into layers. A section with `recompute =
-  // true | N` recomputes whatever this says.
-  int64_t recompute_halves = 0;
+  // backward (4/3 of the compute for a fraction of the memory;
+  // `recomputed_layers` turns this into layers); 3 the stage as a whole
+  // (`recomputes_stage`: each pipeline stage keeps only its input between a
+  // micro-batch's forward and backward, and runs its whole forward again
+  // just before the backward — the same compute as 2, one layer input held
+  // instead of one per layer, Megatron-LM's `--recompute-method uniform`
+  // with a stage's layers as one chunk). A section with `recompute = true |
+  // N` recomputes whatever this says.
+  int64_t recompute_level = 0;
 };
 
 

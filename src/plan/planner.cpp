@@ -101,15 +101,17 @@ std::vector<Shape> ranked_shapes(const SectionGraph& g, const Cluster& cl, const
         if (sec.micro_batch ? mb == 1 : mb <= active) candidates.push_back({0, tp * pp, tp, pp, 1, sec.micro_batch.value_or(mb)});
     }
   // `recompute = auto`: every shape also with half and with all of its
-  // layers recomputed (more compute, fewer activations); each ranks below
-  // its plain twin unless memory leaves it the only one, and the search
-  // simulates them all.
+  // layers recomputed, and (a section without a loss: SectionRunner) with
+  // each stage recomputed whole — more compute, fewer activations; each
+  // ranks below its plain twin unless memory leaves it the only one, and
+  // the search simulates them all.
   if (sec.recompute_auto && sec.mode == Mode::Train)
     for (size_t i = 0, n = candidates.size(); i < n; ++i)
-      for (int64_t halves : {1, 2}) {
-        if (sec.model.layers() * halves / 2 == 0) continue;  // half of one layer: none
+      for (int64_t level : {1, 2, 3}) {
+        if (level < 3 && sec.model.layers() * level / 2 == 0) continue;  // half of one layer: none
+        if (level == 3 && !sec.loss.empty()) continue;
         candidates.push_back(candidates[i]);
-        candidates.back().recompute_halves = halves;
+        candidates.back().recompute_level = level;
       }
   if (sec.parallel.tp && sec.parallel.pp && candidates.empty())
     candidates.push_back({0, *sec.parallel.tp * *sec.parallel.pp, *sec.parallel.tp, *sec.parallel.pp, 1,
@@ -140,7 +142,7 @@ std::vector<Shape> ranked_shapes(const SectionGraph& g, const Cluster& cl, const
         if (shard && (sec.mode != Mode::Train || dp <= 1)) continue;
         p.shard_optimizer = shard;
         const Fit f{cost.weights_bytes_per_device(s, p),
-                    in_flight_micro_batches(p.pp) * cost.activation_bytes(s, worst, p)};
+                    in_flight_activation_bytes(cost, s, worst, p, in_flight_micro_batches(p.pp))};
         if (f.total() > memory) {
           miss = Shape{p, f, 0};
           continue;
@@ -228,12 +230,15 @@ void finish_plan(Plan& plan) {
 void raise_in_flight_cap(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
                          Plan& plan) {
   const size_t n = plan.sections.size();
-  std::vector<int64_t> weights(n), per_mb(n);
+  // per_mb: a micro-batch's activations while it runs; kept: between its
+  // forward and backward (less for a stage recomputed whole).
+  std::vector<int64_t> weights(n), per_mb(n), kept(n);
   for (size_t s = 0; s < n; ++s) {
     const SectionPlan& p = plan.sections[s];
     weights[s] = cost.weights_bytes_per_device(int(s), p);
     const std::vector<const Sample*> big = largest(g, int(s), batch, p.micro_batch);
     per_mb[s] = cost.activation_bytes(int(s), big, p);
+    kept[s] = cost.kept_activation_bytes(int(s), big, p);
     if (plan.levers.token_micro_batches && !big.empty()) {
       // Token micro-batches hold at most micro_batch × the mean tokens, or
       // one larger sample alone (activations grow with tokens).
@@ -245,6 +250,7 @@ void raise_in_flight_cap(const SectionGraph& g, const Cluster& cl, const CostMod
                                ? 1.0
                                : std::min(1.0, double(p.micro_batch) * double(sum) / double(count) / double(big_tokens));
       per_mb[s] = std::max(cost.activation_bytes(int(s), {big.front()}, p), int64_t(double(per_mb[s]) * share));
+      kept[s] = std::max(cost.kept_activation_bytes(int(s), {big.front()}, p), int64_t(double(kept[s]) * share));
     }
   }
   auto fits = [&](int64_t cap) {
@@ -254,7 +260,7 @@ void raise_in_flight_cap(const SectionGraph& g, const Cluster& cl, const CostMod
       for (size_t t = 0; t < n; ++t) {
         const SectionPlan& b = plan.sections[t];
         if (a.first_device < b.first_device + b.devices && b.first_device < a.first_device + a.devices)
-          bytes += weights[t] + std::max(cap, b.pp) * per_mb[t];
+          bytes += weights[t] + std::max(cap, b.pp) * kept[t] + per_mb[t] - kept[t];
       }
       if (bytes > cl.device.memory_bytes) return false;
     }
@@ -337,7 +343,7 @@ std::optional<Plan> spread_plan(const SectionGraph& g, const Cluster& cl, const 
     if (g.section(int(s)).parallel.dp || p.devices == cl.devices) continue;
     for (const Shape& x : ranked[s])
       if (x.plan.tp == p.tp && x.plan.pp == p.pp && x.plan.micro_batch == p.micro_batch &&
-          x.plan.recompute_halves == p.recompute_halves && x.plan.devices == cl.devices) {
+          x.plan.recompute_level == p.recompute_level && x.plan.devices == cl.devices) {
         plan.sections[s] = x.plan;
         changed = true;
         break;
@@ -398,7 +404,7 @@ Fit co_located_fit(const std::vector<std::vector<Shape>>& ranked, const Plan& pl
     for (const Shape& x : ranked[s])
       if (x.plan.tp == plan.sections[s].tp && x.plan.pp == plan.sections[s].pp && x.plan.dp == plan.sections[s].dp &&
           x.plan.micro_batch == plan.sections[s].micro_batch &&
-          x.plan.recompute_halves == plan.sections[s].recompute_halves) {
+          x.plan.recompute_level == plan.sections[s].recompute_level) {
         total.weights += x.memory.weights;
         total.activations += x.memory.activations;
         break;
@@ -523,14 +529,14 @@ Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel
   });
   auto same = [](const SectionPlan& a, const SectionPlan& b) {
     return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.micro_batch == b.micro_batch &&
-           a.recompute_halves == b.recompute_halves;
+           a.recompute_level == b.recompute_level;
   };
   // One thing changed: tp or pp doubled or halved, dp doubled, halved or
   // the largest, any other micro-batch size (time is not unimodal in it:
   // token micro-batches), or another recomputation level.
   auto neighbour = [](const SectionPlan& a, const SectionPlan& b) {
-    const int64_t x[] = {a.tp, a.pp, a.micro_batch, a.recompute_halves};
-    const int64_t y[] = {b.tp, b.pp, b.micro_batch, b.recompute_halves};
+    const int64_t x[] = {a.tp, a.pp, a.micro_batch, a.recompute_level};
+    const int64_t y[] = {b.tp, b.pp, b.micro_batch, b.recompute_level};
     int changed = 0;
     bool near = true;
     for (int k = 0; k < 4; ++k)
@@ -640,13 +646,14 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
   // each hold only adds candidates to this search's.
   std::vector<std::vector<Shape>> plain = ranked;
   for (auto& r : plain)
-    if (std::any_of(r.begin(), r.end(), [](const Shape& x) { return x.plan.recompute_halves == 0; }))
-      std::erase_if(r, [](const Shape& x) { return x.plan.recompute_halves != 0; });
+    if (std::any_of(r.begin(), r.end(), [](const Shape& x) { return x.plan.recompute_level == 0; }))
+      std::erase_if(r, [](const Shape& x) { return x.plan.recompute_level != 0; });
   search_shared(plain);
   // Recomputation frees the memory another section's faster shape needs,
   // which no single step of the coordinate search finds (it costs time
   // where it is switched on alone): the shared search again with each
-  // `recompute = auto` section held to each level (half of its layers, all).
+  // `recompute = auto` section held to each level (half of its layers, all,
+  // each stage whole).
   // Sharing every device, a step takes about as long as each section's own
   // fastest shape one after another (the ranked estimates) or longer: a
   // hold whose such bound is no better than the best found is skipped, the
@@ -655,9 +662,9 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
   double free_bound = 0;  // Σ each section's fastest shape
   for (const auto& r : ranked) free_bound += r.empty() ? 0.0 : r.front().score;
   for (size_t s = 0; s < ranked.size(); ++s)
-    for (int64_t halves : {1, 2}) {
+    for (int64_t level : {1, 2, 3}) {
       std::vector<std::vector<Shape>> held = ranked;
-      std::erase_if(held[s], [&](const Shape& x) { return x.plan.recompute_halves != halves; });
+      std::erase_if(held[s], [&](const Shape& x) { return x.plan.recompute_level != level; });
       if (held[s].empty()) continue;
       // What the level frees on the section's best shape: under 1 % of a
       // device (a projector's few layers) it cannot make room for another

@@ -26,6 +26,12 @@ Shape shape_of(const ModelSpec& m) {
       m.spec);
 }
 
+// Layers whose forward runs again in backward: the recomputed ones, or
+// every layer of a stage recomputed whole.
+int64_t layers_run_again(const Section& s, const SectionPlan& p) {
+  return recomputes_stage(s, p) ? s.model.layers() : recomputed_layers(s, p);
+}
+
 int64_t total(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t(0)); }
 
 // Rows inside the layers per emitted token: a pixel-shuffled vit runs
@@ -101,14 +107,14 @@ int64_t RooflineCost::tp_all_reduce_bytes(int s, const std::vector<const Sample*
               graph_.tokens(s, {x->modalities, 0, x->images, x->audio_frames});
     forward = 2 * t->layers * tokens * t->hidden + text * t->hidden;
     for (const LossTerm& term : section.loss) forward += (term.kind == LossKind::CrossEntropy ? 2 : 3) * text;
-    backward = 2 * (t->layers + recomputed_layers(section, p)) * tokens * t->hidden + text * t->hidden;
+    backward = 2 * (t->layers + layers_run_again(section, p)) * tokens * t->hidden + text * t->hidden;
   } else if (const auto* v = std::get_if<VitSpec>(&section.model.spec)) {
     const int64_t rows = tokens * v->merge * v->merge + tokens / v->tokens_per_image();  // patches + a class token per image
     forward = 2 * v->layers * rows * v->hidden;
-    backward = 2 * (v->layers + recomputed_layers(section, p)) * rows * v->hidden;
+    backward = 2 * (v->layers + layers_run_again(section, p)) * rows * v->hidden;
   } else if (const auto* a = std::get_if<AudioEncoderSpec>(&section.model.spec)) {
     forward = 2 * a->layers * tokens * a->hidden;
-    backward = 2 * (a->layers + recomputed_layers(section, p)) * tokens * a->hidden;
+    backward = 2 * (a->layers + layers_run_again(section, p)) * tokens * a->hidden;
   } else if (const auto* m = std::get_if<MlpSpec>(&section.model.spec)) {
     for (int64_t i = 0; i + 1 < m->layers; i += 2) {  // pairs (column, row): graph/tensor_parallel.h
       forward += tokens * (i + 1 == m->layers - 1 ? m->out : m->hidden);
@@ -137,9 +143,10 @@ double RooflineCost::backward_s(int s, const std::vector<const Sample*>& samples
   if (section.mode == Mode::Frozen) return 0.0;
   const std::vector<int64_t> lens = seq_lens(s, samples);
   // Backward is twice the forward's GEMMs with the same all-reduces; the
-  // recomputed layers (a share k/L of every stage's) run their forward again.
+  // recomputed layers (a share k/L of every stage's; all of a stage
+  // recomputed whole) run their forward again.
   const double fwd = stage_forward_s(s, lens, p);
-  const double recomputed = double(recomputed_layers(section, p)) / double(section.model.layers());
+  const double recomputed = double(layers_run_again(section, p)) / double(section.model.layers());
   return (2.0 + recomputed) * fwd + stage_send_s(s, total(lens), p);
 }
 
@@ -202,6 +209,16 @@ int64_t RooflineCost::activation_bytes(int s, const std::vector<const Sample*>& 
   if (cluster_.device.fused_attention)
     return activation_bytes_per_token(section.model, precision, kind, k) * total(lens) / (p.tp * p.pp);
   return maestro::activation_bytes(section.model, lens, precision, kind, k) / (p.tp * p.pp);
+}
+
+int64_t RooflineCost::kept_activation_bytes(int s, const std::vector<const Sample*>& samples,
+                                            const SectionPlan& p) const {
+  const Section& section = graph_.section(s);
+  if (!recomputes_stage(section, p)) return activation_bytes(s, samples, p);
+  // The stage's input: one layer input, [rows, width] (tp-split like the
+  // layer inputs above; a first stage's raw input counted as wide).
+  const Shape sh = shape_of(section.model);
+  return total(seq_lens(s, samples)) * rows_per_token(section.model) * sh.width * element_bytes() / p.tp;
 }
 
 double RooflineCost::peak_device_s(int s, const Sample& sample) const {

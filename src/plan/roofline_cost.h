@@ -37,6 +37,8 @@ class RooflineCost : public CostModel {
   int64_t weights_bytes_per_device(int section, const SectionPlan& plan) const override;
   int64_t activation_bytes(int section, const std::vector<const Sample*>& samples,
                            const SectionPlan& plan) const override;
+  int64_t kept_activation_bytes(int section, const std::vector<const Sample*>& samples,
+                                const SectionPlan& plan) const override;
   // At the cost model's peak: the device's FLOP rate × the efficiency
   // curve's maximum (architecture.md, "Lower bound").
   double peak_device_s(int section, const Sample& sample) const override;

@@ -75,7 +75,10 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
   std::vector<double> data_ready(n_tasks, 0.0);
   r.task_start_s.assign(n_tasks, 0.0);
   r.task_end_s.assign(n_tasks, 0.0);
-  std::vector<int64_t> act_bytes(n_tasks, 0);  // forward tasks: per device of the stage
+  // Forward tasks, per device of the stage: all of the micro-batch's
+  // activations (while its forward or backward runs), and what it keeps in
+  // between (less for a stage recomputed whole: CostModel::kept_activation_bytes).
+  std::vector<int64_t> act_bytes(n_tasks, 0), kept_bytes(n_tasks, 0);
   struct MemoryDelta {
     double time;
     int64_t bytes;  // negative first at equal times
@@ -203,15 +206,23 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
       section_last_backward_s[size_t(t.section)] = t.kind == Task::Kind::Backward ? duration : 0.0;
     }
     // Activations: held from a forward's start until its backward ends
-    // (train) or its own end (frozen).
+    // (train) or its own end (frozen); a stage recomputed whole drops all
+    // but its input from its forward's end to its backward's start.
+    auto add = [&](double time, int64_t bytes) {
+      if (bytes != 0)
+        for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({time, bytes, d, t.section});
+    };
     if (t.kind == Task::Kind::Forward) {
-      act_bytes[size_t(id)] = cost.activation_bytes(t.section, pointers(sch.batch, mb.samples), sp);
-      for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({start, act_bytes[size_t(id)], d, t.section});
-      if (!sch.sections[size_t(t.section)].backward)
-        for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({end, -act_bytes[size_t(id)], d, t.section});
+      const std::vector<const Sample*> samples = pointers(sch.batch, mb.samples);
+      act_bytes[size_t(id)] = cost.activation_bytes(t.section, samples, sp);
+      kept_bytes[size_t(id)] = cost.kept_activation_bytes(t.section, samples, sp);
+      add(start, act_bytes[size_t(id)]);
+      add(end, sch.sections[size_t(t.section)].backward ? kept_bytes[size_t(id)] - act_bytes[size_t(id)]
+                                                         : -act_bytes[size_t(id)]);
     } else {
-      for (int64_t d = first; d < first + sp.tp; ++d)
-        memory.push_back({end, -act_bytes[size_t(forward_of_backward[size_t(id)])], d, t.section});
+      const size_t f = size_t(forward_of_backward[size_t(id)]);
+      add(start, act_bytes[f] - kept_bytes[f]);
+      add(end, -act_bytes[f]);
     }
     events.push({end, kEnd, id});
   };

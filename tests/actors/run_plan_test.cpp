@@ -268,14 +268,14 @@ BOOST_AUTO_TEST_CASE(a_tp_the_model_cannot_split_and_impossible_pp_are_clear_err
   BOOST_CHECK_THROW(cpu_runnable(p), std::invalid_argument);
 }
 
-// `recompute`: true (all layers) or N always, auto as the plan says (in
-// halves of the layers), false never, and a frozen section never (it keeps
+// `recompute`: true (all layers) or N always, auto as the plan says (half
+// of the layers, all, or each stage whole), false never, and a frozen section never (it keeps
 // no activations for a backward); the runner's count (run_setup passes
 // `recomputed_layers`) reaches the engine's section.
 BOOST_AUTO_TEST_CASE(the_plans_recompute_reaches_the_engine) {
   Program p = tiny_mllm_like();
-  SectionPlan off, half, all;
-  half.recompute_halves = 1, all.recompute_halves = 2;
+  SectionPlan off, half, all, stage;
+  half.recompute_level = 1, all.recompute_level = 2, stage.recompute_level = 3;
   Section s = p.sections[4];
   s.model = ModelSpec{"t", TransformerSpec{.layers = 4, .hidden = 16, .heads = 2, .kv_heads = 2, .ffn = 32,
                                             .vocab = 64}};
@@ -286,10 +286,17 @@ BOOST_AUTO_TEST_CASE(the_plans_recompute_reaches_the_engine) {
   BOOST_TEST(recomputed_layers(s, all) == 4);
   BOOST_TEST(recompute_note(s, half) == " recompute 2/4");
   BOOST_TEST(recompute_note(s, all) == " recompute");
+  // Level 3: no layer keeps its own input; the runner replays the stage.
+  BOOST_TEST(recomputed_layers(s, stage) == 0);
+  BOOST_TEST(recomputes_stage(s, stage));
+  BOOST_TEST(!recomputes_stage(s, all));
+  BOOST_TEST(recompute_note(s, stage) == " recompute stage");
   s.mode = Mode::Frozen;
   BOOST_TEST(recomputed_layers(s, all) == 0);
+  BOOST_TEST(!recomputes_stage(s, stage));
   s.mode = Mode::Train, s.recompute_auto = false, s.recompute = 3;
   BOOST_TEST(recomputed_layers(s, off) == 3);
+  BOOST_TEST(!recomputes_stage(s, stage));  // written: the program's, whatever the plan says
   LocalTransport transport;
   const int64_t layers = p.sections[4].model.layers();
   const SectionRunner plain(p, 4, 0, 1, 1, transport, make_cpu_backend(1), nullptr, nullptr, false, 0);

@@ -1,7 +1,8 @@
 // The whole runtime in process (actors/trainer.h): a small multimodal
 // program trains for a few steps through the real actors, engine and
 // planner; the same run twice gives bitwise-identical losses, dp = 2 agrees
-// with dp = 1, a failing run reports its section and exit status, and every
+// with dp = 1, a stage recomputed whole changes memory and not the results,
+// a failing run reports its section and exit status, and every
 // actor is gone when train() returns (it returns at all: ~actor_system
 // waits for every actor, so a leaked one would hang the test).
 #include <boost/test/unit_test.hpp>
@@ -10,20 +11,29 @@
 #include <string>
 
 #include "actors/run_plan.h"
+#include "actors/section_runner.h"
+#include "actors/step_data.h"
+#include "actors/step_inputs.h"
 #include "actors/trainer.h"
+#include "cpu/cpu_backend.h"
 #include "dsl/frontend.h"
+#include "graph/section_graph.h"
+#include "plan/cost_model.h"
+#include "transport/local_transport.h"
 
 using namespace maestro;
 
 namespace {
 
 // An image encoder -> projector -> LLM, small enough for a unit test.
-std::string small_mllm(const std::string& llm_parallel) {
+std::string small_mllm(const std::string& llm_parallel, const std::string& vision_layers = "1",
+                       const std::string& vision_parallel = "") {
   return R"(
 section vision {
-  model    = vit(layers: 1, hidden: 32, heads: 2, ffn: 64, patch: 4, image: 8);
+  model    = vit(layers: )" + vision_layers + R"(, hidden: 32, heads: 2, ffn: 64, patch: 4, image: 8);
   consumes = [image];
   micro_batch = 3;
+  )" + vision_parallel + R"(
 }
 section proj { model = mlp(in: 32, out: 32); }
 section llm {
@@ -58,11 +68,14 @@ Program parse(const std::string& text) {
 }
 
 // The command's path: Program -> runnable program -> graph, inputs, plan -> train.
-TrainResult run(const Program& p, const std::string& schedule = "wavefront") {
+// `recompute_level`: set on every section that has `recompute = auto`.
+TrainResult run(const Program& p, const std::string& schedule = "wavefront", int64_t recompute_level = 0) {
   const Program runnable = cpu_runnable(p);
   const SectionGraph graph = build_graph(runnable);
   const StepInputs inputs(graph, runnable.data, runnable.train.global_batch);
-  const Plan plan = plan_cpu_run(graph, 2, inputs.step(0)->batch);
+  Plan plan = plan_cpu_run(graph, 2, inputs.step(0)->batch);
+  for (size_t s = 0; s < plan.sections.size(); ++s)
+    if (graph.section(int(s)).recompute_auto) plan.sections[s].recompute_level = recompute_level;
   TrainOptions opt;
   opt.schedule = schedule;
   opt.threads = 2;
@@ -110,6 +123,77 @@ BOOST_AUTO_TEST_CASE(a_sharded_optimizer_gives_the_unsharded_losses) {
     llm_sharded |= m.part == "llm" && m.sharded;
   }
   BOOST_TEST(llm_sharded);
+}
+
+// SectionPlan::recompute_level 3: the vision (in two pipeline stages: the
+// second keeps the first's hidden states) and the projector (its upstream
+// tensors) keep their inputs only and run their forwards again before the
+// backwards — the same arithmetic, so the same losses, bitwise.
+BOOST_AUTO_TEST_CASE(a_stage_recomputed_whole_gives_the_same_losses) {
+  const Program p = parse(small_mllm("parallel { dp = 1; }", "2", "parallel { pp = 2; }"));
+  BOOST_TEST_REQUIRE(p.sections[0].recompute_auto);  // a trained section that feeds another
+  BOOST_TEST_REQUIRE(p.sections[1].recompute_auto);
+  const TrainResult plain = run(p), replayed = run(p, "wavefront", 3);
+  BOOST_TEST_REQUIRE(plain.exit_code == 0, plain.error);
+  BOOST_TEST_REQUIRE(replayed.exit_code == 0, replayed.error);
+  BOOST_TEST(replayed.losses == plain.losses);
+  BOOST_TEST(replayed.plan_lines.at(0).find(" recompute stage") != std::string::npos, replayed.plan_lines.at(0));
+  BOOST_TEST(replayed.plan_lines.at(1).find(" recompute stage") != std::string::npos, replayed.plan_lines.at(1));
+}
+
+// The runner's side of it: two micro-batches of the vision in flight hold
+// one micro-batch's activations (the pool reuses the first's), not two, and
+// the backwards accumulate the same gradients bitwise.
+BOOST_AUTO_TEST_CASE(a_stage_recomputed_whole_holds_its_input_only) {
+  const Program program = cpu_runnable(parse(small_mllm("parallel { dp = 1; }", "2")));
+  const SectionGraph graph = build_graph(program);
+  const StepInputs inputs(graph, program.data, program.train.global_batch);
+  const std::shared_ptr<const StepData> data = inputs.step(0);
+  std::vector<int32_t> images;  // the samples the vision runs on
+  for (size_t i = 0; i < data->batch.samples.size(); ++i)
+    if (!data->inputs[0][i].pixels.empty()) images.push_back(int32_t(i));
+  BOOST_TEST_REQUIRE(images.size() >= 2u);
+  LocalTransport transport;
+  auto runner = [&](bool replay) {
+    return std::make_unique<SectionRunner>(program, 0, 0, 1, 7, transport, make_cpu_backend(1), nullptr, nullptr,
+                                           false, 0, replay);
+  };
+  auto task = [&](Task::Kind kind, int64_t mb) {
+    RunTask t;
+    t.task.kind = kind, t.task.micro_batch = mb, t.task.id = mb + (kind == Task::Kind::Backward ? 2 : 0);
+    t.samples = {images[size_t(mb)]};
+    t.data = data;
+    return t;
+  };
+  const auto plain = runner(false), replay = runner(true);
+  BOOST_TEST(replay->recomputes_stage());
+  std::vector<TensorRef> outputs;
+  for (int64_t mb = 0; mb < 2; ++mb) {
+    const SectionRunner::Result a = plain->forward(task(Task::Kind::Forward, mb));
+    const SectionRunner::Result b = replay->forward(task(Task::Kind::Forward, mb));
+    BOOST_TEST_REQUIRE(a.outputs.size() == 1u);
+    BOOST_TEST_REQUIRE(b.outputs.size() == 1u);
+    const auto x = a.outputs[0].tensor.values(), y = b.outputs[0].tensor.values();
+    BOOST_TEST(std::equal(x.begin(), x.end(), y.begin(), y.end()));
+    outputs.push_back(a.outputs[0].tensor);
+  }
+  // The parameters and gradients weigh the same; the activations of one micro-batch less.
+  BOOST_TEST(replay->memory_bytes() < plain->memory_bytes());
+  for (int64_t mb = 1; mb >= 0; --mb) {
+    RunTask t = task(Task::Kind::Backward, mb);
+    TensorRef grad = transport.allocate(outputs[size_t(mb)].shape);
+    std::span<float> g = grad.values();
+    for (size_t j = 0; j < g.size(); ++j) g[j] = float(j % 7) * 0.125f - 0.375f;
+    t.inputs = {{0, images[size_t(mb)], grad}};
+    plain->backward(t);
+    replay->backward(t);
+  }
+  const double a = plain->reduce_grads().grad_sq_norm, b = replay->reduce_grads().grad_sq_norm;
+  BOOST_TEST(a > 0);
+  BOOST_TEST(a == b);
+  // A loss section cannot replay: its loss's gradient would be needed again.
+  BOOST_CHECK_THROW(SectionRunner(program, 2, 0, 1, 7, transport, make_cpu_backend(1), nullptr, nullptr, false, 0, true),
+                    std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_CASE(errors_name_the_section_and_set_the_exit_status) {

@@ -58,7 +58,7 @@ BOOST_AUTO_TEST_CASE(types) {
   expect_error(with("tp = 1;", "tp = 0;"), "'tp' must be at least 1, not 0");
 }
 
-// `recompute = auto` leaves the choice to the planner (SectionPlan::recompute_halves);
+// `recompute = auto` leaves the choice to the planner (SectionPlan::recompute_level);
 // true pins it for every layer, a number for that many, false turns it off.
 // Not written: auto for a trained section that feeds another (the vision
 // encoder here: its activations wait for its consumers' backward), off for

@@ -133,6 +133,28 @@ BOOST_AUTO_TEST_CASE(grad_sync_and_memory_hand_case) {
   BOOST_TEST(cost.activation_bytes(0, {&a, &b}, in_node) == per_token * 8192 / 4);
 }
 
+// SectionPlan::recompute_level 3 (a stage recomputed whole): the compute
+// and tp all-reduces of every layer recomputed (level 2); all of the
+// activations while it runs (level 0's); between forward and backward one
+// layer input, [tokens, hidden] bf16 over tp.
+BOOST_AUTO_TEST_CASE(a_stage_recomputed_whole_costs_as_all_layers_and_keeps_its_input) {
+  Program program = load("bench/plan_calibration/llama2_7b.sect");
+  program.sections[0].recompute_auto = true;
+  const SectionGraph g = build_graph(program);
+  const RooflineCost cost(g, h100s(64));
+  SectionPlan none{0, 8, 2, 2, 2, 1}, all = none, stage = none;
+  all.recompute_level = 2, stage.recompute_level = 3;
+  const Sample a = text(0, 4096), b = text(1, 4096);
+  const std::vector<const Sample*> mb{&a, &b};
+  BOOST_TEST(cost.backward_s(0, mb, stage) == cost.backward_s(0, mb, all));
+  BOOST_TEST(cost.backward_s(0, mb, stage) > cost.backward_s(0, mb, none));
+  BOOST_TEST(cost.tp_all_reduce_bytes(0, mb, stage) == cost.tp_all_reduce_bytes(0, mb, all));
+  BOOST_TEST(cost.activation_bytes(0, mb, stage) == cost.activation_bytes(0, mb, none));
+  BOOST_TEST(cost.kept_activation_bytes(0, mb, stage) == 8192 * 4096 * 2 / 2);
+  BOOST_TEST(cost.kept_activation_bytes(0, mb, all) == cost.activation_bytes(0, mb, all));
+  BOOST_TEST(cost.kept_activation_bytes(0, mb, stage) < cost.activation_bytes(0, mb, all));
+}
+
 BOOST_AUTO_TEST_CASE(monotone_in_tokens_and_samples) {
   const Program program = load("bench/plan_calibration/llama2_7b.sect");
   const SectionGraph g = build_graph(program);

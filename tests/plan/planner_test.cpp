@@ -175,9 +175,8 @@ BOOST_AUTO_TEST_CASE(keeps_explicit_values_and_resolves_autos_within_budget) {
       }
       int64_t worst = 0;
       for (const auto& mb : loader_order_micro_batches(g, int(s), batch, p.micro_batch))
-        worst = std::max(worst, cost.activation_bytes(int(s), mb, p));
-      BOOST_TEST(cost.weights_bytes_per_device(int(s), p) + in_flight_micro_batches(p.pp) * worst <=
-                 cl.device.memory_bytes);
+        worst = std::max(worst, in_flight_activation_bytes(cost, int(s), mb, p, in_flight_micro_batches(p.pp)));
+      BOOST_TEST(cost.weights_bytes_per_device(int(s), p) + worst <= cl.device.memory_bytes);
     }
     BOOST_TEST(used <= cl.devices);
     BOOST_TEST(used >= cl.devices - 8);  // the budget is spent, up to one replica's worth
@@ -328,7 +327,7 @@ BOOST_AUTO_TEST_CASE(recompute_auto_is_chosen_where_memory_needs_it) {
     const Plan plan = plan_program(g, cl, cost, batch);
     const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost);
     for (int64_t bytes : r.peak_memory_bytes) BOOST_TEST(bytes <= cl.device.memory_bytes);
-    return plan.sections[0].recompute_halves;
+    return plan.sections[0].recompute_level;
   };
   BOOST_TEST(chosen(program("8192", "auto")) == 1);    // half of the layers suffice
   BOOST_TEST(chosen(program("16384", "auto")) == 2);   // twice the tokens: all of them
@@ -342,7 +341,7 @@ BOOST_AUTO_TEST_CASE(recompute_auto_is_chosen_where_memory_needs_it) {
   std::string plain_problem, recompute_problem;
   FaithfulMegatronConfig c{1, 1, 8, 1, 32, false, true, 0};
   faithful_megatron_iteration_s(g, cl, cost, c, batch, &plain_problem);
-  c.recompute_halves = 2;
+  c.recompute_level = 2;
   const double t = faithful_megatron_iteration_s(g, cl, cost, c, batch, &recompute_problem);
   BOOST_TEST(plain_problem.find("exceeds h100's 80 GB") != std::string::npos, plain_problem);
   BOOST_TEST(recompute_problem.empty(), recompute_problem);

@@ -208,16 +208,20 @@ BOOST_AUTO_TEST_CASE(a_baseline_names_the_pinned_degrees) {
 
 // `recompute = auto` (internvl_20b's ViT and LLM, written; the projector,
 // a trained section feeding the LLM, by default): on 64 H100 the planner
-// recomputes the ViT's layers — its 25 heads split over no tp > 1, so its
-// 6B parameters sit at tp 1 — whose freed memory lets the LLM run at tp 4,
-// and not the LLM (docs/planner.md); `--print json` keeps "auto".
+// recomputes the ViT — its 25 heads split over no tp > 1, so its 6B
+// parameters sit at tp 1 — each pipeline stage whole (it holds one layer
+// input per micro-batch in flight, not one per layer), whose freed memory
+// lets the LLM run at tp 4, and not the LLM (docs/planner.md); `--print
+// json` keeps "auto".
 BOOST_AUTO_TEST_CASE(internvl_20b_recomputes_its_vit_on_64_h100s) {
   const Run r = run("models/internvl_20b.sect --simulate --json --steps 1 --config configs/h100x64.toml");
   BOOST_REQUIRE_MESSAGE(r.status == 0, r.out);
   const nlohmann::json j = last_line_json(r.out);
   BOOST_TEST(j["plan"]["vision"]["tp"] == 1, r.out);
-  BOOST_TEST(j["plan"]["vision"]["recompute"] == 45, r.out);  // all of its 45 layers
+  BOOST_TEST(j["plan"]["vision"]["recompute_stage"] == true, r.out);
+  BOOST_TEST(j["plan"]["vision"]["recompute"] == 0, r.out);  // no layer keeps its own input
   BOOST_TEST(j["plan"]["llm"]["recompute"] == 0, r.out);
+  BOOST_TEST(j["plan"]["llm"]["recompute_stage"] == false, r.out);
   BOOST_TEST(j["plan"]["llm"]["tp"] == 4, r.out);
   const Run p = run("models/internvl_20b.sect --print json");
   BOOST_REQUIRE(p.status == 0);

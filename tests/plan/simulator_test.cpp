@@ -119,6 +119,28 @@ class LongChainCost : public FixedCost {
 // Longest path first: enc F1 (path 1+30+40+2) [0,1] before F0 [1,2]; llm F1
 // [2,32]; at 32 llm B1 (path 42) beats the waiting enc B0 (2): [32,72], enc
 // B0 [72,74], enc B1 [74,76].
+// A stage recomputed whole (CostModel::kept_activation_bytes): enc keeps 10
+// of its 100 bytes from each forward's end to its backward's start. Device
+// 0 by hand (the times above): F0 [0,1] 100, then 10; F1 [1,2] 110, then
+// 20; B0 [12,14] 110, then 10; B1 [16,18] 100, then 0 — a peak of 110
+// where keeping everything took 200. The times do not change.
+BOOST_AUTO_TEST_CASE(a_stage_recomputed_whole_keeps_its_input_between_forward_and_backward) {
+  struct KeptCost : FixedCost {
+    int64_t kept_activation_bytes(int s, const std::vector<const Sample*>& x, const SectionPlan& p) const override {
+      return s == 0 ? 10 : activation_bytes(s, x, p);
+    }
+  };
+  TwoSections t;
+  KeptCost cost;
+  const SimResult r = simulate(t.graph, t.plan, wavefront_schedule(t.graph, t.plan, cost, t.batch), cost);
+  BOOST_CHECK_CLOSE(r.compute_end_s, 18.0, 1e-9);
+  BOOST_CHECK_EQUAL(r.peak_memory_bytes[0], 10 + 100 + 10);
+  BOOST_CHECK_EQUAL(r.peak_memory_bytes[1], 20 + 2 * 1000);
+  // And the planner's count of c micro-batches in flight: c kept, one whole.
+  BOOST_CHECK_EQUAL(in_flight_activation_bytes(cost, 0, {}, t.plan.sections[0], 3), 3 * 10 + 90);
+  BOOST_CHECK_EQUAL(in_flight_activation_bytes(cost, 1, {}, t.plan.sections[1], 3), 3 * 1000);
+}
+
 BOOST_AUTO_TEST_CASE(critical_path_first_runs_the_long_chain_first) {
   TwoSections t;
   t.plan.sections[1] = {0, 2, 1, 1, 2, 1};
