@@ -305,8 +305,8 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
         j["baseline"] = {{"name", baseline->name}, {"iteration_s", baseline->iteration_s}, {"config", baseline->config}};
         j["speedup"] = baseline->iteration_s / iteration;
       }
-      if (!ladder.empty()) j["pinned"] = pinned_json;  // {section: {tp, pp}} of the fixed degrees
       if (!ladder.empty()) {
+        j["pinned"] = pinned_json;  // {section: {tp, pp}} of the fixed degrees
         // Each rung, then Maestro itself; speedup = the rung's time / Maestro's.
         j["ladder"] = nlohmann::ordered_json::array();
         for (const BaselineResult& b : ladder)
