@@ -49,11 +49,6 @@ SectionRunner::SectionRunner(const Program& program, int section, int stage, int
       dp_group_(std::move(dp_group)),
       tp_group_(std::move(tp_group)),
       recompute_stage_(recompute_stage && program.sections[size_t(section)].mode == Mode::Train) {
-  // A loss section's replay would need its loss's gradient again; the planner
-  // offers the level only to sections without one (planner.cpp).
-  if (recompute_stage_ && !program.sections[size_t(section)].loss.empty())
-    throw std::invalid_argument(fmt::format("section '{}': a stage recomputed whole needs a section without a loss",
-                                            program.sections[size_t(section)].name));
   const TensorParallel tp = tp_group_ ? TensorParallel{tp_group_->rank(), tp_group_->size(), tp_group_.get()}
                                       : TensorParallel{};
   Section engine_section = program.sections[size_t(section)];
@@ -237,8 +232,17 @@ SectionRunner::Result SectionRunner::backward_rank(const RunTask& rt) {
   Pending pending = std::move(it->second);
   pending_.erase(it);
   if (!pending.context) {  // a stage recomputed whole: its forward again, the same on every tp rank
-    const EngineInputs in = inputs_of(*pending.replay);
+    const RunTask& forward = *pending.replay;
+    EngineInputs in = inputs_of(forward);
     pending.context = model_->forward(in.samples, stage_ > 0 ? &in.stage : nullptr).context;
+    const Section& sec = program_.sections[size_t(section_)];
+    if (stage_ == stages_ - 1 && !sec.loss.empty()) {
+      // The loss's gradient again (the same); its value was queued by the
+      // forward, so this one goes to slots nobody reads.
+      if (!in.has_teacher) in.teacher.clear();
+      model_->loss_terms(*pending.context, in.teacher, forward.data->loss_positions.at(size_t(section_)),
+                         slot(take_slots(sec.loss.size())));
+    }
   }
   const size_t n = rt.samples.size();
   // The gradient of each sample's output: summed over the consumers in flow

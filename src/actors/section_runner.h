@@ -52,9 +52,8 @@ class SectionRunner {
   // (the plan's `recomputed_layers`); the program's `recompute` when larger.
   // `recompute_stage` (the plan's `recomputes_stage`): between a micro-batch's
   // forward and backward keep only the task (its input tensors) and run the
-  // forward again before the backward — the same results, none of the
-  // stage's activations held meanwhile; a train section without a loss only
-  // (std::invalid_argument otherwise).
+  // forward again (and a loss stage its loss) before the backward — the same
+  // results, none of the stage's activations held meanwhile.
   SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, Transport& transport,
                 std::unique_ptr<Backend> backend, std::shared_ptr<Communicator> dp_group,
                 std::shared_ptr<Communicator> tp_group, bool shard_optimizer, int64_t recompute = 0,

@@ -101,15 +101,13 @@ std::vector<Shape> ranked_shapes(const SectionGraph& g, const Cluster& cl, const
         if (sec.micro_batch ? mb == 1 : mb <= active) candidates.push_back({0, tp * pp, tp, pp, 1, sec.micro_batch.value_or(mb)});
     }
   // `recompute = auto`: every shape also with half and with all of its
-  // layers recomputed, and (a section without a loss: SectionRunner) with
-  // each stage recomputed whole — more compute, fewer activations; each
-  // ranks below its plain twin unless memory leaves it the only one, and
-  // the search simulates them all.
+  // layers recomputed, and with each stage recomputed whole — more compute,
+  // fewer activations; each ranks below its plain twin unless memory leaves
+  // it the only one, and the search simulates them all.
   if (sec.recompute_auto && sec.mode == Mode::Train)
     for (size_t i = 0, n = candidates.size(); i < n; ++i)
       for (int64_t level : {1, 2, 3}) {
         if (level < 3 && sec.model.layers() * level / 2 == 0) continue;  // half of one layer: none
-        if (level == 3 && !sec.loss.empty()) continue;
         candidates.push_back(candidates[i]);
         candidates.back().recompute_level = level;
       }
