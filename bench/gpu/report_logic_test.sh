@@ -43,11 +43,13 @@ check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBL
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
 check '[ $(grep -c ": PASS" "$fake/report.md") = 14 ]' "14 steps PASS (all but build, skipped, and torch)"
 check 'grep -q "^## dp 2 over NCCL: SKIP" "$fake/report.md"' "one GPU: the dp 2 step is SKIP"
+check 'grep -q "^## dp 2 over processes: SKIP" "$fake/report.md"' "... and so is dp 2 over processes"
 
 GPUS=2 run; st=$?
 check '[ $st = 0 ] && grep -q "^## dp 2 over NCCL: PASS" "$fake/report.md"' "two GPUs: the dp 2 step runs and passes ($st)"
+check 'grep -q "^## dp 2 over processes: PASS" "$fake/report.md"' "... and dp 2 over processes"
 GPUS=2 AGREE=0 run; st=$?
-check 'grep -q "^## dp 2 over NCCL: FAIL" "$fake/report.md"' "two GPUs: dp 2 cuda and cpu losses that differ fail it"
+check 'grep -q "^## dp 2 over NCCL: FAIL" "$fake/report.md" && grep -q "^## dp 2 over processes: FAIL" "$fake/report.md"' "two GPUs: dp 2 cuda and cpu losses that differ fail both dp 2 steps"
 
 FALLING=0 run; st=$?
 check '[ $st = 1 ]' "a loss that rises fails the run ($st)"

@@ -8,7 +8,9 @@
 #   5. maestro-run: tiny_mllm 3 steps, backend cuda vs cpu (fp32 losses agree)
 #   6. maestro-run: tiny_mllm and tiny_kd on cuda, the loss falls
 #   6b. tiny_mllm with its llm section at dp = 2 (gradients all-reduced
-#      over NCCL), 3 steps cuda vs cpu (fp32 losses agree); SKIP on < 2 GPUs
+#      over NCCL), 3 steps cuda vs cpu (fp32 losses agree); then the same
+#      over 2 processes (--processes 2: the llm's replicas in different
+#      processes, one NCCL communicator across them); SKIP on < 2 GPUs
 #   7. cuBLASLt bf16 GEMM peak, then the 1.3B transformer section (layers 24,
 #      hidden 2048, heads 16, ffn 5504, vocab 32000, seq 2048, bf16):
 #      tokens/s, MFU vs 989 TFLOP/s (H100) and vs the measured GEMM peak;
@@ -76,6 +78,7 @@ plan=(
   "train tiny_mllm|$run models/tiny_mllm.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
   "train tiny_kd|$run models/tiny_kd.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
   "dp 2 over NCCL|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
+  "dp 2 over processes|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --processes 2 --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "gemm peak|$bench gemm"
   "transformer step|$bench step $big --steps 5 --warmup 2"
   "torch step|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --steps 5 --warmup 2"
@@ -143,7 +146,7 @@ for p in "${plan[@]}"; do
     printf '## %s: SKIP\n\n%s has no scaled_dot_product_attention (torch < 2.0)\n\n' "$name" "$torch_py" >> "$report"
     continue
   fi
-  if [ "$name" = "dp 2 over NCCL" ] && [ "$(nvidia-smi -L | grep -c '^GPU')" -lt 2 ]; then
+  if { [ "$name" = "dp 2 over NCCL" ] || [ "$name" = "dp 2 over processes" ]; } && [ "$(nvidia-smi -L | grep -c '^GPU')" -lt 2 ]; then
     echo "   SKIP (one GPU: a dp group needs a GPU per NCCL rank)"
     printf '## %s: SKIP\n\none GPU here; dp = 2 on cuda needs two\n\n' "$name" >> "$report"
     continue
@@ -158,7 +161,7 @@ run.sh: stopped after --step-timeout $step_timeout s"
   # Checks and figures drawn from the output (a brace group: verdict survives).
   {
   case "$name" in
-    "engine cuda vs cpu"|"dp 2 over NCCL")
+    "engine cuda vs cpu"|"dp 2 over NCCL"|"dp 2 over processes")
       [ "$st" = 0 ] && { $py - "$log" <<'PY' || verdict=FAIL; }
 import json, sys
 lines = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]

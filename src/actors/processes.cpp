@@ -89,6 +89,7 @@ void configure_process_system(caf::actor_system_config& cfg, size_t heartbeat_ms
       .add_message_type<Assignment>("maestro.Assignment")
       .add_message_type<HostedReplica>("maestro.HostedReplica")
       .add_message_type<RingEntry>("maestro.RingEntry")
+      .add_message_type<NcclGroupId>("maestro.NcclGroupId")
       .add_message_type<Joined>("maestro.Joined")
       .add_message_type<ConnectPeers>("maestro.ConnectPeers")
       .add_message_type<Quiesce>("maestro.Quiesce")
@@ -126,7 +127,7 @@ std::string host_name() {
   return buf;
 }
 
-void connect_peers(RunSetup& setup, const ConnectPeers& peers, int process) {
+void connect_peers(RunSetup& setup, const ConnectPeers& peers, int process, std::chrono::milliseconds nccl_timeout) {
   auto* ucx = dynamic_cast<UcxTransport*>(setup.peer_transport.get());
   if (!ucx) throw std::logic_error("connect_peers: no UCX transport");
   for (size_t p = 0; p < peers.endpoints.size(); ++p)
@@ -149,6 +150,22 @@ void connect_peers(RunSetup& setup, const ConnectPeers& peers, int process) {
     };
     rank.ring->connect(find((rank.replica + size - 1) % size), find((rank.replica + 1) % size));
   }
+  std::vector<NcclConnection> nccl;
+  for (const RunSetup::NcclGroup& g : setup.nccl_groups) {
+    const NcclGroupId* id = nullptr;
+    for (const NcclGroupId& e : peers.nccl_ids)
+      if (e.section == g.section && e.stage == g.stage && e.tp_rank == g.tp_rank) id = &e;
+    if (id == nullptr) throw std::runtime_error(fmt::format("{}: no NCCL unique id from the process holding its rank 0", g.name));
+    for (const auto& rank : g.ranks) nccl.push_back({rank, id->id, g.name});
+  }
+  connect_peer_dp_ranks(nccl, nccl_timeout);  // every process's at once: each blocks until the others come
+}
+
+std::vector<NcclGroupId> nccl_group_ids(const RunSetup& setup) {
+  std::vector<NcclGroupId> out;
+  for (const RunSetup::NcclGroup& g : setup.nccl_groups)
+    if (!g.id.empty()) out.push_back({g.section, g.stage, g.tp_rank, g.id});
+  return out;
 }
 
 std::vector<uint8_t> endpoint_bytes(const RunSetup& setup) {
@@ -275,6 +292,7 @@ int serve_worker(const std::string& address, const PrepareWorkerRun& prepare, in
                     if (handles[s][k][r]) j.replicas.push_back({int32_t(s), int32_t(k), int32_t(r), handles[s][k][r]});
               j.endpoint = endpoint_bytes(st.setup);
               j.rings = ring_entries(st.setup);
+              j.nccl_ids = nccl_group_ids(st.setup);
               j.transport_id = st.setup.peer_transport->id();
               j.tensor_server = spawn_tensor_server(sys, st.setup.peer_tensors.get());
               st.actors.push_back(j.tensor_server);

@@ -6,8 +6,9 @@
 // id), receives its Assignment — the model's source and the resolved run
 // options, so it builds the same graph and plan itself, and which section
 // replicas it hosts — spawns those replicas' actors and answers Joined with
-// their handles, its UcxTransport's endpoint info and its dp rings'
-// mailboxes. ConnectPeers hands every process everybody's info; then the
+// their handles, its UcxTransport's endpoint info, its dp rings' mailboxes
+// and the NCCL unique ids of the GPU dp groups whose rank 0 it holds.
+// ConnectPeers hands every process everybody's info; then the
 // scheduler drives remote replicas exactly as local ones. Shutdown ends a
 // worker (exit 0); a lost coordinator ends it with exit 1.
 //
@@ -18,6 +19,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,7 +33,7 @@ namespace maestro {
 
 // Checked twice: in the gate's preamble (gate.h) and in Hello.
 // Bumped whenever a message of this file or of messages.h changes shape.
-inline constexpr int32_t kProcessProtocolVersion = 8;
+inline constexpr int32_t kProcessProtocolVersion = 9;
 
 // This binary's build id: FNV-1a 64 of its executable file (/proc/self/exe),
 // in hex — two processes of one run must run the same build. The
@@ -93,6 +95,12 @@ struct RingEntry {
   int32_t section = 0, stage = 0, tp_rank = 0, replica = 0;
   RingMailbox mailbox;
 };
+// The unique id of the NCCL communicator of a dp group spanning processes
+// on the CUDA backend (RunSetup::NcclGroup), from the process holding its rank 0.
+struct NcclGroupId {
+  int32_t section = 0, stage = 0, tp_rank = 0;
+  std::vector<uint8_t> id;
+};
 // worker -> coordinator: the answer to Assignment.
 struct Joined {
   std::string error;    // "" = ready; else why it cannot host its share (exit code in `bad_input`)
@@ -100,6 +108,7 @@ struct Joined {
   std::vector<HostedReplica> replicas;
   std::vector<uint8_t> endpoint;  // UcxTransport::endpoint_info()
   std::vector<RingEntry> rings;
+  std::vector<NcclGroupId> nccl_ids;
   uint64_t transport_id = 0;      // its UcxTransport::id(): the owner in its tensor handles
   caf::actor tensor_server;       // puts its exported tensors into a consumer's pool (peer_tensors.h)
 };
@@ -109,6 +118,7 @@ struct ConnectPeers {
   std::vector<std::vector<uint8_t>> endpoints;
   std::vector<std::string> names;  // "worker 2 (pid 123 on host-b)"
   std::vector<RingEntry> rings;
+  std::vector<NcclGroupId> nccl_ids;
   std::vector<uint64_t> transport_ids;   // [process]
   std::vector<caf::actor> tensor_servers;  // [process]
 };
@@ -135,8 +145,10 @@ MAESTRO_INSPECT(Welcome, x.error, x.process)
 MAESTRO_INSPECT(Assignment, x.process, x.processes, x.spec, x.placement, x.tracer)
 MAESTRO_INSPECT(HostedReplica, x.section, x.stage, x.replica, x.handle)
 MAESTRO_INSPECT(RingEntry, x.section, x.stage, x.tp_rank, x.replica, x.mailbox)
-MAESTRO_INSPECT(Joined, x.error, x.bad_input, x.replicas, x.endpoint, x.rings, x.transport_id, x.tensor_server)
-MAESTRO_INSPECT(ConnectPeers, x.endpoints, x.names, x.rings, x.transport_ids, x.tensor_servers)
+MAESTRO_INSPECT(NcclGroupId, x.section, x.stage, x.tp_rank, x.id)
+MAESTRO_INSPECT(Joined, x.error, x.bad_input, x.replicas, x.endpoint, x.rings, x.nccl_ids, x.transport_id,
+                x.tensor_server)
+MAESTRO_INSPECT(ConnectPeers, x.endpoints, x.names, x.rings, x.nccl_ids, x.transport_ids, x.tensor_servers)
 MAESTRO_INSPECT(Quiesce, x.unused)
 MAESTRO_INSPECT(Shutdown, x.reason)
 
@@ -151,13 +163,17 @@ std::pair<std::string, uint16_t> parse_address(const std::string& text);
 std::string host_name();
 
 // The set-up's side of joining (RunSetup, train_phases.h): its UCX
-// endpoint info (empty without one), its ring ranks' mailboxes, and
-// connecting both to the peers' (`process` = this one, skipped), which
-// also installs the process's PeerTensors with every peer's tensor server.
+// endpoint info (empty without one), its ring ranks' mailboxes, the NCCL
+// ids it made, and connecting all of them to the peers' (`process` = this
+// one, skipped) — its NCCL ranks with every other process's at once,
+// bounded by `nccl_timeout` — which also installs the process's
+// PeerTensors with every peer's tensor server.
 struct RunSetup;
 std::vector<uint8_t> endpoint_bytes(const RunSetup& setup);
 std::vector<RingEntry> ring_entries(const RunSetup& setup);
-void connect_peers(RunSetup& setup, const ConnectPeers& peers, int process);
+std::vector<NcclGroupId> nccl_group_ids(const RunSetup& setup);
+void connect_peers(RunSetup& setup, const ConnectPeers& peers, int process,
+                   std::chrono::milliseconds nccl_timeout = std::chrono::seconds(25));
 
 class Gate;  // gate.h
 

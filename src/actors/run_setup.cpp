@@ -93,13 +93,15 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   for (size_t s = 0; s < graph.nodes.size(); ++s) {
     const int64_t pp = plan.sections[s].pp, tp = plan.sections[s].tp, dp = plan.sections[s].dp;
     // Across processes, a group whose replicas live in several processes is a
-    // ring over the UCX engine (this process holds its local ranks); a group
-    // held whole by this process stays in-process; another's is none of ours.
+    // ring over the UCX engine (this process holds its local ranks) — on the
+    // CUDA backend one NCCL communicator across them; a group held whole by
+    // this process stays in-process; another's is none of ours.
     bool spans = false, any_here = false;
     for (int64_t r = 0; r < dp; ++r) {
       any_here = any_here || hosts(options, int(s), r);
       if (!options.placement.empty() && options.placement[s][size_t(r)] != options.placement[s][0]) spans = true;
     }
+    const bool nccl_spans = spans && options.backend == BackendKind::Cuda && nccl_built();
     const int pool_threads = int(std::max<int64_t>(1, setup.threads / (pp * plan.sections[s].dp * tp)));
     for (int64_t k = 0; k < pp; ++k) {
       setup.runners[s].emplace_back();
@@ -107,6 +109,31 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
       // NCCL over the plan's devices on cuda (backend_factory.h).
       std::vector<std::vector<std::shared_ptr<Communicator>>> dp_group;
       for (int64_t t = 0; t < tp && any_here; ++t) {
+        if (nccl_spans) {
+          dp_group.emplace_back(size_t(dp));
+          const int gpus = cuda_device_count().value_or(0);
+          std::vector<int> ranks, devices;
+          for (int64_t r = 0; r < dp; ++r)
+            if (hosts(options, int(s), r)) {
+              ranks.push_back(int(r));
+              devices.push_back(physical_device(section_device(plan.sections[s], k, r, t), gpus));
+            }
+          const std::string refusal = nccl_peer_ranks_refusal(graph.nodes[s].name, dp, devices, gpus);
+          if (!refusal.empty()) throw TrainFailure(2, refusal);
+          RunSetup::NcclGroup group{int(s), int(k), int(t),
+                                    fmt::format("section '{}' stage {} dp group (tp rank {})", graph.nodes[s].name, k, t),
+                                    {}, {}};
+          try {
+            group.ranks = make_peer_dp_ranks(int(dp), ranks, devices);
+            if (hosts(options, int(s), 0)) group.id = nccl_unique_id();
+          } catch (const std::exception& e) {
+            throw TrainFailure(1, fmt::format("{}: {}", group.name, e.what()));
+          }
+          for (size_t i = 0; i < ranks.size(); ++i) dp_group.back()[size_t(ranks[i])] = group.ranks[i];
+          setup.dp_groups.push_back(group.ranks[0]);
+          setup.nccl_groups.push_back(std::move(group));
+          continue;
+        }
         if (spans) {
           dp_group.emplace_back(size_t(dp));
           for (int64_t r = 0; r < dp; ++r)
@@ -148,9 +175,10 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
             std::unique_ptr<Backend> backend =
                 make_backend(options.backend, pool_threads, replica_device(options.backend, plan, int(s), k, r));
             // A ring between processes reaches host memory only: a GPU rank's
-            // gradients are staged through it (gpu/staged_communicator.h).
+            // gradients are staged through it (gpu/staged_communicator.h) in a
+            // build without NCCL.
             std::shared_ptr<Communicator> dp_rank = dp_group[size_t(t)][size_t(r)];
-            if (spans && options.backend == BackendKind::Cuda)
+            if (spans && !nccl_spans && options.backend == BackendKind::Cuda)
               dp_rank = std::make_shared<StagedCommunicator>(std::move(dp_rank), *backend);
             auto runner = std::make_shared<SectionRunner>(
                 program, int(s), int(k), int(pp), setup.seed, *setup.transport, std::move(backend), std::move(dp_rank),

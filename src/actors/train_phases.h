@@ -66,6 +66,18 @@ struct RunSetup {
     std::shared_ptr<RingCommunicator> ring;
   };
   std::vector<RingRank> rings;
+  // On the CUDA backend such a group is one NCCL communicator across the
+  // processes instead (gpu/backend_factory.h): this process's ranks of it
+  // (also in dp_groups), connected in connect_peers; `id` is the
+  // communicator's unique id where this process holds rank 0 (it travels
+  // in Joined), else empty.
+  struct NcclGroup {
+    int section = 0, stage = 0, tp_rank = 0;
+    std::string name;  // "section 'llm' stage 0 dp group (tp rank 0)": what errors name
+    std::vector<std::shared_ptr<Communicator>> ranks;
+    std::vector<uint8_t> id;
+  };
+  std::vector<NcclGroup> nccl_groups;
   std::vector<std::vector<std::vector<caf::actor>>> remote;
   caf::actor tracer;  // spawned before the workers join (they trace into it); null = spawn_run makes it
 };

@@ -111,6 +111,25 @@ std::vector<std::shared_ptr<Communicator>> make_dp_group(BackendKind kind, const
 #endif
 }
 
+#if MAESTRO_HAVE_NCCL
+std::vector<uint8_t> nccl_unique_id() { return make_nccl_unique_id(); }
+std::vector<std::shared_ptr<Communicator>> make_peer_dp_ranks(int size, const std::vector<int>& ranks,
+                                                              const std::vector<int>& devices) {
+  return make_nccl_ranks(size, ranks, devices);
+}
+void connect_peer_dp_ranks(const std::vector<NcclConnection>& ranks, std::chrono::milliseconds timeout) {
+  connect_nccl_ranks(ranks, timeout);
+}
+#else
+std::vector<uint8_t> nccl_unique_id() { throw BackendUnavailable("a dp group over processes on CUDA: this build has no NCCL"); }
+std::vector<std::shared_ptr<Communicator>> make_peer_dp_ranks(int, const std::vector<int>&, const std::vector<int>&) {
+  throw BackendUnavailable("a dp group over processes on CUDA: this build has no NCCL");
+}
+void connect_peer_dp_ranks(const std::vector<NcclConnection>& ranks, std::chrono::milliseconds) {
+  if (!ranks.empty()) throw BackendUnavailable("a dp group over processes on CUDA: this build has no NCCL");
+}
+#endif
+
 std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, int device) {
   if (kind == BackendKind::Cpu) return make_cpu_backend(threads);
 #if MAESTRO_HAVE_CUDA_BACKEND

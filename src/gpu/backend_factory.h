@@ -18,13 +18,19 @@
 // make_dp_group gives a section stage's dp replicas their Communicator
 // (transport/collectives.h): the in-process group on the CPU backend
 // (host memory), NCCL over the plan's devices on the CUDA backend (device
-// memory; gpu/cuda/nccl_communicator.h).
+// memory; gpu/cuda/nccl_communicator.h). A dp group spanning processes is,
+// on the CUDA backend, one NCCL communicator across them: nccl_unique_id,
+// make_peer_dp_ranks and connect_peer_dp_ranks (the run over processes
+// hands the id round, actors/processes.h).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
 
+#include "gpu/nccl_layout.h"
 #include "nn/backend.h"
 #include "plan/plan.h"
 #include "transport/collectives.h"
@@ -85,5 +91,12 @@ int replica_device(BackendKind kind, const Plan& plan, int section, int64_t stag
 // has checked nccl_dp_refusal); throws BackendUnavailable without NCCL.
 std::vector<std::shared_ptr<Communicator>> make_dp_group(BackendKind kind, const Plan& plan, int section,
                                                          int64_t stage);
+// A dp group spanning processes, on the CUDA backend (nccl_communicator.h's
+// make_nccl_unique_id, make_nccl_ranks, connect_nccl_ranks): each throws
+// BackendUnavailable in a build without NCCL.
+std::vector<uint8_t> nccl_unique_id();
+std::vector<std::shared_ptr<Communicator>> make_peer_dp_ranks(int size, const std::vector<int>& ranks,
+                                                              const std::vector<int>& devices);
+void connect_peer_dp_ranks(const std::vector<NcclConnection>& ranks, std::chrono::milliseconds timeout);
 
 }  // namespace maestro

@@ -70,6 +70,13 @@ std::string nccl_group_refusal(const Plan& plan, int section, int64_t stage, con
   return "";
 }
 
+std::string nccl_peer_ranks_refusal(const std::string& name, int64_t dp, const std::vector<int>& devices, int gpus) {
+  if (std::set<int>(devices.begin(), devices.end()).size() == devices.size()) return "";
+  return fmt::format("section '{}': this process holds {} ranks of a dp group of {} (over processes) on {} CUDA "
+                     "device(s): NCCL needs a GPU per rank; use more processes or dp <= {}",
+                     name, devices.size(), dp, gpus, gpus);
+}
+
 std::string nccl_tp_refusal(const Plan& plan, const std::vector<std::string>& section_names) {
   for (size_t si = 0; si < plan.sections.size(); ++si)
     if (plan.sections[si].tp > 1)

@@ -10,12 +10,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "plan/plan.h"
 
 namespace maestro {
+
+class Communicator;  // transport/collectives.h
 
 struct CommGroup {
   enum class Kind { DataParallel, TensorParallel } kind;
@@ -54,5 +57,18 @@ std::string nccl_dp_refusal(const Plan& plan, const std::vector<std::string>& se
 std::string nccl_tp_refusal(const Plan& plan, const std::vector<std::string>& section_names);
 std::string nccl_group_refusal(const Plan& plan, int section, int64_t stage, const std::string& name, int gpus,
                                bool nccl_built);
+
+// A dp group whose replicas several processes host is one NCCL communicator
+// across them on the CUDA backend (gpu/cuda/nccl_communicator.h). Why this
+// process's ranks of it cannot be ("" when they can): two on one GPU — NCCL
+// holds one rank per device. `devices`: this process's ranks' CUDA devices.
+std::string nccl_peer_ranks_refusal(const std::string& name, int64_t dp, const std::vector<int>& devices, int gpus);
+// One of this process's ranks of such a group and its communicator's
+// unique id (the group's rank-0 process made it): what connecting takes.
+struct NcclConnection {
+  std::shared_ptr<Communicator> rank;
+  std::vector<uint8_t> id;
+  std::string group;  // "section 'llm' stage 0 dp group": what errors name
+};
 
 }  // namespace maestro

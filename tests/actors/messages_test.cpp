@@ -13,6 +13,7 @@
 
 #include "actors/messages.h"
 #include "actors/peer_tensors.h"
+#include "actors/processes.h"
 #include "transport/local_transport.h"
 #include "transport/transport.h"
 #include "nn/model_impl.h"  // StageGeometry
@@ -32,8 +33,12 @@ std::vector<float> values_of(const TensorRef& t) {
 struct System {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
-  System() {
-    add_message_types(cfg);
+  // process: the run-over-processes protocol's types too (processes.h)
+  explicit System(bool process = false) {
+    if (process)
+      configure_process_system(cfg);
+    else
+      add_message_types(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
   }
 
@@ -61,6 +66,10 @@ struct System {
     BOOST_TEST(again_a == again_b);  // both paths give the same value
     return out;
   }
+};
+
+struct ProcessSystem : System {
+  ProcessSystem() : System(true) {}
 };
 
 }  // namespace
@@ -304,4 +313,19 @@ BOOST_FIXTURE_TEST_CASE(a_stage_geometry_crosses_as_a_handle_back_to_its_owner, 
 
   worker.forget_exports();  // the step ended
   BOOST_TEST(!cross(coordinator, worker, rt).first);
+}
+
+// The NCCL unique id of a GPU dp group spanning processes goes from the
+// process holding its rank 0 (Joined) to every process (ConnectPeers),
+// registered as the run over processes registers it. (Those two messages
+// hold actor handles, which deserialise only through the middleman: the
+// runs over processes of tests/e2e carry them.)
+BOOST_FIXTURE_TEST_CASE(an_nccl_unique_id_crosses_whole, ProcessSystem) {
+  std::vector<uint8_t> id(128);
+  for (size_t i = 0; i < id.size(); ++i) id[i] = uint8_t(i * 37 + 1);
+  const NcclGroupId back = round_trip(NcclGroupId{2, 1, 3, id});
+  BOOST_TEST(back.section == 2);
+  BOOST_TEST(back.stage == 1);
+  BOOST_TEST(back.tp_rank == 3);
+  BOOST_TEST((back.id == id));
 }

@@ -6,8 +6,12 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/cuda/cuda_check.h"
@@ -22,9 +26,12 @@ void nccl_check(ncclResult_t st, const char* what, const char* file, int line) {
 }
 #define NCCL_OK(call) nccl_check((call), #call, __FILE__, __LINE__)
 
-// What the ranks of one group share: abort() on any rank ends every rank's
-// communicator, so a rank blocked in a collective wakes (the runtime aborts
-// one member of each dp group when a run ends, transport/collectives.h).
+// What this process's ranks of one group share: abort() on any rank ends
+// every one of them, so a rank blocked in a collective wakes (the runtime
+// aborts one member of each dp group when a run ends, transport/
+// collectives.h; across processes each process aborts its own). comms
+// [local index]: null until connected (a group spanning processes,
+// connect_nccl_ranks).
 struct NcclGroupState {
   std::vector<ncclComm_t> comms;
   std::atomic<bool> aborted{false};
@@ -34,57 +41,61 @@ struct NcclGroupState {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(std::shared_ptr<NcclGroupState> group, int rank, int device)
-      : group_(std::move(group)), comm_(group_->comms[size_t(rank)]), rank_(rank), size_(int(group_->comms.size())),
-        device_(device) {
-    MAESTRO_CUDA_CHECK(cudaSetDevice(device_));
-    MAESTRO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  }
+  // Rank `rank` of `size`, this process's `local`-th of the group, on CUDA
+  // device `device`. Touches no device until its first collective (or
+  // connect_nccl_ranks), so a group spanning processes can be laid out
+  // before its peers are known.
+  NcclCommunicator(std::shared_ptr<NcclGroupState> group, size_t local, int rank, int size, int device)
+      : group_(std::move(group)), local_(local), rank_(rank), size_(size), device_(device) {}
   ~NcclCommunicator() override {
+    if (stream_ == nullptr && comm() == nullptr) return;
     cudaSetDevice(device_);
-    if (!group_->aborted) ncclCommDestroy(comm_);
-    cudaStreamDestroy(stream_);
+    if (!group_->aborted && comm() != nullptr) ncclCommDestroy(comm());
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
   const char* name() const override { return "nccl"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int device() const { return device_; }
+  const std::shared_ptr<NcclGroupState>& group() const { return group_; }
+  size_t local() const { return local_; }
 
   void all_reduce(float* data, size_t n) override {
     begin();
-    NCCL_OK(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_));
+    settle(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm(), stream_), "ncclAllReduce");
     finish();
   }
   void reduce_scatter(float* out, const float* in, size_t n) override {
     begin();
     if (n % size_t(size_) == 0) {
-      NCCL_OK(ncclReduceScatter(in, out, n / size_t(size_), ncclFloat32, ncclSum, comm_, stream_));
+      settle(ncclReduceScatter(in, out, n / size_t(size_), ncclFloat32, ncclSum, comm(), stream_), "ncclReduceScatter");
     } else {
       NCCL_OK(ncclGroupStart());
       for (int r = 0; r < size_; ++r) {
         const Shard s = shard_of(n, size_, r);
-        NCCL_OK(ncclReduce(in + s.offset, out, s.count, ncclFloat32, ncclSum, r, comm_, stream_));
+        NCCL_OK(ncclReduce(in + s.offset, out, s.count, ncclFloat32, ncclSum, r, comm(), stream_));
       }
-      NCCL_OK(ncclGroupEnd());
+      settle(ncclGroupEnd(), "ncclGroupEnd (uneven reduce-scatter)");
     }
     finish();
   }
   void all_gather(float* out, const float* in, size_t n) override {
     begin();
     if (n % size_t(size_) == 0) {
-      NCCL_OK(ncclAllGather(in, out, n / size_t(size_), ncclFloat32, comm_, stream_));
+      settle(ncclAllGather(in, out, n / size_t(size_), ncclFloat32, comm(), stream_), "ncclAllGather");
     } else {
       NCCL_OK(ncclGroupStart());
       for (int r = 0; r < size_; ++r) {
         const Shard s = shard_of(n, size_, r);
-        NCCL_OK(ncclBroadcast(r == rank_ ? in : out + s.offset, out + s.offset, s.count, ncclFloat32, r, comm_, stream_));
+        NCCL_OK(ncclBroadcast(r == rank_ ? in : out + s.offset, out + s.offset, s.count, ncclFloat32, r, comm(), stream_));
       }
-      NCCL_OK(ncclGroupEnd());
+      settle(ncclGroupEnd(), "ncclGroupEnd (uneven all-gather)");
     }
     finish();
   }
   void broadcast(float* data, size_t n, int root) override {
     begin();
-    NCCL_OK(ncclBroadcast(data, data, n, ncclFloat32, root, comm_, stream_));
+    settle(ncclBroadcast(data, data, n, ncclFloat32, root, comm(), stream_), "ncclBroadcast");
     finish();
   }
   void abort(const std::string& reason) override {
@@ -94,18 +105,34 @@ class NcclCommunicator final : public Communicator {
       group_->reason = reason.empty() ? "collective group aborted" : reason;
       group_->aborted = true;
     }
-    for (ncclComm_t c : group_->comms) ncclCommAbort(c);  // wakes every rank blocked in a collective
+    for (ncclComm_t c : group_->comms)  // wakes every rank blocked in a collective
+      if (c != nullptr) ncclCommAbort(c);
   }
 
  private:
+  ncclComm_t comm() const { return group_->comms[local_]; }
   // The buffers were written by the rank's backend on its own stream, which
   // this communicator does not know: wait for the device's queued work
   // (every stream of the device — sections sharing the GPU wait too; an
   // event handed over by the backend would wait for less).
   void begin() {
     if (group_->aborted) throw CollectiveError(reason());
+    if (comm() == nullptr)
+      throw CollectiveError(fmt::format("NCCL rank {} of {} on device {}: not connected to its peers", rank_, size_, device_));
     MAESTRO_CUDA_CHECK(cudaSetDevice(device_));
+    if (stream_ == nullptr) MAESTRO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     MAESTRO_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  // A communicator made non-blocking (one spanning processes) may answer
+  // ncclInProgress: the call is queued once its asynchronous state leaves
+  // that (an abort from another thread ends the wait).
+  void settle(ncclResult_t st, const char* what) {
+    while (st == ncclInProgress && !group_->aborted) {
+      std::this_thread::yield();
+      if (ncclCommGetAsyncError(comm(), &st) != ncclSuccess) break;
+    }
+    if (group_->aborted) throw CollectiveError(reason());
+    nccl_check(st, what, __FILE__, __LINE__);
   }
   void finish() {
     const cudaError_t st = cudaStreamSynchronize(stream_);
@@ -118,7 +145,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::shared_ptr<NcclGroupState> group_;
-  ncclComm_t comm_;
+  size_t local_;
   int rank_, size_, device_;
   cudaStream_t stream_ = nullptr;
 };
@@ -130,8 +157,104 @@ std::vector<std::shared_ptr<Communicator>> make_nccl_group(const std::vector<int
   state->comms.resize(devices.size());
   NCCL_OK(ncclCommInitAll(state->comms.data(), int(devices.size()), devices.data()));
   std::vector<std::shared_ptr<Communicator>> group;
-  for (size_t i = 0; i < devices.size(); ++i) group.push_back(std::make_shared<NcclCommunicator>(state, int(i), devices[i]));
+  for (size_t i = 0; i < devices.size(); ++i)
+    group.push_back(std::make_shared<NcclCommunicator>(state, i, int(i), int(devices.size()), devices[i]));
   return group;
+}
+
+std::vector<uint8_t> make_nccl_unique_id() {
+  ncclUniqueId id;
+  NCCL_OK(ncclGetUniqueId(&id));
+  const auto* p = reinterpret_cast<const uint8_t*>(id.internal);
+  return {p, p + sizeof id.internal};
+}
+
+std::vector<std::shared_ptr<Communicator>> make_nccl_ranks(int size, const std::vector<int>& ranks,
+                                                           const std::vector<int>& devices) {
+  if (ranks.size() != devices.size()) throw std::invalid_argument("make_nccl_ranks: one device per rank");
+  auto state = std::make_shared<NcclGroupState>();
+  state->comms.assign(ranks.size(), nullptr);
+  std::vector<std::shared_ptr<Communicator>> out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size)
+      throw std::invalid_argument(fmt::format("make_nccl_ranks: rank {} of a group of {}", ranks[i], size));
+    out.push_back(std::make_shared<NcclCommunicator>(state, i, ranks[i], size, devices[i]));
+  }
+  return out;
+}
+
+void connect_nccl_ranks(const std::vector<NcclConnection>& ranks, std::chrono::milliseconds timeout) {
+  std::vector<NcclCommunicator*> comms;
+  for (const NcclConnection& c : ranks) {  // everything checked before any NCCL call
+    auto* nccl = dynamic_cast<NcclCommunicator*>(c.rank.get());
+    if (nccl == nullptr) throw std::invalid_argument(fmt::format("{}: not an NCCL rank", c.group));
+    if (c.id.size() != sizeof(ncclUniqueId))
+      throw std::invalid_argument(fmt::format("{}: an NCCL unique id of {} bytes (NCCL's has {})", c.group, c.id.size(),
+                                              sizeof(ncclUniqueId)));
+    if (nccl->group()->comms[nccl->local()] != nullptr)
+      throw std::logic_error(fmt::format("{}: NCCL rank {} connected twice", c.group, nccl->rank()));
+    comms.push_back(nccl);
+  }
+  if (comms.empty()) return;
+  // One group call for all of them: the ranks this process holds of one
+  // communicator (which must init together) and of several (whose order
+  // may differ between processes) never wait on each other. Non-blocking,
+  // so that a peer that never comes bounds the wait instead of hanging it.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  auto abort_all = [&] {
+    for (NcclCommunicator* c : comms) {
+      ncclComm_t& comm = c->group()->comms[c->local()];
+      if (comm != nullptr) ncclCommAbort(comm);
+      comm = nullptr;
+    }
+  };
+  NCCL_OK(ncclGroupStart());
+  std::string failed;  // the first call that failed: the group is ended, then this thrown
+  for (size_t i = 0; i < comms.size() && failed.empty(); ++i) {
+    NcclCommunicator& c = *comms[i];
+    ncclUniqueId id;
+    std::memcpy(id.internal, ranks[i].id.data(), sizeof id.internal);
+    if (const cudaError_t st = cudaSetDevice(c.device()); st != cudaSuccess) {
+      failed = fmt::format("{}: NCCL rank {} of {}: cudaSetDevice({}): {}", ranks[i].group, c.rank(), c.size(),
+                           c.device(), cudaGetErrorString(st));
+    } else if (const ncclResult_t nst = ncclCommInitRankConfig(&c.group()->comms[c.local()], c.size(), id, c.rank(), &config);
+               nst != ncclSuccess && nst != ncclInProgress) {
+      failed = fmt::format("{}: NCCL rank {} of {} on device {}: ncclCommInitRankConfig: NCCL error {} ({})",
+                           ranks[i].group, c.rank(), c.size(), c.device(), int(nst), ncclGetErrorString(nst));
+    }
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  if (failed.empty() && ended != ncclSuccess && ended != ncclInProgress)
+    failed = fmt::format("{}: ncclGroupEnd (communicator init): NCCL error {} ({})", ranks[0].group, int(ended),
+                         ncclGetErrorString(ended));
+  if (!failed.empty()) {
+    abort_all();
+    throw CollectiveError(failed);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    ncclResult_t st = ncclInProgress;
+    while (true) {
+      const ncclResult_t q = ncclCommGetAsyncError(comms[i]->group()->comms[comms[i]->local()], &st);
+      if (q != ncclSuccess) st = q;
+      if (st != ncclInProgress) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        abort_all();
+        throw CollectiveError(fmt::format("{}: NCCL rank {} of {} on device {} did not connect to its peers within {:.1f} s",
+                                          ranks[i].group, comms[i]->rank(), comms[i]->size(), comms[i]->device(),
+                                          timeout.count() / 1e3));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (st != ncclSuccess) {
+      const std::string what = fmt::format("{}: NCCL rank {} of {} on device {} cannot connect: NCCL error {} ({}): {}",
+                                           ranks[i].group, comms[i]->rank(), comms[i]->size(), comms[i]->device(),
+                                           int(st), ncclGetErrorString(st), ncclGetLastError(nullptr));
+      abort_all();
+      throw CollectiveError(what);
+    }
+  }
 }
 
 }  // namespace maestro
