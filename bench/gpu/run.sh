@@ -8,9 +8,10 @@
 #   5. maestro-run: tiny_mllm 3 steps, backend cuda vs cpu (fp32 losses agree)
 #   6. maestro-run: tiny_mllm and tiny_kd on cuda, the loss falls
 #   6b. tiny_mllm with its llm section at dp = 2 (gradients all-reduced
-#      over NCCL), 3 steps cuda vs cpu (fp32 losses agree); then the same
-#      over 2 processes (--processes 2: the llm's replicas in different
-#      processes, one NCCL communicator across them); SKIP on < 2 GPUs
+#      over NCCL), 3 steps cuda vs cpu (fp32 losses agree); SKIP on < 2 GPUs
+#   6c. the same over 2 processes (--processes 2: the llm's replicas in
+#      different processes): one NCCL communicator across them on 2 GPUs,
+#      the staged ring over UCX where both share the one GPU
 #   7. cuBLASLt bf16 GEMM peak, then the 1.3B transformer section (layers 24,
 #      hidden 2048, heads 16, ffn 5504, vocab 32000, seq 2048, bf16):
 #      tokens/s, MFU vs 989 TFLOP/s (H100) and vs the measured GEMM peak;
@@ -146,7 +147,7 @@ for p in "${plan[@]}"; do
     printf '## %s: SKIP\n\n%s has no scaled_dot_product_attention (torch < 2.0)\n\n' "$name" "$torch_py" >> "$report"
     continue
   fi
-  if { [ "$name" = "dp 2 over NCCL" ] || [ "$name" = "dp 2 over processes" ]; } && [ "$(nvidia-smi -L | grep -c '^GPU')" -lt 2 ]; then
+  if [ "$name" = "dp 2 over NCCL" ] && [ "$(nvidia-smi -L | grep -c '^GPU')" -lt 2 ]; then
     echo "   SKIP (one GPU: a dp group needs a GPU per NCCL rank)"
     printf '## %s: SKIP\n\none GPU here; dp = 2 on cuda needs two\n\n' "$name" >> "$report"
     continue

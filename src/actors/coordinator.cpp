@@ -228,7 +228,7 @@ void Coordinator::join(RunSetup& setup, caf::actor tracer) {
   peers.endpoints[0] = endpoint_bytes(setup);
   peers.names[0] = fmt::format("the coordinator (pid {} on {})", ::getpid(), host_name());
   peers.rings = ring_entries(setup);
-  peers.nccl_ids = nccl_group_ids(setup);
+  peers.nccl_ranks = nccl_rank_entries(setup);
   peers.transport_ids.resize(size_t(options_.processes));
   peers.tensor_servers.resize(size_t(options_.processes));
   peers.transport_ids[0] = setup.peer_transport->id();
@@ -248,7 +248,7 @@ void Coordinator::join(RunSetup& setup, caf::actor tracer) {
           peers.endpoints[size_t(w.process)] = std::move(j.endpoint);
           peers.names[size_t(w.process)] = w.name;
           peers.rings.insert(peers.rings.end(), j.rings.begin(), j.rings.end());
-          peers.nccl_ids.insert(peers.nccl_ids.end(), j.nccl_ids.begin(), j.nccl_ids.end());
+          peers.nccl_ranks.insert(peers.nccl_ranks.end(), j.nccl_ranks.begin(), j.nccl_ranks.end());
           peers.transport_ids[size_t(w.process)] = j.transport_id;
           peers.tensor_servers[size_t(w.process)] = j.tensor_server;
           for (const HostedReplica& h : j.replicas) {

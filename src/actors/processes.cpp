@@ -16,6 +16,7 @@
 
 #include "actors/gate.h"
 #include "actors/train_phases.h"
+#include "log/log.h"
 #include "rdma/ucx_transport.h"
 
 namespace maestro {
@@ -89,7 +90,7 @@ void configure_process_system(caf::actor_system_config& cfg, size_t heartbeat_ms
       .add_message_type<Assignment>("maestro.Assignment")
       .add_message_type<HostedReplica>("maestro.HostedReplica")
       .add_message_type<RingEntry>("maestro.RingEntry")
-      .add_message_type<NcclGroupId>("maestro.NcclGroupId")
+      .add_message_type<NcclRankEntry>("maestro.NcclRankEntry")
       .add_message_type<Joined>("maestro.Joined")
       .add_message_type<ConnectPeers>("maestro.ConnectPeers")
       .add_message_type<Quiesce>("maestro.Quiesce")
@@ -150,21 +151,38 @@ void connect_peers(RunSetup& setup, const ConnectPeers& peers, int process, std:
     };
     rank.ring->connect(find((rank.replica + size - 1) % size), find((rank.replica + 1) % size));
   }
+  // Every process sees the same entries, so every rank of a group chooses alike.
   std::vector<NcclConnection> nccl;
+  std::vector<const RunSetup::NcclGroup*> over_nccl;
   for (const RunSetup::NcclGroup& g : setup.nccl_groups) {
-    const NcclGroupId* id = nullptr;
-    for (const NcclGroupId& e : peers.nccl_ids)
-      if (e.section == g.section && e.stage == g.stage && e.tp_rank == g.tp_rank) id = &e;
-    if (id == nullptr) throw std::runtime_error(fmt::format("{}: no NCCL unique id from the process holding its rank 0", g.name));
-    for (const auto& rank : g.ranks) nccl.push_back({rank, id->id, g.name});
+    const int size = g.ranks.at(0)->size();
+    std::vector<std::string> gpu(static_cast<size_t>(size));
+    std::vector<uint8_t> id;
+    for (const NcclRankEntry& e : peers.nccl_ranks)
+      if (e.section == g.section && e.stage == g.stage && e.tp_rank == g.tp_rank && e.replica >= 0 && e.replica < size) {
+        gpu[size_t(e.replica)] = e.gpu;
+        if (e.replica == 0) id = e.id;
+      }
+    for (int r = 0; r < size; ++r)
+      if (gpu[size_t(r)].empty()) throw std::runtime_error(fmt::format("{}: no entry for its rank {}", g.name, r));
+    if (const std::string shared = shared_gpu(gpu); !shared.empty()) {
+      log(LogLevel::Info, "{}: {}: over the staged ring instead of NCCL (one NCCL rank per GPU)", g.name, shared);
+      for (const auto& c : g.choices) c->choose(1);
+      continue;
+    }
+    for (const auto& rank : g.ranks) nccl.push_back({rank, id, g.name});
+    over_nccl.push_back(&g);
   }
   connect_peer_dp_ranks(nccl, nccl_timeout);  // every process's at once: each blocks until the others come
+  for (const RunSetup::NcclGroup* g : over_nccl)
+    for (const auto& c : g->choices) c->choose(0);
 }
 
-std::vector<NcclGroupId> nccl_group_ids(const RunSetup& setup) {
-  std::vector<NcclGroupId> out;
+std::vector<NcclRankEntry> nccl_rank_entries(const RunSetup& setup) {
+  std::vector<NcclRankEntry> out;
   for (const RunSetup::NcclGroup& g : setup.nccl_groups)
-    if (!g.id.empty()) out.push_back({g.section, g.stage, g.tp_rank, g.id});
+    for (size_t i = 0; i < g.replicas.size(); ++i)
+      out.push_back({g.section, g.stage, g.tp_rank, g.replicas[i], g.gpus[i], g.replicas[i] == 0 ? g.id : std::vector<uint8_t>{}});
   return out;
 }
 
@@ -292,7 +310,7 @@ int serve_worker(const std::string& address, const PrepareWorkerRun& prepare, in
                     if (handles[s][k][r]) j.replicas.push_back({int32_t(s), int32_t(k), int32_t(r), handles[s][k][r]});
               j.endpoint = endpoint_bytes(st.setup);
               j.rings = ring_entries(st.setup);
-              j.nccl_ids = nccl_group_ids(st.setup);
+              j.nccl_ranks = nccl_rank_entries(st.setup);
               j.transport_id = st.setup.peer_transport->id();
               j.tensor_server = spawn_tensor_server(sys, st.setup.peer_tensors.get());
               st.actors.push_back(j.tensor_server);

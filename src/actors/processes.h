@@ -7,7 +7,8 @@
 // options, so it builds the same graph and plan itself, and which section
 // replicas it hosts — spawns those replicas' actors and answers Joined with
 // their handles, its UcxTransport's endpoint info, its dp rings' mailboxes
-// and the NCCL unique ids of the GPU dp groups whose rank 0 it holds.
+// and, on the CUDA backend, its ranks' GPUs and the NCCL unique ids of the
+// dp groups whose rank 0 it holds.
 // ConnectPeers hands every process everybody's info; then the
 // scheduler drives remote replicas exactly as local ones. Shutdown ends a
 // worker (exit 0); a lost coordinator ends it with exit 1.
@@ -95,11 +96,13 @@ struct RingEntry {
   int32_t section = 0, stage = 0, tp_rank = 0, replica = 0;
   RingMailbox mailbox;
 };
-// The unique id of the NCCL communicator of a dp group spanning processes
-// on the CUDA backend (RunSetup::NcclGroup), from the process holding its rank 0.
-struct NcclGroupId {
-  int32_t section = 0, stage = 0, tp_rank = 0;
-  std::vector<uint8_t> id;
+// A rank of a dp group spanning processes on the CUDA backend
+// (RunSetup::NcclGroup): its GPU (cuda_device_identity: host and PCI bus
+// id) and, from the process holding rank 0, the NCCL communicator's unique id.
+struct NcclRankEntry {
+  int32_t section = 0, stage = 0, tp_rank = 0, replica = 0;
+  std::string gpu;
+  std::vector<uint8_t> id;  // rank 0's entry only
 };
 // worker -> coordinator: the answer to Assignment.
 struct Joined {
@@ -108,7 +111,7 @@ struct Joined {
   std::vector<HostedReplica> replicas;
   std::vector<uint8_t> endpoint;  // UcxTransport::endpoint_info()
   std::vector<RingEntry> rings;
-  std::vector<NcclGroupId> nccl_ids;
+  std::vector<NcclRankEntry> nccl_ranks;
   uint64_t transport_id = 0;      // its UcxTransport::id(): the owner in its tensor handles
   caf::actor tensor_server;       // puts its exported tensors into a consumer's pool (peer_tensors.h)
 };
@@ -118,7 +121,7 @@ struct ConnectPeers {
   std::vector<std::vector<uint8_t>> endpoints;
   std::vector<std::string> names;  // "worker 2 (pid 123 on host-b)"
   std::vector<RingEntry> rings;
-  std::vector<NcclGroupId> nccl_ids;
+  std::vector<NcclRankEntry> nccl_ranks;
   std::vector<uint64_t> transport_ids;   // [process]
   std::vector<caf::actor> tensor_servers;  // [process]
 };
@@ -145,10 +148,10 @@ MAESTRO_INSPECT(Welcome, x.error, x.process)
 MAESTRO_INSPECT(Assignment, x.process, x.processes, x.spec, x.placement, x.tracer)
 MAESTRO_INSPECT(HostedReplica, x.section, x.stage, x.replica, x.handle)
 MAESTRO_INSPECT(RingEntry, x.section, x.stage, x.tp_rank, x.replica, x.mailbox)
-MAESTRO_INSPECT(NcclGroupId, x.section, x.stage, x.tp_rank, x.id)
-MAESTRO_INSPECT(Joined, x.error, x.bad_input, x.replicas, x.endpoint, x.rings, x.nccl_ids, x.transport_id,
+MAESTRO_INSPECT(NcclRankEntry, x.section, x.stage, x.tp_rank, x.replica, x.gpu, x.id)
+MAESTRO_INSPECT(Joined, x.error, x.bad_input, x.replicas, x.endpoint, x.rings, x.nccl_ranks, x.transport_id,
                 x.tensor_server)
-MAESTRO_INSPECT(ConnectPeers, x.endpoints, x.names, x.rings, x.nccl_ids, x.transport_ids, x.tensor_servers)
+MAESTRO_INSPECT(ConnectPeers, x.endpoints, x.names, x.rings, x.nccl_ranks, x.transport_ids, x.tensor_servers)
 MAESTRO_INSPECT(Quiesce, x.unused)
 MAESTRO_INSPECT(Shutdown, x.reason)
 
@@ -163,15 +166,16 @@ std::pair<std::string, uint16_t> parse_address(const std::string& text);
 std::string host_name();
 
 // The set-up's side of joining (RunSetup, train_phases.h): its UCX
-// endpoint info (empty without one), its ring ranks' mailboxes, the NCCL
-// ids it made, and connecting all of them to the peers' (`process` = this
-// one, skipped) — its NCCL ranks with every other process's at once,
-// bounded by `nccl_timeout` — which also installs the process's
-// PeerTensors with every peer's tensor server.
+// endpoint info (empty without one), its ring ranks' mailboxes, its NCCL
+// ranks' entries, and connecting all of them to the peers' (`process` =
+// this one, skipped) — each GPU dp group over NCCL where its ranks are on
+// distinct GPUs (all of this process's with every other process's at once,
+// bounded by `nccl_timeout`), else over its staged ring — which also
+// installs the process's PeerTensors with every peer's tensor server.
 struct RunSetup;
 std::vector<uint8_t> endpoint_bytes(const RunSetup& setup);
 std::vector<RingEntry> ring_entries(const RunSetup& setup);
-std::vector<NcclGroupId> nccl_group_ids(const RunSetup& setup);
+std::vector<NcclRankEntry> nccl_rank_entries(const RunSetup& setup);
 void connect_peers(RunSetup& setup, const ConnectPeers& peers, int process,
                    std::chrono::milliseconds nccl_timeout = std::chrono::seconds(25));
 

@@ -11,6 +11,7 @@
 #include "gpu/nccl_layout.h"
 #include "gpu/staged_communicator.h"
 #include "rdma/ucx_transport.h"
+#include "transport/chosen_communicator.h"
 #include "transport/counted_communicator.h"
 #include "log/log.h"
 
@@ -94,8 +95,9 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
     const int64_t pp = plan.sections[s].pp, tp = plan.sections[s].tp, dp = plan.sections[s].dp;
     // Across processes, a group whose replicas live in several processes is a
     // ring over the UCX engine (this process holds its local ranks) — on the
-    // CUDA backend one NCCL communicator across them; a group held whole by
-    // this process stays in-process; another's is none of ours.
+    // CUDA backend with NCCL, one NCCL communicator across them where its
+    // ranks are on distinct GPUs (connect_peers chooses); a group held whole
+    // by this process stays in-process; another's is none of ours.
     bool spans = false, any_here = false;
     for (int64_t r = 0; r < dp; ++r) {
       any_here = any_here || hosts(options, int(s), r);
@@ -108,32 +110,8 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
       // [tp rank][dp replica]: each tp rank's dp group — in-process on the CPU,
       // NCCL over the plan's devices on cuda (backend_factory.h).
       std::vector<std::vector<std::shared_ptr<Communicator>>> dp_group;
+      std::vector<size_t> nccl_group_of(static_cast<size_t>(tp));  // [tp rank] -> setup.nccl_groups (nccl_spans)
       for (int64_t t = 0; t < tp && any_here; ++t) {
-        if (nccl_spans) {
-          dp_group.emplace_back(size_t(dp));
-          const int gpus = cuda_device_count().value_or(0);
-          std::vector<int> ranks, devices;
-          for (int64_t r = 0; r < dp; ++r)
-            if (hosts(options, int(s), r)) {
-              ranks.push_back(int(r));
-              devices.push_back(physical_device(section_device(plan.sections[s], k, r, t), gpus));
-            }
-          const std::string refusal = nccl_peer_ranks_refusal(graph.nodes[s].name, dp, devices, gpus);
-          if (!refusal.empty()) throw TrainFailure(2, refusal);
-          RunSetup::NcclGroup group{int(s), int(k), int(t),
-                                    fmt::format("section '{}' stage {} dp group (tp rank {})", graph.nodes[s].name, k, t),
-                                    {}, {}};
-          try {
-            group.ranks = make_peer_dp_ranks(int(dp), ranks, devices);
-            if (hosts(options, int(s), 0)) group.id = nccl_unique_id();
-          } catch (const std::exception& e) {
-            throw TrainFailure(1, fmt::format("{}: {}", group.name, e.what()));
-          }
-          for (size_t i = 0; i < ranks.size(); ++i) dp_group.back()[size_t(ranks[i])] = group.ranks[i];
-          setup.dp_groups.push_back(group.ranks[0]);
-          setup.nccl_groups.push_back(std::move(group));
-          continue;
-        }
         if (spans) {
           dp_group.emplace_back(size_t(dp));
           for (int64_t r = 0; r < dp; ++r)
@@ -143,6 +121,30 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
               setup.dp_groups.push_back(ring);
               dp_group.back()[size_t(r)] = std::move(ring);
             }
+          if (nccl_spans) {  // NCCL's ranks beside the ring's: connect_peers chooses
+            const int gpus = cuda_device_count().value_or(0);
+            RunSetup::NcclGroup group;
+            group.section = int(s), group.stage = int(k), group.tp_rank = int(t);
+            group.name = fmt::format("section '{}' stage {} dp group (tp rank {})", graph.nodes[s].name, k, t);
+            std::vector<int> devices;
+            for (int64_t r = 0; r < dp; ++r)
+              if (hosts(options, int(s), r)) {
+                const int device = physical_device(section_device(plan.sections[s], k, r, t), gpus);
+                group.replicas.push_back(int(r));
+                group.gpus.push_back(cuda_device_identity(device).value_or(fmt::format("unknown device {}", device)));
+                devices.push_back(device);
+              }
+            try {
+              group.ranks = make_peer_dp_ranks(int(dp), group.replicas, devices);
+              if (hosts(options, int(s), 0)) group.id = nccl_unique_id();
+            } catch (const std::exception& e) {
+              throw TrainFailure(1, fmt::format("{}: {}", group.name, e.what()));
+            }
+            group.choices.resize(group.replicas.size());
+            setup.dp_groups.push_back(group.ranks[0]);
+            setup.nccl_groups.push_back(std::move(group));
+            nccl_group_of[size_t(t)] = setup.nccl_groups.size() - 1;
+          }
           continue;
         }
         if (options.backend == BackendKind::Cuda && !options.placement.empty()) {  // train_command checked one process's
@@ -175,11 +177,18 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
             std::unique_ptr<Backend> backend =
                 make_backend(options.backend, pool_threads, replica_device(options.backend, plan, int(s), k, r));
             // A ring between processes reaches host memory only: a GPU rank's
-            // gradients are staged through it (gpu/staged_communicator.h) in a
-            // build without NCCL.
+            // gradients are staged through it (gpu/staged_communicator.h).
             std::shared_ptr<Communicator> dp_rank = dp_group[size_t(t)][size_t(r)];
-            if (spans && !nccl_spans && options.backend == BackendKind::Cuda)
+            if (spans && options.backend == BackendKind::Cuda)
               dp_rank = std::make_shared<StagedCommunicator>(std::move(dp_rank), *backend);
+            if (nccl_spans) {  // NCCL (candidate 0) or that staged ring (1), chosen in connect_peers
+              RunSetup::NcclGroup& g = setup.nccl_groups[nccl_group_of[size_t(t)]];
+              const size_t i = size_t(std::find(g.replicas.begin(), g.replicas.end(), int(r)) - g.replicas.begin());
+              auto choice = std::make_shared<ChosenCommunicator>(
+                  std::vector<std::shared_ptr<Communicator>>{g.ranks.at(i), std::move(dp_rank)});
+              g.choices[i] = choice;
+              dp_rank = std::move(choice);
+            }
             auto runner = std::make_shared<SectionRunner>(
                 program, int(s), int(k), int(pp), setup.seed, *setup.transport, std::move(backend), std::move(dp_rank),
                 tp > 1 ? tp_group[size_t(t)] : nullptr, run_shards_optimizer(program.train, plan, int(s)),

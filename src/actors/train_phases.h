@@ -25,6 +25,7 @@
 #include "actors/section_runner.h"
 #include "actors/step_inputs.h"
 #include "actors/trainer.h"
+#include "transport/chosen_communicator.h"
 #include "transport/counted_communicator.h"
 #include "transport/local_transport.h"
 #include "transport/ring_communicator.h"
@@ -66,15 +67,20 @@ struct RunSetup {
     std::shared_ptr<RingCommunicator> ring;
   };
   std::vector<RingRank> rings;
-  // On the CUDA backend such a group is one NCCL communicator across the
-  // processes instead (gpu/backend_factory.h): this process's ranks of it
-  // (also in dp_groups), connected in connect_peers; `id` is the
-  // communicator's unique id where this process holds rank 0 (it travels
-  // in Joined), else empty.
+  // On the CUDA backend with NCCL such a group may be one NCCL communicator
+  // across the processes instead (gpu/backend_factory.h): this process's
+  // ranks of it, NCCL's and the ring's, each behind the ChosenCommunicator
+  // its runner holds; connect_peers takes NCCL when every rank of the group
+  // is on a GPU of its own, else the ring. `id` is the NCCL communicator's
+  // unique id where this process holds rank 0 (it travels in Joined), else
+  // empty.
   struct NcclGroup {
     int section = 0, stage = 0, tp_rank = 0;
-    std::string name;  // "section 'llm' stage 0 dp group (tp rank 0)": what errors name
-    std::vector<std::shared_ptr<Communicator>> ranks;
+    std::string name;                 // "section 'llm' stage 0 dp group (tp rank 0)": what errors name
+    std::vector<int> replicas;        // this process's ranks of the group
+    std::vector<std::string> gpus;    // [i]: replicas[i]'s GPU (cuda_device_identity)
+    std::vector<std::shared_ptr<Communicator>> ranks;               // [i]: NCCL's, unconnected
+    std::vector<std::shared_ptr<ChosenCommunicator>> choices;       // [i]: {ranks[i], the staged ring}
     std::vector<uint8_t> id;
   };
   std::vector<NcclGroup> nccl_groups;

@@ -1,6 +1,8 @@
 // cuda_device_count through the CUDA runtime API (device_query.h).
 #include "gpu/device_query.h"
 
+#include <unistd.h>
+
 #if MAESTRO_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -17,6 +19,22 @@ std::optional<int> cuda_device_count() {
   }
   return count;
 #else
+  return std::nullopt;
+#endif
+}
+
+std::optional<std::string> cuda_device_identity(int device) {
+#if MAESTRO_HAVE_CUDA
+  char bus[64] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return std::string(host) + "/" + bus;
+#else
+  (void)device;
   return std::nullopt;
 #endif
 }

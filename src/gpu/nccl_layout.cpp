@@ -70,11 +70,11 @@ std::string nccl_group_refusal(const Plan& plan, int section, int64_t stage, con
   return "";
 }
 
-std::string nccl_peer_ranks_refusal(const std::string& name, int64_t dp, const std::vector<int>& devices, int gpus) {
-  if (std::set<int>(devices.begin(), devices.end()).size() == devices.size()) return "";
-  return fmt::format("section '{}': this process holds {} ranks of a dp group of {} (over processes) on {} CUDA "
-                     "device(s): NCCL needs a GPU per rank; use more processes or dp <= {}",
-                     name, devices.size(), dp, gpus, gpus);
+std::string shared_gpu(const std::vector<std::string>& gpu_of_rank) {
+  for (size_t a = 0; a < gpu_of_rank.size(); ++a)
+    for (size_t b = a + 1; b < gpu_of_rank.size(); ++b)
+      if (gpu_of_rank[a] == gpu_of_rank[b]) return fmt::format("ranks {} and {} share the GPU {}", a, b, gpu_of_rank[a]);
+  return "";
 }
 
 std::string nccl_tp_refusal(const Plan& plan, const std::vector<std::string>& section_names) {

@@ -58,11 +58,13 @@ std::string nccl_tp_refusal(const Plan& plan, const std::vector<std::string>& se
 std::string nccl_group_refusal(const Plan& plan, int section, int64_t stage, const std::string& name, int gpus,
                                bool nccl_built);
 
-// A dp group whose replicas several processes host is one NCCL communicator
-// across them on the CUDA backend (gpu/cuda/nccl_communicator.h). Why this
-// process's ranks of it cannot be ("" when they can): two on one GPU — NCCL
-// holds one rank per device. `devices`: this process's ranks' CUDA devices.
-std::string nccl_peer_ranks_refusal(const std::string& name, int64_t dp, const std::vector<int>& devices, int gpus);
+// A dp group whose replicas several processes host is, on the CUDA backend,
+// one NCCL communicator across them (gpu/cuda/nccl_communicator.h) when no
+// two of its ranks share a GPU — NCCL holds one rank per device — and the
+// staged ring otherwise. Which ranks share one: "" for none, else "ranks 0
+// and 2 share the GPU node-1/0000:3b:00.0". gpu_of_rank[r]: rank r's
+// cuda_device_identity (gpu/device_query.h).
+std::string shared_gpu(const std::vector<std::string>& gpu_of_rank);
 // One of this process's ranks of such a group and its communicator's
 // unique id (the group's rank-0 process made it): what connecting takes.
 struct NcclConnection {

@@ -9,9 +9,10 @@
 // errors are the host group's; abort() is forwarded.
 //
 // The runtime wraps a section's cross-process ring in one when the section
-// runs on the CUDA backend of a build without NCCL (actors/run_setup.cpp);
-// with NCCL, groups held whole by one process and groups spanning processes
-// alike are NCCL communicators (gpu/cuda/nccl_communicator.h).
+// runs on the CUDA backend (actors/run_setup.cpp); with NCCL the group
+// takes NCCL across the processes instead where its ranks are on GPUs of
+// their own (actors/processes.cpp, connect_peers), and groups held whole by
+// one process are NCCL communicators (gpu/cuda/nccl_communicator.h).
 // The host buffer is ordinary (pageable) memory, kept between calls: the
 // driver stages device copies of it through its own pinned bounce buffers.
 #pragma once

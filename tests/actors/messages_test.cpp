@@ -315,17 +315,19 @@ BOOST_FIXTURE_TEST_CASE(a_stage_geometry_crosses_as_a_handle_back_to_its_owner, 
   BOOST_TEST(!cross(coordinator, worker, rt).first);
 }
 
-// The NCCL unique id of a GPU dp group spanning processes goes from the
-// process holding its rank 0 (Joined) to every process (ConnectPeers),
-// registered as the run over processes registers it. (Those two messages
-// hold actor handles, which deserialise only through the middleman: the
-// runs over processes of tests/e2e carry them.)
-BOOST_FIXTURE_TEST_CASE(an_nccl_unique_id_crosses_whole, ProcessSystem) {
+// A rank of a GPU dp group spanning processes, its GPU and (rank 0's) the
+// NCCL unique id, goes from its process (Joined) to every process
+// (ConnectPeers), registered as the run over processes registers it.
+// (Those two messages hold actor handles, which deserialise only through
+// the middleman: the runs over processes of tests/e2e carry them.)
+BOOST_FIXTURE_TEST_CASE(an_nccl_rank_entry_crosses_whole, ProcessSystem) {
   std::vector<uint8_t> id(128);
   for (size_t i = 0; i < id.size(); ++i) id[i] = uint8_t(i * 37 + 1);
-  const NcclGroupId back = round_trip(NcclGroupId{2, 1, 3, id});
+  const NcclRankEntry back = round_trip(NcclRankEntry{2, 1, 3, 0, "node-1/0000:3b:00.0", id});
   BOOST_TEST(back.section == 2);
   BOOST_TEST(back.stage == 1);
   BOOST_TEST(back.tp_rank == 3);
+  BOOST_TEST(back.replica == 0);
+  BOOST_TEST(back.gpu == "node-1/0000:3b:00.0");
   BOOST_TEST((back.id == id));
 }

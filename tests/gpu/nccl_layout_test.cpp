@@ -85,14 +85,13 @@ BOOST_AUTO_TEST_CASE(nccl_dp_groups_need_nccl_and_one_gpu_per_rank) {
   BOOST_TEST(nccl_group_refusal(plan, 0, 0, "vision", 1, false) == "");  // dp 1
 }
 
-// A process holding several ranks of a dp group spanning processes needs
-// a GPU for each (ranks on other processes are theirs to place).
-BOOST_AUTO_TEST_CASE(a_process_holds_its_ranks_of_a_group_over_processes_on_distinct_gpus) {
-  BOOST_TEST(nccl_peer_ranks_refusal("llm", 4, {0}, 1) == "");
-  BOOST_TEST(nccl_peer_ranks_refusal("llm", 4, {0, 1}, 2) == "");
-  const std::string shared = nccl_peer_ranks_refusal("llm", 4, {0, 1, 0}, 2);
-  BOOST_TEST(shared.find("section 'llm': this process holds 3 ranks of a dp group of 4") != std::string::npos, shared);
-  BOOST_TEST(shared.find("on 2 CUDA device(s)") != std::string::npos, shared);
+// A dp group spanning processes goes over NCCL only where no two ranks
+// share a GPU (what the processes tell each other of their ranks).
+BOOST_AUTO_TEST_CASE(ranks_sharing_a_gpu_are_found) {
+  BOOST_TEST(shared_gpu({"a/0000:3b:00.0"}) == "");
+  BOOST_TEST(shared_gpu({"a/0000:3b:00.0", "a/0000:5e:00.0", "b/0000:3b:00.0"}) == "");
+  BOOST_TEST(shared_gpu({"a/0000:3b:00.0", "b/0000:3b:00.0", "a/0000:3b:00.0"}) ==
+             "ranks 0 and 2 share the GPU a/0000:3b:00.0");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
