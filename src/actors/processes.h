@@ -8,10 +8,10 @@
 // replicas it hosts — spawns those replicas' actors and answers Joined with
 // their handles, its UcxTransport's endpoint info, its dp rings' mailboxes
 // and, on the CUDA backend, its ranks' GPUs and the NCCL unique ids of the
-// dp groups whose rank 0 it holds.
-// ConnectPeers hands every process everybody's info; then the
-// scheduler drives remote replicas exactly as local ones. Shutdown ends a
-// worker (exit 0); a lost coordinator ends it with exit 1.
+// dp groups whose rank 0 it holds. ConnectPeers hands every process
+// everybody's info; then the scheduler drives remote replicas exactly as
+// local ones. Shutdown ends a worker (exit 0); a lost coordinator ends it
+// with exit 1.
 //
 // This file: the placement of replicas on processes and the protocol's
 // messages (each with `inspect`, registered on both sides by

@@ -121,12 +121,15 @@ void connect_peer_dp_ranks(const std::vector<NcclConnection>& ranks, std::chrono
   connect_nccl_ranks(ranks, timeout);
 }
 #else
-std::vector<uint8_t> nccl_unique_id() { throw BackendUnavailable("a dp group over processes on CUDA: this build has no NCCL"); }
+namespace {
+constexpr const char* kNoNccl = "a dp group over processes on CUDA: this build has no NCCL";
+}
+std::vector<uint8_t> nccl_unique_id() { throw BackendUnavailable(kNoNccl); }
 std::vector<std::shared_ptr<Communicator>> make_peer_dp_ranks(int, const std::vector<int>&, const std::vector<int>&) {
-  throw BackendUnavailable("a dp group over processes on CUDA: this build has no NCCL");
+  throw BackendUnavailable(kNoNccl);
 }
 void connect_peer_dp_ranks(const std::vector<NcclConnection>& ranks, std::chrono::milliseconds) {
-  if (!ranks.empty()) throw BackendUnavailable("a dp group over processes on CUDA: this build has no NCCL");
+  if (!ranks.empty()) throw BackendUnavailable(kNoNccl);
 }
 #endif
 

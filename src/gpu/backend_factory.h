@@ -18,10 +18,10 @@
 // make_dp_group gives a section stage's dp replicas their Communicator
 // (transport/collectives.h): the in-process group on the CPU backend
 // (host memory), NCCL over the plan's devices on the CUDA backend (device
-// memory; gpu/cuda/nccl_communicator.h). A dp group spanning processes is,
-// on the CUDA backend, one NCCL communicator across them: nccl_unique_id,
-// make_peer_dp_ranks and connect_peer_dp_ranks (the run over processes
-// hands the id round, actors/processes.h).
+// memory; gpu/cuda/nccl_communicator.h). A dp group spanning processes
+// can be, on the CUDA backend, one NCCL communicator across them:
+// nccl_unique_id, make_peer_dp_ranks and connect_peer_dp_ranks (the run
+// over processes hands the id round and chooses, actors/processes.h).
 #pragma once
 
 #include <chrono>
