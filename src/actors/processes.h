@@ -97,8 +97,8 @@ struct RingEntry {
   RingMailbox mailbox;
 };
 // A rank of a dp group spanning processes on the CUDA backend
-// (RunSetup::NcclGroup): its GPU (cuda_device_identity: host and PCI bus
-// id) and, from the process holding rank 0, the NCCL communicator's unique id.
+// (RunSetup::NcclGroup): its GPU (host name and PCI bus id,
+// cuda_pci_bus_id) and, from the process holding rank 0, the NCCL communicator's unique id.
 struct NcclRankEntry {
   int32_t section = 0, stage = 0, tp_rank = 0, replica = 0;
   std::string gpu;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "actors/checkpoint.h"
+#include "actors/processes.h"  // host_name
 #include "actors/train_phases.h"
 #include "gpu/device_query.h"
 #include "gpu/nccl_layout.h"
@@ -131,7 +132,8 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
               if (hosts(options, int(s), r)) {
                 const int device = physical_device(section_device(plan.sections[s], k, r, t), gpus);
                 group.replicas.push_back(int(r));
-                group.gpus.push_back(cuda_device_identity(device).value_or(fmt::format("unknown device {}", device)));
+                group.gpus.push_back(fmt::format("{}/{}", host_name(),
+                                                 cuda_pci_bus_id(device).value_or(fmt::format("device {}", device))));
                 devices.push_back(device);
               }
             try {

@@ -78,7 +78,7 @@ struct RunSetup {
     int section = 0, stage = 0, tp_rank = 0;
     std::string name;                 // "section 'llm' stage 0 dp group (tp rank 0)": what errors name
     std::vector<int> replicas;        // this process's ranks of the group
-    std::vector<std::string> gpus;    // [i]: replicas[i]'s GPU (cuda_device_identity)
+    std::vector<std::string> gpus;    // [i]: replicas[i]'s GPU, "host/PCI bus id" (cuda_pci_bus_id)
     std::vector<std::shared_ptr<Communicator>> ranks;               // [i]: NCCL's, unconnected
     std::vector<std::shared_ptr<ChosenCommunicator>> choices;       // [i]: {ranks[i], the staged ring}
     std::vector<uint8_t> id;

@@ -1,8 +1,6 @@
 // cuda_device_count through the CUDA runtime API (device_query.h).
 #include "gpu/device_query.h"
 
-#include <unistd.h>
-
 #if MAESTRO_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -23,16 +21,14 @@ std::optional<int> cuda_device_count() {
 #endif
 }
 
-std::optional<std::string> cuda_device_identity(int device) {
+std::optional<std::string> cuda_pci_bus_id(int device) {
 #if MAESTRO_HAVE_CUDA
   char bus[64] = {};
   if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) {
     cudaGetLastError();
     return std::nullopt;
   }
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return std::string(host) + "/" + bus;
+  return std::string(bus);
 #else
   (void)device;
   return std::nullopt;

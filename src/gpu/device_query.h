@@ -14,9 +14,9 @@ namespace maestro {
 // and so cannot know. Never throws.
 std::optional<int> cuda_device_count();
 
-// Which GPU device `device` is, across the processes of a run: this host's
-// name and the device's PCI bus id ("node-3/0000:3b:00.0"), as NCCL tells
-// ranks on one GPU apart; std::nullopt without the toolkit or the device.
-std::optional<std::string> cuda_device_identity(int device);
+// Device `device`'s PCI bus id ("0000:3b:00.0"): with the host's name,
+// which GPU it is across the processes of a run, as NCCL tells ranks on
+// one GPU apart; std::nullopt without the toolkit or the device.
+std::optional<std::string> cuda_pci_bus_id(int device);
 
 }  // namespace maestro

@@ -63,7 +63,7 @@ std::string nccl_group_refusal(const Plan& plan, int section, int64_t stage, con
 // two of its ranks share a GPU — NCCL holds one rank per device — and the
 // staged ring otherwise. Which ranks share one: "" for none, else "ranks 0
 // and 2 share the GPU node-1/0000:3b:00.0". gpu_of_rank[r]: rank r's
-// cuda_device_identity (gpu/device_query.h).
+// host name and PCI bus id (cuda_pci_bus_id, gpu/device_query.h).
 std::string shared_gpu(const std::vector<std::string>& gpu_of_rank);
 // One of this process's ranks of such a group and its communicator's
 // unique id (the group's rank-0 process made it): what connecting takes.

@@ -57,8 +57,8 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int device() const { return device_; }
-  const std::shared_ptr<NcclGroupState>& group() const { return group_; }
-  size_t local() const { return local_; }
+  // This rank's communicator in its group's state: null until connected.
+  ncclComm_t& slot() const { return group_->comms[local_]; }
 
   void all_reduce(float* data, size_t n) override {
     begin();
@@ -110,7 +110,7 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  ncclComm_t comm() const { return group_->comms[local_]; }
+  ncclComm_t comm() const { return slot(); }
   // The buffers were written by the rank's backend on its own stream, which
   // this communicator does not know: wait for the device's queued work
   // (every stream of the device — sections sharing the GPU wait too; an
@@ -191,7 +191,7 @@ void connect_nccl_ranks(const std::vector<NcclConnection>& ranks, std::chrono::m
     if (c.id.size() != sizeof(ncclUniqueId))
       throw std::invalid_argument(fmt::format("{}: an NCCL unique id of {} bytes (NCCL's has {})", c.group, c.id.size(),
                                               sizeof(ncclUniqueId)));
-    if (nccl->group()->comms[nccl->local()] != nullptr)
+    if (nccl->slot() != nullptr)
       throw std::logic_error(fmt::format("{}: NCCL rank {} connected twice", c.group, nccl->rank()));
     comms.push_back(nccl);
   }
@@ -204,9 +204,8 @@ void connect_nccl_ranks(const std::vector<NcclConnection>& ranks, std::chrono::m
   config.blocking = 0;
   auto abort_all = [&] {
     for (NcclCommunicator* c : comms) {
-      ncclComm_t& comm = c->group()->comms[c->local()];
-      if (comm != nullptr) ncclCommAbort(comm);
-      comm = nullptr;
+      if (c->slot() != nullptr) ncclCommAbort(c->slot());
+      c->slot() = nullptr;
     }
   };
   NCCL_OK(ncclGroupStart());
@@ -218,7 +217,7 @@ void connect_nccl_ranks(const std::vector<NcclConnection>& ranks, std::chrono::m
     if (const cudaError_t st = cudaSetDevice(c.device()); st != cudaSuccess) {
       failed = fmt::format("{}: NCCL rank {} of {}: cudaSetDevice({}): {}", ranks[i].group, c.rank(), c.size(),
                            c.device(), cudaGetErrorString(st));
-    } else if (const ncclResult_t nst = ncclCommInitRankConfig(&c.group()->comms[c.local()], c.size(), id, c.rank(), &config);
+    } else if (const ncclResult_t nst = ncclCommInitRankConfig(&c.slot(), c.size(), id, c.rank(), &config);
                nst != ncclSuccess && nst != ncclInProgress) {
       failed = fmt::format("{}: NCCL rank {} of {} on device {}: ncclCommInitRankConfig: NCCL error {} ({})",
                            ranks[i].group, c.rank(), c.size(), c.device(), int(nst), ncclGetErrorString(nst));
@@ -236,7 +235,7 @@ void connect_nccl_ranks(const std::vector<NcclConnection>& ranks, std::chrono::m
   for (size_t i = 0; i < comms.size(); ++i) {
     ncclResult_t st = ncclInProgress;
     while (true) {
-      const ncclResult_t q = ncclCommGetAsyncError(comms[i]->group()->comms[comms[i]->local()], &st);
+      const ncclResult_t q = ncclCommGetAsyncError(comms[i]->slot(), &st);
       if (q != ncclSuccess) st = q;
       if (st != ncclInProgress) break;
       if (std::chrono::steady_clock::now() > deadline) {
