@@ -10,6 +10,9 @@
 //             transformer section on the CUDA backend: tokens/s, model FLOP/s
 //   gemm      cuBLASLt bf16 GEMM rate (fp32 accumulate and output) at
 //             several sizes: the peak MFU is measured against
+//   copies    the backend's copies between the device and host memory
+//             that is pageable or pinned (cuda_pin_host, as the runtime
+//             pins its hand-off and staging memory): GB/s per size
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -28,6 +31,7 @@
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/device_probe.h"
 #include "gpu/cuda/self_check.h"
+#include "gpu/device_query.h"
 #include "nn/section_model.h"
 
 using namespace maestro;
@@ -216,6 +220,50 @@ int run_gemm(int device) {
   return 0;
 }
 
+// Backend::copy_to_host / copy_from_host of 1, 16 and 64 MiB into and out
+// of pageable memory and the same memory pinned; best of 5 each. (Uploads
+// up to 64 MiB go through the backend's pinned ring either way.) ok: the
+// pinning took.
+int run_copies(int device) {
+  CudaBackendOptions o;
+  o.device = device;
+  const std::unique_ptr<Backend> gpu = make_cuda_backend(o);
+  nlohmann::ordered_json j;
+  j["check"] = "copies";
+  bool ok = true;
+  for (const size_t bytes : {size_t(1) << 20, size_t(16) << 20, size_t(64) << 20}) {
+    std::vector<char> pageable(bytes, 1), pinned(bytes, 1);
+    const bool pin = cuda_pin_host(pinned.data(), bytes);
+    ok = ok && pin;
+    float* d = gpu->allocate(bytes / sizeof(float));
+    auto best_gbs = [&](char* host, bool down) {
+      double best = 0;
+      for (int i = 0; i < 6; ++i) {
+        const auto t = Clock::now();
+        if (down) gpu->copy_to_host(host, d, bytes);
+        else {
+          gpu->copy_from_host(d, host, bytes);
+          gpu->copy_to_host(host, d, 0);  // waits for the upload (copy_to_host is the sync point)
+        }
+        if (i > 0) best = std::max(best, double(bytes) / seconds_since(t) / 1e9);
+      }
+      return best;
+    };
+    j["sizes"].push_back({{"bytes", bytes},
+                          {"d2h_pageable_gbs", best_gbs(pageable.data(), true)},
+                          {"d2h_pinned_gbs", best_gbs(pinned.data(), true)},
+                          {"h2d_pageable_gbs", best_gbs(pageable.data(), false)},
+                          {"h2d_pinned_gbs", best_gbs(pinned.data(), false)},
+                          {"pinned", pin}});
+    gpu->release(d);
+    if (pin) cuda_unpin_host(pinned.data());
+  }
+  j["device"] = device_name(device);
+  j["ok"] = ok;
+  fmt::print("{}\n", j.dump());
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -238,6 +286,7 @@ int main(int argc, char** argv) {
   auto* model = app.add_subcommand("model", "a transformer's loss and gradients: CUDA vs CPU");
   auto* step = app.add_subcommand("step", "training step rate of a transformer section");
   auto* gemm = app.add_subcommand("gemm", "cuBLASLt bf16 GEMM rate");
+  auto* copies = app.add_subcommand("copies", "device <-> host copies, pageable vs pinned");
   for (auto* sub : {model, step}) {
     sub->add_option("--layers", m.layers);
     sub->add_option("--hidden", m.hidden);
@@ -256,6 +305,7 @@ int main(int argc, char** argv) {
     if (*model) return run_model(m, fp32, device);
     if (*step) return run_step(m, fp32, attention, device, steps, warmup);
     if (*gemm) return run_gemm(device);
+    if (*copies) return run_copies(device);
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_gpu: error: {}\n", e.what());
     return 1;

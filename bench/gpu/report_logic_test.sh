@@ -28,6 +28,7 @@ echo "{\"backend\": \"$backend\", \"first_loss\": 2.0, \"final_loss\": $l2, \"lo
 stub "$fake/build/bench/bench_gpu" '
 for a; do case "$a" in
   gemm) echo "{\"check\": \"gemm\", \"peak_tflops\": 700.0, \"device\": \"stand-in\"}"; exit 0;;
+  copies) echo "{\"check\": \"copies\", \"sizes\": [{\"bytes\": 67108864, \"d2h_pageable_gbs\": 10.0, \"d2h_pinned_gbs\": 25.0, \"h2d_pageable_gbs\": 12.0, \"h2d_pinned_gbs\": 12.5, \"pinned\": true}], \"ok\": true}"; exit 0;;
   step) echo "{\"check\": \"step\", \"tokens_per_s\": 20000.0, \"tflops\": 210.0}"; exit 0;;
   selfcheck) [ "${STALL:-0}" = 1 ] && sleep 60; echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
   ops|model) echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
@@ -41,7 +42,8 @@ check '[ $st = 0 ]' "all stand-ins pass: status 0 ($st)"
 check 'grep -q "^## torch step: SKIP" "$fake/report.md" && grep -q "^## torch step sdpa: SKIP" "$fake/report.md"' "no torch with CUDA: both torch steps are SKIP"
 check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBLASLt peak 700.0" "$fake/report.md"' "MFU against 989 and against the measured peak, in the report"
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 15 ]' "15 steps PASS (all but build, skipped, and torch)"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 16 ]' "16 steps PASS (all but build, skipped, and torch)"
+check 'grep -q "64 MiB device->host: pinned 25.0 GB/s, pageable 10.0 GB/s (2.50x); host->device: 12.5 / 12.0 GB/s" "$fake/report.md"' "the host copies, pinned against pageable, in the report"
 check 'grep -q "^## dp 2 over NCCL: SKIP" "$fake/report.md"' "one GPU: the dp 2 step is SKIP"
 check 'grep -q "^## dp 2 over processes: PASS" "$fake/report.md"' "... but dp 2 over processes runs (the staged ring on one GPU)"
 
@@ -64,7 +66,7 @@ check 'grep -q "PyTorch (SDPA, fused AdamW) 40000 tokens/s, maestro 20000 tokens
 
 STALL=1 STEP_TIMEOUT=2 run; st=$?
 check '[ $st = 1 ] && grep -q "^## selfcheck: FAIL" "$fake/report.md" && grep -q "stopped after --step-timeout 2 s" "$fake/report.md"' "a step that hangs is stopped at --step-timeout and FAILs ($st)"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 14 ]' "... and the steps after it still run"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 15 ]' "... and the steps after it still run"
 
 [ "$fail" = 0 ] || { echo "--- report headers:"; grep "^## " "$fake/report.md"; }
 exit $fail

@@ -81,6 +81,7 @@ plan=(
   "dp 2 over NCCL|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "dp 2 over processes|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --processes 2 --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "gemm peak|$bench gemm"
+  "host copies|$bench copies"
   "transformer step|$bench step $big --steps 5 --warmup 2"
   "torch step|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --steps 5 --warmup 2"
   "torch step sdpa|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --sdpa --fused-adamw --steps 5 --warmup 2"
@@ -95,7 +96,7 @@ if [ "$dry" = 1 ]; then
     if [ -x "$f" ]; then echo "  ok  $f"; else echo "  MISSING  $f (build with the CUDA toolkit: make build)"; fail=1; fi
   done
   if [ -x "$bench" ]; then
-    for sub in ops selfcheck model step gemm; do
+    for sub in ops selfcheck model step gemm copies; do
       "$bench" "$sub" --help >/dev/null 2>&1 && echo "  ok  bench_gpu $sub --help" || { echo "  FAIL bench_gpu $sub --help"; fail=1; }
     done
     # without a device the CUDA backend must refuse with a clear error, never crash
@@ -184,6 +185,14 @@ tf = step["tflops"]
 print("tokens/s %.0f, model %.1f TFLOP/s, MFU %.1f%% of 989 TFLOP/s (H100 bf16), %.1f%% of the measured cuBLASLt peak %.1f TFLOP/s on %s"
       % (step["tokens_per_s"], tf, 100 * tf / 989, 100 * tf / gemm["peak_tflops"], gemm["peak_tflops"], gemm["device"]))
 PY
+      ;;
+    "host copies")
+      [ "$st" = 0 ] && $py -c "
+import json, sys
+j = json.loads(sys.argv[1].splitlines()[-1]); x = j['sizes'][-1]
+print('%d MiB device->host: pinned %.1f GB/s, pageable %.1f GB/s (%.2fx); host->device: %.1f / %.1f GB/s'
+      % (x['bytes'] >> 20, x['d2h_pinned_gbs'], x['d2h_pageable_gbs'], x['d2h_pinned_gbs'] / x['d2h_pageable_gbs'],
+         x['h2d_pinned_gbs'], x['h2d_pageable_gbs']))" "$log"
       ;;
     "torch step"|"torch step sdpa")
       [ "$st" = 0 ] && $py - "${out[transformer step]}" "$log" <<'PY'

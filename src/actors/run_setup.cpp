@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "actors/checkpoint.h"
 #include "actors/processes.h"  // host_name
@@ -82,6 +83,24 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   // every core (splitting the threads over all runners of every section cost
   // 25 % per step on tiny_mllm at dp 1: docs/PERFORMANCE.md §4).
   setup.transport = std::make_unique<LocalTransport>();
+  // On a GPU the runners copy each output into this transport's memory (the
+  // tensors they hand on), and a ring between processes stages gradients
+  // through host memory: both pinned, so those copies are DMA.
+  HostPinning pinning;
+  if (options.backend == BackendKind::Cuda) {
+    auto warned = std::make_shared<std::atomic<bool>>(false);
+    pinning = {[warned](void* base, size_t bytes) {
+                 if (cuda_pin_host(base, bytes)) return true;
+                 if (!warned->exchange(true))
+                   log(LogLevel::Warn,
+                       "could not pin {} bytes of host memory for the GPU's copies (cudaHostRegister; the "
+                       "locked-memory limit?): it stays pageable",
+                       bytes);
+                 return false;
+               },
+               cuda_unpin_host};
+    setup.transport->pin_host_memory(pinning);
+  }
   const Program& program = *graph.program;  // the sections' models and losses, as the engine reads them
   if (!options.placement.empty()) {  // across processes: the UCX engine carries the rings spanning them
     try {
@@ -182,7 +201,7 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
             // gradients are staged through it (gpu/staged_communicator.h).
             std::shared_ptr<Communicator> dp_rank = dp_group[size_t(t)][size_t(r)];
             if (spans && options.backend == BackendKind::Cuda)
-              dp_rank = std::make_shared<StagedCommunicator>(std::move(dp_rank), *backend);
+              dp_rank = std::make_shared<StagedCommunicator>(std::move(dp_rank), *backend, pinning);
             if (nccl_spans) {  // NCCL (candidate 0) or that staged ring (1), chosen in connect_peers
               RunSetup::NcclGroup& g = setup.nccl_groups[nccl_group_of[size_t(t)]];
               const size_t i = size_t(std::find(g.replicas.begin(), g.replicas.end(), int(r)) - g.replicas.begin());

@@ -1,4 +1,4 @@
-// cuda_device_count through the CUDA runtime API (device_query.h).
+// Device queries and host pinning through the CUDA runtime API (device_query.h).
 #include "gpu/device_query.h"
 
 #if MAESTRO_HAVE_CUDA
@@ -32,6 +32,27 @@ std::optional<std::string> cuda_pci_bus_id(int device) {
 #else
   (void)device;
   return std::nullopt;
+#endif
+}
+
+bool cuda_pin_host(void* base, size_t bytes) {
+#if MAESTRO_HAVE_CUDA
+  if (cudaHostRegister(base, bytes, cudaHostRegisterPortable) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+#else
+  (void)base, (void)bytes;
+  return false;
+#endif
+}
+
+void cuda_unpin_host(void* base) {
+#if MAESTRO_HAVE_CUDA
+  if (cudaHostUnregister(base) != cudaSuccess) cudaGetLastError();
+#else
+  (void)base;
 #endif
 }
 

@@ -4,12 +4,27 @@
 
 namespace maestro {
 
-StagedCommunicator::StagedCommunicator(std::shared_ptr<Communicator> host_group, Backend& backend)
-    : host_(std::move(host_group)), backend_(backend) {}
+StagedCommunicator::StagedCommunicator(std::shared_ptr<Communicator> host_group, Backend& backend,
+                                       HostPinning pinning)
+    : host_(std::move(host_group)), backend_(backend), pinning_(std::move(pinning)) {}
+
+StagedCommunicator::~StagedCommunicator() { free_buffer(); }
+
+void StagedCommunicator::free_buffer() {
+  if (pinned_) pinning_.unpin(buffer_.get());
+  pinned_ = false;
+  buffer_.reset();
+  capacity_ = 0;
+}
 
 float* StagedCommunicator::host(size_t n) {
-  if (buffer_.size() < n) buffer_.resize(n);
-  return buffer_.data();
+  if (capacity_ < n) {  // grows to what it is asked for; every caller writes before it reads
+    free_buffer();
+    buffer_ = std::make_unique_for_overwrite<float[]>(n);
+    capacity_ = n;
+    pinned_ = pinning_.pin && pinning_.pin(buffer_.get(), n * sizeof(float));
+  }
+  return buffer_.get();
 }
 
 void StagedCommunicator::to_host(float* dst, const float* src, size_t n) {

@@ -13,23 +13,27 @@
 // takes NCCL across the processes instead where its ranks are on GPUs of
 // their own (actors/processes.cpp, connect_peers), and groups held whole by
 // one process are NCCL communicators (gpu/cuda/nccl_communicator.h).
-// The host buffer is ordinary (pageable) memory, kept between calls: the
-// driver stages device copies of it through its own pinned bounce buffers.
+// The host buffer is kept between calls and, with a HostPinning (the
+// runtime passes cudaHostRegister's, gpu/device_query.h), page-locked, so
+// the device copies are DMA; pageable where pinning fails or is not given.
 #pragma once
 
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "nn/backend.h"
 #include "transport/collectives.h"
+#include "transport/transport.h"
 
 namespace maestro {
 
 class StagedCommunicator final : public Communicator {
  public:
   // `backend` holds the rank's buffers and must outlive this communicator.
-  StagedCommunicator(std::shared_ptr<Communicator> host_group, Backend& backend);
+  StagedCommunicator(std::shared_ptr<Communicator> host_group, Backend& backend, HostPinning pinning = {});
+  ~StagedCommunicator() override;
+  StagedCommunicator(const StagedCommunicator&) = delete;
+  StagedCommunicator& operator=(const StagedCommunicator&) = delete;
 
   const char* name() const override { return "staged"; }
   int rank() const override { return host_->rank(); }
@@ -45,9 +49,14 @@ class StagedCommunicator final : public Communicator {
   void to_host(float* dst, const float* src, size_t n);
   void from_host(float* dst, const float* src, size_t n);
 
+  void free_buffer();
+
   std::shared_ptr<Communicator> host_;
   Backend& backend_;
-  std::vector<float> buffer_;
+  HostPinning pinning_;
+  std::unique_ptr<float[]> buffer_;  // [capacity_]
+  size_t capacity_ = 0;
+  bool pinned_ = false;
 };
 
 }  // namespace maestro

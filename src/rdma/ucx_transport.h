@@ -13,8 +13,9 @@
 // reachable only through CMA or the consumer's own progress). The memory
 // and the UCP context outlive the transport while TensorRefs hold it. This
 // build registers host memory only: register_pool(…, Device::Cuda) is
-// refused, and GPU tensors are staged through host pools by the caller (a
-// UCX built with CUDA would allocate device memory under the same call).
+// refused, and GPU tensors are staged through host memory by the caller,
+// pinned (actors/run_setup.cpp; a UCX built with CUDA would allocate device
+// memory under the same call).
 //
 // Peers: endpoint_info() is plain bytes — this transport's id, its UCX
 // worker address, and (id, base, size, rkey) of every registered region.

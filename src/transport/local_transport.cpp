@@ -41,6 +41,7 @@ struct LocalTransport::State {
     uint64_t pool = 0;
     std::byte* base = nullptr;
     size_t size = 0, used = 0;  // used: the carved prefix
+    bool pinned = false;        // by `pinning`
     std::map<uint64_t, Block> blocks;  // offset -> block
   };
 
@@ -52,9 +53,20 @@ struct LocalTransport::State {
   std::map<std::pair<uint64_t, size_t>, std::vector<std::pair<uint64_t, uint64_t>>> free;
   TransportStats stats;
   LocalTransport::RegionMemory memory;
+  HostPinning pinning;  // none until pin_host_memory()
 
   ~State() {
-    for (auto& [rid, r] : regions) memory.release(rid, r.base, r.size);
+    for (auto& [rid, r] : regions) {
+      if (r.pinned) pinning.unpin(r.base);
+      memory.release(rid, r.base, r.size);
+    }
+  }
+
+  // Pins a region once, where pinning is set. Caller holds mu.
+  void pin(Region& r) {
+    if (r.pinned || !pinning.pin || !pinning.pin(r.base, r.size)) return;
+    r.pinned = true;
+    stats.pinned_bytes += int64_t(r.size);
   }
 
   uint64_t add_region(uint64_t pool, size_t size) {
@@ -67,6 +79,7 @@ struct LocalTransport::State {
     r.size = size;
     stats.pools++;
     stats.pool_bytes += int64_t(size);
+    pin(r);
     return rid;
   }
 
@@ -163,6 +176,14 @@ LocalTransport::~LocalTransport() {
 }
 
 uint64_t LocalTransport::id() const { return state_->id; }
+
+void LocalTransport::pin_host_memory(HostPinning pinning) {
+  if (!pinning.pin || !pinning.unpin) throw std::invalid_argument("local transport: host pinning without pin or unpin");
+  std::lock_guard lock(state_->mu);
+  if (state_->pinning.pin) throw std::logic_error("local transport: host pinning set twice");
+  state_->pinning = std::move(pinning);
+  for (auto& [rid, r] : state_->regions) state_->pin(r);
+}
 
 uint64_t LocalTransport::register_pool(size_t bytes, Device device) {
   if (device != Device::Host)

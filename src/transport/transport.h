@@ -16,6 +16,7 @@
 // naming it. Puts from one caller to one transport complete in issue order.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -53,9 +54,21 @@ struct TransportStats {
   int64_t pooled = 0;       // blocks waiting in free lists
   int64_t pools = 0;        // pools registered
   int64_t pool_bytes = 0;   // their total size
+  int64_t pinned_bytes = 0;  // of those, page-locked for a GPU's copies (LocalTransport::pin_host_memory)
   int64_t puts = 0;         // puts completed
   int64_t bytes_put = 0;    // bytes they wrote
   int64_t refused = 0;      // puts refused (nothing written)
+};
+
+// Page-locking of host memory that a GPU backend copies to and from
+// (cudaHostRegister: gpu/device_query.h), so a device's copies run as DMA at
+// the link's speed rather than through the driver's bounce buffers.
+// `pin(base, bytes)` returns false where it could not (the memory stays
+// pageable: slower, not wrong); `unpin(base)` runs before pinned memory is
+// freed.
+struct HostPinning {
+  std::function<bool(void* base, size_t bytes)> pin;
+  std::function<void(void* base)> unpin;
 };
 
 // Runs once per put: error is "" when the bytes are in place, else why the

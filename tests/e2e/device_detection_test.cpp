@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <regex>
+#include <vector>
 
 #include "gpu/device_query.h"
 #include "rdma/devices.h"
@@ -39,6 +40,22 @@ BOOST_AUTO_TEST_CASE(cuda_device_count_matches_dev_nodes) {
   BOOST_TEST(count.has_value() == bool(MAESTRO_TEST_HAVE_CUDA));
   if (count) BOOST_TEST(*count == nvidia_device_nodes());
   BOOST_TEST((maestro::cuda_device_count() == count));  // a second call after a failed one
+}
+
+// Pinning host memory works exactly where a device does, and a refusal
+// leaves no CUDA error behind for the next caller.
+BOOST_AUTO_TEST_CASE(cuda_pin_host_where_a_device_is) {
+  std::vector<char> memory(1 << 20);
+  const bool device = maestro::cuda_device_count().value_or(0) > 0;
+  const bool pinned = maestro::cuda_pin_host(memory.data(), memory.size());
+  BOOST_TEST(pinned == device);
+  if (pinned) {
+    BOOST_TEST(!maestro::cuda_pin_host(memory.data(), memory.size()));  // already registered: refused, not thrown
+    maestro::cuda_unpin_host(memory.data());
+  }
+  maestro::cuda_unpin_host(memory.data());  // not pinned (any more): ignored
+  BOOST_TEST((maestro::cuda_device_count() == maestro::cuda_device_count()));
+  BOOST_TEST(maestro::cuda_device_count().value_or(0) == (device ? nvidia_device_nodes() : 0));
 }
 
 BOOST_AUTO_TEST_CASE(rdma_device_names_match_sysfs) {

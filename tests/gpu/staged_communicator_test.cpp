@@ -3,12 +3,15 @@
 // backend's memory and a ring over the local transport, one thread per
 // rank. Every collective, in its separate and its in-place form (the
 // sharded optimizer's), bitwise equal to the rank-order fold as the ring
-// gives it; abort reaches the host group. (On the CUDA backend the same
-// code moves the bytes with cudaMemcpy: not run here, no GPU.)
+// gives it; abort reaches the host group; the host buffer's pinning. (On
+// the CUDA backend the same code moves the bytes with cudaMemcpy and pins
+// with cudaHostRegister: not run here, no GPU.)
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "cpu/cpu_backend.h"
@@ -28,13 +31,13 @@ struct Group {
   std::vector<std::unique_ptr<StagedCommunicator>> ranks;
 };
 
-Group make_group(int size) {
+Group make_group(int size, HostPinning pinning = {}) {
   Group g;
   for (int r = 0; r < size; ++r) {
     g.transports.push_back(std::make_unique<LocalTransport>());
     g.rings.push_back(std::make_shared<RingCommunicator>(*g.transports.back(), r, size, RingOptions{.chunk = 500}));
     g.backends.push_back(make_cpu_backend(1));
-    g.ranks.push_back(std::make_unique<StagedCommunicator>(g.rings.back(), *g.backends.back()));
+    g.ranks.push_back(std::make_unique<StagedCommunicator>(g.rings.back(), *g.backends.back(), pinning));
   }
   for (int r = 0; r < size; ++r)
     g.rings[size_t(r)]->connect(g.rings[size_t((r + size - 1) % size)]->mailbox(), g.rings[size_t((r + 1) % size)]->mailbox());
@@ -117,6 +120,56 @@ BOOST_AUTO_TEST_CASE(every_collective_equals_the_host_groups_fold_in_place_or_no
           BOOST_TEST(cast[size_t(r)] == xs[1]);
         }
       }
+}
+
+// With a HostPinning (the runtime's cudaHostRegister), the host buffer is
+// pinned when it is made, unpinned before it is replaced by a larger one and
+// when the communicator goes; one that could not be pinned is never
+// unpinned; sums unchanged.
+BOOST_AUTO_TEST_CASE(host_buffer_pinned_per_growth_and_unpinned_before_it_goes) {
+  struct Log {
+    std::mutex mu;
+    std::vector<void*> pinned, unpinned;
+    int refuse = -1;  // the pin call (0-based) that fails
+    int calls = 0;
+  };
+  for (int refuse : {-1, 1})
+    BOOST_TEST_CONTEXT("pin call " << refuse << " refused") {
+      auto log = std::make_shared<Log>();
+      log->refuse = refuse;
+      HostPinning pinning{[log](void* base, size_t bytes) {
+                            std::lock_guard lock(log->mu);
+                            BOOST_TEST(bytes > 0u);
+                            if (log->calls++ == log->refuse) return false;
+                            log->pinned.push_back(base);
+                            return true;
+                          },
+                          [log](void* base) {
+                            std::lock_guard lock(log->mu);
+                            log->unpinned.push_back(base);
+                          }};
+      const std::vector<F> small = group_values(2, 7, 3), large = group_values(2, 1201, 4);
+      {
+        Group g = make_group(2, pinning);
+        std::vector<F> sums(2);
+        for (const auto* xs : {&small, &large, &small})
+          on_ranks(g, [&](int r, Backend& b, Communicator& c) {
+            const size_t n = (*xs)[size_t(r)].size();
+            float* d = upload(b, (*xs)[size_t(r)], n);
+            c.all_reduce(d, n);
+            sums[size_t(r)] = download(b, d, n);
+            b.release(d);
+          });
+        for (const F& got : sums) BOOST_TEST(got == fold(small));
+        std::lock_guard lock(log->mu);
+        BOOST_TEST(log->calls == 4);  // two ranks, each buffer made twice (7 floats, then 1,201)
+        BOOST_TEST(log->unpinned.size() == (refuse < 0 ? 2u : 1u));  // the first buffers, before they went
+      }
+      BOOST_TEST(log->unpinned.size() == log->pinned.size());  // the rest when the ranks went
+      std::sort(log->pinned.begin(), log->pinned.end());
+      std::sort(log->unpinned.begin(), log->unpinned.end());
+      BOOST_TEST(log->unpinned == log->pinned);
+    }
 }
 
 BOOST_AUTO_TEST_CASE(rank_size_and_abort_are_the_host_groups) {
