@@ -16,6 +16,16 @@
 //   backward: S = scale·Q·Kᵀ -> (kernel) P; dP = dO·Vᵀ; (kernel) dS;
 //             dV += Pᵀ·dO; dQ += scale·dS·K; dK += scale·dSᵀ·Q
 // S and dS are scratch [H, L, L] per sequence.
+//
+// Causal blocks: with `block` > 0 (a causal sequence; launch_plan.h's
+// causal_block chooses) the query rows are taken `block` at a time and each
+// block multiplies only the keys up to its own end — S, dP, P·V and dS·K
+// for query blocks, Pᵀ·dO and dSᵀ·Q for key blocks over the queries from the
+// block's start — so the score products skip the masked upper blocks: with
+// nb blocks, (nb + 1) / 2nb of the work. What they skip is never written
+// (S and dS above the diagonal blocks stay as they were) and never read;
+// inside a diagonal block the kernels' zeros of P and dS mask as before.
+// block = 0 (or ≥ L): the whole square, one GEMM per query head of a group.
 #pragma once
 
 #include <cstdint>
@@ -56,12 +66,15 @@ enum AttentionBuffer { kAttnQ, kAttnK, kAttnV, kAttnOut, kAttnDOut, kAttnDQ, kAt
 
 // dst[H,L,L] = alpha · a·bᵀ per head: a is [N,H*D] (q or dout), b [N,KV*D] (k or v).
 std::vector<BatchedGemm> attention_head_products(int dst, float alpha, int a, int b, int64_t t0, int64_t L, int64_t H,
-                                                 int64_t KV, int64_t D);
+                                                 int64_t KV, int64_t D, int64_t block = 0);
 // Out = P·V (P in Scores).
-std::vector<BatchedGemm> attention_values(int64_t t0, int64_t L, int64_t H, int64_t KV, int64_t D);
+std::vector<BatchedGemm> attention_values(int64_t t0, int64_t L, int64_t H, int64_t KV, int64_t D,
+                                          int64_t block = 0);
 // dV += Pᵀ·dO, dQ += scale·dS·K, dK += scale·dSᵀ·Q (P in Scores, dS in
 // DScores); the wanted ones only, each query head of a group in turn.
 std::vector<BatchedGemm> attention_gradients(int64_t t0, int64_t L, int64_t H, int64_t KV, int64_t D, bool dq,
-                                             bool dk, bool dv);
+                                             bool dk, bool dv, int64_t block = 0);
+// Σ M·N·K·batch over a list: the multiply-adds it does.
+int64_t multiply_adds(const std::vector<BatchedGemm>& gemms);
 
 }  // namespace maestro

@@ -115,6 +115,15 @@ MAESTRO_HD inline float kl_grad(float student, float teacher, float lse_s, float
 // ---- attention (one query row against one key) ----------------------------------------
 // Whether query token i may see key token j of the same sequence.
 MAESTRO_HD inline bool attention_visible(int64_t i, int64_t j, bool causal) { return !causal || j <= i; }
+// The end of the part of score row i that the batched GEMMs read back: the
+// whole row (L), or with causal blocks of `block` rows (gpu/gemm_plan.h) the
+// end of i's diagonal block — the masked zeros of P and dS past it are
+// never read, so the kernels do not write them.
+MAESTRO_HD inline int64_t attention_row_end(int64_t i, int64_t L, int64_t block) {
+  if (block <= 0) return L;
+  const int64_t end = (i / block + 1) * block;
+  return end < L ? end : L;
+}
 // dS = P·(dP − Σ_j P·dP) (= P·(dP − rowsum(dO∘O)))
 MAESTRO_HD inline float attention_dscore(float p, float dp, float delta) { return p * (dp - delta); }
 

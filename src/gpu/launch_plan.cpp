@@ -43,6 +43,12 @@ AttentionKernel choose_attention(AttentionPath path, bool bf16_gemm, int64_t D, 
   return bf16_gemm ? AttentionKernel::BatchedBf16 : AttentionKernel::Batched;
 }
 
+int64_t causal_block(int64_t L) {
+  if (L < 2 * kCausalBlockMin) return 0;
+  const int64_t eighth = (L + 7) / 8;
+  return std::max(kCausalBlockMin, (eighth + 63) / 64 * 64);
+}
+
 int64_t longest_sequence(const int32_t* cu, int64_t n_seq) {
   int64_t longest = 0;
   for (int64_t s = 0; s < n_seq; ++s) longest = std::max<int64_t>(longest, cu[s + 1] - cu[s]);

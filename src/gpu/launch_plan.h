@@ -42,5 +42,12 @@ constexpr int64_t kTensorCoreMinLength = 256;
 // Throws std::invalid_argument for Fast with a head size it does not take.
 AttentionKernel choose_attention(AttentionPath path, bool bf16_gemm, int64_t D, int64_t longest_sequence);
 int64_t longest_sequence(const int32_t* cu_seqlens, int64_t n_seq);
+// The query-row block of a causal sequence's batched attention GEMMs
+// (gemm_plan.h, "Causal blocks"): 0 (the whole square) below 512 tokens,
+// else about L/8 rounded up to 64 and at least kCausalBlockMin rows, so a
+// sequence of 2,048 tokens takes 8 blocks of 256 (56 % of the square's
+// multiply-adds) and each GEMM stays large enough for the tensor cores.
+constexpr int64_t kCausalBlockMin = 256;
+int64_t causal_block(int64_t L);
 
 }  // namespace maestro

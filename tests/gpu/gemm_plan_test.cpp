@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "cpu/cpu_backend.h"
 #include "cpu/reference_ops.h"
 #include "gpu/gemm_plan.h"
+#include "gpu/launch_plan.h"
 #include "gpu/kernel_math.h"
 #include "support/random_vector.h"
 #include "support/rel_err.h"
@@ -86,7 +88,12 @@ BOOST_AUTO_TEST_CASE(attention_reference_path_matches_the_cpu_backend) {
   const Vec q = random_normal(size_t(N * H * D), 6), k = random_normal(size_t(N * KV * D), 7),
             v = random_normal(size_t(N * KV * D), 8), dout = random_normal(size_t(N * H * D), 9);
   auto cpu = make_cpu_backend(1);
-  for (bool causal : {true, false}) {
+  // blocks: 0 = the whole square; 4 and 5 rows: causal blocks, the last one
+  // partial (12 tokens: 4 + 4 + 4 and 5 + 5 + 2). What the blocked GEMMs
+  // skip stays NaN: read, it would poison every gradient.
+  for (const auto& [causal, block] : {std::pair{true, int64_t(0)}, std::pair{false, int64_t(0)},
+                                      std::pair{true, int64_t(4)}, std::pair{true, int64_t(5)}})
+  BOOST_TEST_CONTEXT("causal " << causal << ", block " << block) {
     Vec out(q.size()), lse(size_t(N * H)), dq = random_normal(q.size(), 10), dk = random_normal(k.size(), 11),
         dv = random_normal(v.size(), 12);
     Vec c_out = out, c_lse = lse, c_dq = dq, c_dk = dk, c_dv = dv;
@@ -101,7 +108,7 @@ BOOST_AUTO_TEST_CASE(attention_reference_path_matches_the_cpu_backend) {
       if (L == 0) continue;
       S.assign(size_t(H * L * L), NAN);
       bufs[kAttnScores] = S.data();
-      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D), bufs);
+      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D, block), bufs);
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < L; ++i) {
           float* row = S.data() + (h * L + i) * L;
@@ -112,7 +119,7 @@ BOOST_AUTO_TEST_CASE(attention_reference_path_matches_the_cpu_backend) {
           for (int64_t j = 0; j < L; ++j) row[j] = j < end ? std::exp(row[j] - l) : 0.0f;
           lse[size_t((t0 + i) * H + h)] = l;
         }
-      run(attention_values(t0, L, H, KV, D), bufs);
+      run(attention_values(t0, L, H, KV, D, block), bufs);
     }
     // backward: delta, P from lse, dP, dS, the gradient products
     Vec delta(size_t(N * H));
@@ -125,26 +132,75 @@ BOOST_AUTO_TEST_CASE(attention_reference_path_matches_the_cpu_backend) {
       dS.assign(size_t(H * L * L), NAN);
       bufs[kAttnScores] = S.data();
       bufs[kAttnDScores] = dS.data();
-      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D), bufs);
-      run(attention_head_products(kAttnDScores, 1.0f, kAttnDOut, kAttnV, t0, L, H, KV, D), bufs);
+      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D, block), bufs);
+      run(attention_head_products(kAttnDScores, 1.0f, kAttnDOut, kAttnV, t0, L, H, KV, D, block), bufs);
       for (int64_t e = 0; e < H * L * L; ++e) {
         const int64_t j = e % L, i = (e / L) % L, h = e / (L * L);
         S[size_t(e)] = gm::attention_visible(i, j, causal) ? std::exp(S[size_t(e)] - lse[size_t((t0 + i) * H + h)]) : 0.0f;
         dS[size_t(e)] = gm::attention_dscore(S[size_t(e)], dS[size_t(e)], delta[size_t((t0 + i) * H + h)]);
       }
-      run(attention_gradients(t0, L, H, KV, D, true, true, true), bufs);
+      run(attention_gradients(t0, L, H, KV, D, true, true, true, block), bufs);
     }
     cpu->attention_forward(c_out.data(), c_lse.data(), q.data(), k.data(), v.data(), cu.data(), n_seq, N, H, KV, D,
                            causal);
     cpu->attention_backward(c_dq.data(), c_dk.data(), c_dv.data(), dout.data(), c_out.data(), c_lse.data(), q.data(),
                             k.data(), v.data(), cu.data(), n_seq, N, H, KV, D, causal);
-    BOOST_TEST(rel_err(out, c_out) <= 1e-5, "causal " << causal);
-    BOOST_TEST(rel_err(lse, c_lse) <= 1e-5, "causal " << causal);
-    BOOST_TEST(rel_err(dq, c_dq) <= 1e-5, "causal " << causal);
-    BOOST_TEST(rel_err(dk, c_dk) <= 1e-5, "causal " << causal);
-    BOOST_TEST(rel_err(dv, c_dv) <= 1e-5, "causal " << causal);
+    BOOST_TEST(rel_err(out, c_out) <= 1e-5);
+    BOOST_TEST(rel_err(lse, c_lse) <= 1e-5);
+    BOOST_TEST(rel_err(dq, c_dq) <= 1e-5);
+    BOOST_TEST(rel_err(dk, c_dk) <= 1e-5);
+    BOOST_TEST(rel_err(dv, c_dv) <= 1e-5);
   }
   (void)g;
+}
+
+// 2,048 causal tokens in blocks of 256: 8 query blocks, each product over
+// (b + 1)·256 keys — 36/64 of the square's multiply-adds for every product.
+BOOST_AUTO_TEST_CASE(causal_blocks_skip_the_masked_keys) {
+  const int64_t L = 2048, H = 4, KV = 2, D = 64, b = causal_block(L);
+  BOOST_TEST(b == 256);
+  const double whole = double(multiply_adds(attention_head_products(kAttnScores, 1.0f, kAttnQ, kAttnK, 0, L, H, KV, D)));
+  BOOST_TEST(multiply_adds(attention_head_products(kAttnScores, 1.0f, kAttnQ, kAttnK, 0, L, H, KV, D, b)) / whole ==
+             36.0 / 64.0);
+  BOOST_TEST(multiply_adds(attention_values(0, L, H, KV, D, b)) / whole == 36.0 / 64.0);
+  BOOST_TEST(double(multiply_adds(attention_gradients(0, L, H, KV, D, true, true, true, b))) / (3 * whole) ==
+             36.0 / 64.0);
+  BOOST_TEST(attention_values(0, L, H, KV, D, b).size() == size_t(8 * (H / KV)));
+  BOOST_TEST(attention_values(0, L, H, KV, D, L).size() == size_t(H / KV));  // a block of the whole: one each
+}
+
+// What the blocked GEMMs read of P and dS is, in every score row i, exactly
+// [0, gm::attention_row_end(i, L, block)): the kernels write that far (the
+// masked zeros inside the diagonal block included) and no further.
+BOOST_AUTO_TEST_CASE(blocked_gemms_read_each_score_row_to_its_row_end) {
+  const int64_t H = 4, KV = 2, D = 8, g = H / KV;
+  for (const int64_t L : {1, 7, 12, 40})
+    for (const int64_t block : {0, 4, 5, 16})
+      BOOST_TEST_CONTEXT("L " << L << ", block " << block) {
+        std::vector<BatchedGemm> reads = attention_values(0, L, H, KV, D, block);
+        for (const BatchedGemm& x : attention_gradients(0, L, H, KV, D, true, true, true, block)) reads.push_back(x);
+        for (const int buffer : {int(kAttnScores), int(kAttnDScores)}) {
+          std::vector<int> seen(size_t(g * L * L));  // [head of a group j, row, column]: reads
+          for (const BatchedGemm& x : reads) {
+            if (x.a.buffer != buffer) continue;
+            BOOST_TEST(x.a.ld == L);
+            BOOST_TEST(x.a.stride == g * L * L);
+            const int64_t j = x.a.offset / (L * L), r0 = x.a.offset % (L * L) / L, c0 = x.a.offset % L;
+            const int64_t rows = x.ta ? x.K : x.M, cols = x.ta ? x.M : x.K;
+            BOOST_TEST(r0 + rows <= L);
+            BOOST_TEST(c0 + cols <= L);
+            for (int64_t r = r0; r < r0 + rows; ++r)
+              for (int64_t c = c0; c < c0 + cols; ++c) seen[size_t((j * L + r) * L + c)]++;
+          }
+          for (int64_t j = 0; j < g; ++j)
+            for (int64_t i = 0; i < L; ++i) {
+              const int64_t end = gm::attention_row_end(i, L, block);
+              for (int64_t c = 0; c < L; ++c)  // P by P·V and by dV, dS by dQ and by dK: twice each
+                BOOST_TEST(seen[size_t((j * L + i) * L + c)] == (c < end ? 2 : 0),
+                           "row " << i << " column " << c << " (row end " << end << ")");
+            }
+        }
+      }
 }
 
 BOOST_AUTO_TEST_CASE(unwanted_gradients_get_no_product) {

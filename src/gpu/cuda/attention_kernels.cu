@@ -52,15 +52,15 @@ __global__ void attention_dscores_kernel(float* dP, const float* P, const float*
 // bf16 buffer (the P·v GEMM's operand) and S is left as it was: one pass
 // over the row's scores instead of softmax in place, then a rounding pass.
 __global__ void attention_softmax_bf16_kernel(const float* S, uint16_t* P16, float* lse, int64_t t0, int64_t L,
-                                              int64_t H, bool causal) {
+                                              int64_t H, bool causal, int64_t block) {
   __shared__ float shared[64];
   const int64_t r = blockIdx.x, h = r / L, i = r % L;
   const float* row = S + r * L;
   uint16_t* out = P16 + r * L;
-  const int64_t end = causal ? i + 1 : L;
+  const int64_t end = causal ? i + 1 : L, read_end = gm::attention_row_end(i, L, block);
   const float l = row_lse(row, end, shared);
   for (int64_t j = threadIdx.x; j < end; j += blockDim.x) out[j] = float_to_bf16(expf(row[j] - l));
-  for (int64_t j = end + threadIdx.x; j < L; j += blockDim.x) out[j] = 0;  // masked: no score read
+  for (int64_t j = end + threadIdx.x; j < read_end; j += blockDim.x) out[j] = 0;  // masked: no score read
   if (threadIdx.x == 0) lse[(t0 + i) * H + h] = l;
 }
 
@@ -70,16 +70,17 @@ __global__ void attention_softmax_bf16_kernel(const float* S, uint16_t* P16, flo
 // probs in place, dscores in place and two rounding passes.
 __global__ void attention_backward_scores_bf16_kernel(const float* S, const float* dP, uint16_t* P16, uint16_t* dS16,
                                                       const float* lse, const float* delta, int64_t t0, int64_t L,
-                                                      int64_t H, bool causal) {
+                                                      int64_t H, bool causal, int64_t block) {
   const int64_t r = blockIdx.x, h = r / L, i = r % L, base = r * L;
   const float l = lse[(t0 + i) * H + h], d = delta[(t0 + i) * H + h];
   const int64_t end = causal ? i + 1 : L;  // gm::attention_visible(i, j, causal) ⇔ j < end
+  const int64_t read_end = gm::attention_row_end(i, L, block);
   for (int64_t j = threadIdx.x; j < end; j += blockDim.x) {
     const float p = expf(S[base + j] - l);
     P16[base + j] = float_to_bf16(p);
     dS16[base + j] = float_to_bf16(gm::attention_dscore(p, dP[base + j], d));
   }
-  for (int64_t j = end + threadIdx.x; j < L; j += blockDim.x) P16[base + j] = dS16[base + j] = 0;  // masked: P = dS = 0
+  for (int64_t j = end + threadIdx.x; j < read_end; j += blockDim.x) P16[base + j] = dS16[base + j] = 0;  // masked
 }
 
 // One warp per (token, head).
@@ -280,16 +281,16 @@ void launch_attention_dscores(float* dP, const float* P, const float* delta, int
 }
 
 void launch_attention_softmax_bf16(const float* S, uint16_t* P16, float* lse, int64_t t0, int64_t L, int64_t H,
-                                   bool causal, cudaStream_t st) {
-  attention_softmax_bf16_kernel<<<unsigned(H * L), kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal);
+                                   bool causal, int64_t block, cudaStream_t st) {
+  attention_softmax_bf16_kernel<<<unsigned(H * L), kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
 
 void launch_attention_backward_scores_bf16(const float* S, const float* dP, uint16_t* P16, uint16_t* dS16,
                                            const float* lse, const float* delta, int64_t t0, int64_t L, int64_t H,
-                                           bool causal, cudaStream_t st) {
+                                           bool causal, int64_t block, cudaStream_t st) {
   attention_backward_scores_bf16_kernel<<<unsigned(H * L), kRowThreads, 0, st>>>(S, dP, P16, dS16, lse, delta, t0, L,
-                                                                                 H, causal);
+                                                                                 H, causal, block);
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
 

@@ -22,14 +22,16 @@ void launch_attention_probs(float* S, const float* lse, int64_t t0, int64_t L, i
 void launch_attention_dscores(float* dP, const float* P, const float* delta, int64_t t0, int64_t L, int64_t H,
                               cudaStream_t st);
 // Tensor-core path: P = the masked softmax of S's rows as bf16 into P16[H,L,L]
-// (S unchanged), lse as launch_attention_softmax.
+// (S unchanged), lse as launch_attention_softmax. block: the GEMMs' causal
+// block (0: none); row i is written up to gm::attention_row_end.
 void launch_attention_softmax_bf16(const float* S, uint16_t* P16, float* lse, int64_t t0, int64_t L, int64_t H,
-                                   bool causal, cudaStream_t st);
+                                   bool causal, int64_t block, cudaStream_t st);
 // Tensor-core path, backward: P = exp(S − lse) where visible (else 0) and
-// dS = P·(dP − delta), both as bf16 into P16, dS16 [H,L,L]; S, dP unchanged.
+// dS = P·(dP − delta), both as bf16 into P16, dS16 [H,L,L] up to
+// gm::attention_row_end; S, dP unchanged.
 void launch_attention_backward_scores_bf16(const float* S, const float* dP, uint16_t* P16, uint16_t* dS16,
                                            const float* lse, const float* delta, int64_t t0, int64_t L, int64_t H,
-                                           bool causal, cudaStream_t st);
+                                           bool causal, int64_t block, cudaStream_t st);
 // delta[N,H] = Σ_d dout·out per (token, head).
 void launch_attention_delta(float* delta, const float* dout, const float* out, int64_t N, int64_t H, int64_t D,
                             cudaStream_t st);

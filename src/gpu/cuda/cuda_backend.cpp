@@ -240,6 +240,11 @@ class CudaBackend final : public Backend {
   }
 
   // ---- attention ------------------------------------------------------------------------
+  // The query-row block of a sequence's batched GEMMs (0: the whole square).
+  int64_t block_of(int64_t L, bool causal) const {
+    if (!causal) return 0;
+    return opt_.causal_block > 0 ? opt_.causal_block : causal_block(L);
+  }
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* cu,
                          int64_t n_seq, int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
     on_device();
@@ -252,7 +257,8 @@ class CudaBackend final : public Backend {
     }
     // Batched GEMMs per sequence (gpu/gemm_plan.h): S = scale·q·kᵀ by cuBLAS,
     // P = masked softmax(S) in place, out = P·v; with bf16 operands (rounded
-    // copies of q, k, v and P) on the tensor-core path.
+    // copies of q, k, v and P) on the tensor-core path; a long causal
+    // sequence in query blocks that skip the masked keys.
     const bool b16 = kernel == AttentionKernel::BatchedBf16;
     const float sc = 1.0f / std::sqrt(float(D));
     float* bufs[kAttnBuffers] = {const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v), out};
@@ -262,15 +268,18 @@ class CudaBackend final : public Backend {
       const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
       if (L == 0) continue;
       bufs[kAttnScores] = scratch(kScores, size_t(H * L * L));  // [H, L, L]
-      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D), bufs, b16 ? bufs16 : nullptr);
+      const int64_t blk = block_of(L, causal);
+      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D, blk), bufs,
+          b16 ? bufs16 : nullptr);
       if (b16) {  // P straight to bf16, the P·v GEMM's operand
         void* p16 = scratch(kP16, size_t(H * L * L + 1) / 2);
-        launch_attention_softmax_bf16(bufs[kAttnScores], static_cast<uint16_t*>(p16), lse, t0, L, H, causal, stream_);
+        launch_attention_softmax_bf16(bufs[kAttnScores], static_cast<uint16_t*>(p16), lse, t0, L, H, causal, blk,
+                                      stream_);
         bufs16[kAttnScores] = p16;
       } else {
         launch_attention_softmax(bufs[kAttnScores], lse, t0, L, H, causal, stream_);
       }
-      run(attention_values(t0, L, H, KV, D), bufs, b16 ? bufs16 : nullptr);
+      run(attention_values(t0, L, H, KV, D, blk), bufs, b16 ? bufs16 : nullptr);
     }
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
@@ -300,21 +309,24 @@ class CudaBackend final : public Backend {
       if (L == 0) continue;
       bufs[kAttnScores] = scratch(kScores, size_t(H * L * L));    // [H, L, L]
       bufs[kAttnDScores] = scratch(kDScores, size_t(H * L * L));  // [H, L, L]
-      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D), bufs, b16 ? bufs16 : nullptr);
-      run(attention_head_products(kAttnDScores, 1.0f, kAttnDOut, kAttnV, t0, L, H, KV, D), bufs,
+      const int64_t blk = block_of(L, causal);
+      run(attention_head_products(kAttnScores, sc, kAttnQ, kAttnK, t0, L, H, KV, D, blk), bufs,
+          b16 ? bufs16 : nullptr);
+      run(attention_head_products(kAttnDScores, 1.0f, kAttnDOut, kAttnV, t0, L, H, KV, D, blk), bufs,
           b16 ? bufs16 : nullptr);
       if (b16) {  // P and dS in one pass, straight to bf16 (the gradient GEMMs' operands)
         void* p16 = scratch(kP16, size_t(H * L * L + 1) / 2);
         void* ds16 = scratch(kDS16, size_t(H * L * L + 1) / 2);
         launch_attention_backward_scores_bf16(bufs[kAttnScores], bufs[kAttnDScores], static_cast<uint16_t*>(p16),
-                                              static_cast<uint16_t*>(ds16), lse, delta, t0, L, H, causal, stream_);
+                                              static_cast<uint16_t*>(ds16), lse, delta, t0, L, H, causal, blk,
+                                              stream_);
         bufs16[kAttnScores] = p16;
         bufs16[kAttnDScores] = ds16;
       } else {
         launch_attention_probs(bufs[kAttnScores], lse, t0, L, H, causal, stream_);
         launch_attention_dscores(bufs[kAttnDScores], bufs[kAttnScores], delta, t0, L, H, stream_);
       }
-      run(attention_gradients(t0, L, H, KV, D, dq != nullptr, dk != nullptr, dv != nullptr), bufs,
+      run(attention_gradients(t0, L, H, KV, D, dq != nullptr, dk != nullptr, dv != nullptr, blk), bufs,
           b16 ? bufs16 : nullptr);
     }
   }

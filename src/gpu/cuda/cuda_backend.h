@@ -33,6 +33,10 @@ struct CudaBackendOptions {
   bool bf16_gemm = true;
   AttentionPath attention = AttentionPath::Auto;
   size_t min_segment_bytes = size_t(1) << 30;  // the arena grows by at least this much
+  // Query-row block of a causal sequence's batched attention GEMMs
+  // (gemm_plan.h): 0 = causal_block(L) (launch_plan.h); the self-check sets
+  // a small one so its short sequences run the blocked GEMMs.
+  int64_t causal_block = 0;
 };
 
 // Throws CudaError (gpu/cuda/cuda_check.h) when the device cannot be used.

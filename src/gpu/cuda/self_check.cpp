@@ -16,6 +16,11 @@ std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm) {
   ref_opt.bf16_gemm = false;
   ref_opt.attention = AttentionPath::Reference;
   fast_opt.min_segment_bytes = ref_opt.min_segment_bytes = size_t(64) << 20;  // small inputs, small arenas
+  // The inputs' sequences (9 and 15 tokens) are below causal_block's length:
+  // blocks of 4 rows make the reference and tensor-core paths run their
+  // causal GEMMs in query blocks as long sequences do (gemm_plan.h).
+  CudaBackendOptions blocked_ref_opt = ref_opt;
+  blocked_ref_opt.causal_block = 4;
   const std::unique_ptr<Backend> fast = make_cuda_backend(fast_opt), ref = make_cuda_backend(ref_opt);
   auto refuse = [&](const std::vector<OpCheck>& checks, const char* against) {
     for (const OpCheck& c : checks)
@@ -32,21 +37,29 @@ std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm) {
   const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
   std::vector<OpCheck> checks = compare_backends(*ref, *cpu, o);
   refuse(checks, "the CPU backend");
+  // 1b. the reference attention in causal blocks against the CPU backend
+  o.ops = {"attention"};
+  const std::unique_ptr<Backend> blocked_ref = make_cuda_backend(blocked_ref_opt);
+  std::vector<OpCheck> blocked_checks = compare_backends(*blocked_ref, *cpu, o);
+  for (OpCheck& c : blocked_checks) c.op += " (causal blocks)";
+  refuse(blocked_checks, "the CPU backend");
+  checks.insert(checks.end(), blocked_checks.begin(), blocked_checks.end());
   // 2. the fast kernels against the reference path
   o.ops = {"attention", "linear"};
   std::vector<OpCheck> fast_checks = compare_backends(*fast, *ref, o);
-  refuse(fast_checks, "the reference path");
   for (OpCheck& c : fast_checks) c.op += " (fast)";
+  refuse(fast_checks, "the reference path");
   checks.insert(checks.end(), fast_checks.begin(), fast_checks.end());
   // 3. the tensor-core attention against the reference path
   CudaBackendOptions tc_opt = fast_opt;
   tc_opt.attention = AttentionPath::TensorCore;
+  tc_opt.causal_block = 4;
   const std::unique_ptr<Backend> tc = make_cuda_backend(tc_opt);
   o.ops = {"attention"};
   o.attention_tolerance = kSelfCheckTensorCoreAttentionTolerance;
   std::vector<OpCheck> tc_checks = compare_backends(*tc, *ref, o);
-  refuse(tc_checks, "the reference path");
   for (OpCheck& c : tc_checks) c.op += " (tensor cores)";
+  refuse(tc_checks, "the reference path");
   checks.insert(checks.end(), tc_checks.begin(), tc_checks.end());
   return checks;
 }
