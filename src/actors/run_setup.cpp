@@ -200,11 +200,14 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
             // A ring between processes reaches host memory only: a GPU rank's
             // gradients are staged through it (gpu/staged_communicator.h).
             std::shared_ptr<Communicator> dp_rank = dp_group[size_t(t)][size_t(r)];
+            // An NCCL rank waits for this backend's stream only, not the whole GPU's.
+            order_collectives_after(*dp_rank, *backend);
             if (spans && options.backend == BackendKind::Cuda)
               dp_rank = std::make_shared<StagedCommunicator>(std::move(dp_rank), *backend, pinning);
             if (nccl_spans) {  // NCCL (candidate 0) or that staged ring (1), chosen in connect_peers
               RunSetup::NcclGroup& g = setup.nccl_groups[nccl_group_of[size_t(t)]];
               const size_t i = size_t(std::find(g.replicas.begin(), g.replicas.end(), int(r)) - g.replicas.begin());
+              order_collectives_after(*g.ranks.at(i), *backend);
               auto choice = std::make_shared<ChosenCommunicator>(
                   std::vector<std::shared_ptr<Communicator>>{g.ranks.at(i), std::move(dp_rank)});
               g.choices[i] = choice;

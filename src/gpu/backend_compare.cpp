@@ -229,6 +229,50 @@ void run_losses(Comparison& c) {
   c.r_.release(lr);
 }
 
+// A tensor-parallel rank's columns [v0, v0 + valid) of the logits, V − valid
+// of padding that no op may touch (the gradients start random: a write there
+// shows); kTargets has rows skipped, targets of this rank and of others.
+void run_vocab_parallel(Comparison& c) {
+  const int64_t valid = 41, v0 = 10, R = 3;
+  const float inv_t = 0.5f, T = 2.0f, scale = 0.5f;
+  Twin x(c.t_, c.r_, c.randn(size_t(N * V), 3.0f)), teacher(c.t_, c.r_, c.randn(size_t(N * V), 3.0f)),
+      parts(c.t_, c.r_, c.randn(size_t(R * N), 2.0f)), d(c.t_, c.r_, c.randn(size_t(N * V))),
+      mx(c.t_, c.r_, Vec(N)), se(c.t_, c.r_, Vec(N)), tx(c.t_, c.r_, c.randn(N)), mx_t(c.t_, c.r_, Vec(N)),
+      se_t(c.t_, c.r_, Vec(N)), kl(c.t_, c.r_, c.randn(N));
+  c.both([&](Backend& be, bool is_t) { be.max_of_parts(ON(mx), ON(parts), R, N); });
+  c.check("max_of_parts", mx);
+  // cross-entropy (inv_t = 1)
+  c.both([&](Backend& be, bool is_t) {
+    be.shard_row_max(ON(mx), ON(x), N, V, valid, 1.0f);
+    be.shard_sumexp(ON(se), ON(tx), ON(x), kTargets.data(), ON(mx), N, V, valid, v0, 1.0f);
+  });
+  c.check("shard_row_max", mx);
+  c.check("shard_sumexp.se", se);
+  c.check("shard_sumexp.tx", tx);
+  double *lt = c.t_.allocate_scalars(1), *lr = c.r_.allocate_scalars(1);
+  c.t_.shard_cross_entropy(lt, d.on_t, x.on_t, kTargets.data(), mx.on_t, se.on_t, tx.on_t, N, V, valid, v0, scale);
+  c.r_.shard_cross_entropy(lr, d.on_r, x.on_r, kTargets.data(), mx.on_r, se.on_r, tx.on_r, N, V, valid, v0, scale);
+  c.check_scalar("shard_cross_entropy.loss", lt, lr);
+  c.check("shard_cross_entropy.dlogits", d);
+  // KL at temperature T (x/T): the student's and the teacher's statistics
+  c.both([&](Backend& be, bool is_t) {
+    be.shard_row_max(ON(mx), ON(x), N, V, valid, inv_t);
+    be.shard_row_max(ON(mx_t), ON(teacher), N, V, valid, inv_t);
+    be.shard_sumexp(ON(se), nullptr, ON(x), kTargets.data(), ON(mx), N, V, valid, v0, inv_t);
+    be.shard_sumexp(ON(se_t), nullptr, ON(teacher), kTargets.data(), ON(mx_t), N, V, valid, v0, inv_t);
+    be.shard_kl(ON(kl), ON(d), ON(x), ON(teacher), kTargets.data(), ON(mx), ON(se), ON(mx_t), ON(se_t), N, V, valid, T,
+                scale);
+  });
+  c.check("shard_sumexp(1/T).se", se);
+  c.check("shard_kl.kl", kl);
+  c.check("shard_kl.dstudent", d);
+  c.t_.masked_row_sum(lt, kl.on_t, kTargets.data(), N);
+  c.r_.masked_row_sum(lr, kl.on_r, kTargets.data(), N);
+  c.check_scalar("masked_row_sum", lt, lr);
+  c.t_.release(lt);
+  c.r_.release(lr);
+}
+
 void run_adamw(Comparison& c) {
   const size_t n = 2000;
   Vec v0 = c.randn(n, 0.01f);
@@ -246,7 +290,8 @@ const std::vector<std::pair<std::string, void (*)(Comparison&)>>& families() {
   static const std::vector<std::pair<std::string, void (*)(Comparison&)>> f = {
       {"elementwise", run_elementwise}, {"embedding", run_embedding}, {"linear", run_linear},
       {"norms", run_norms},             {"rope", run_rope},           {"attention", run_attention},
-      {"patches", run_patches},         {"losses", run_losses},       {"adamw", run_adamw}};
+      {"patches", run_patches},         {"losses", run_losses},       {"vocab_parallel", run_vocab_parallel},
+      {"adamw", run_adamw}};
   return f;
 }
 

@@ -120,6 +120,9 @@ std::vector<std::shared_ptr<Communicator>> make_peer_dp_ranks(int size, const st
 void connect_peer_dp_ranks(const std::vector<NcclConnection>& ranks, std::chrono::milliseconds timeout) {
   connect_nccl_ranks(ranks, timeout);
 }
+bool order_collectives_after(Communicator& rank, Backend& backend) {
+  return order_nccl_after(rank, cuda_backend_stream(backend));
+}
 #else
 namespace {
 constexpr const char* kNoNccl = "a dp group over processes on CUDA: this build has no NCCL";
@@ -131,6 +134,7 @@ std::vector<std::shared_ptr<Communicator>> make_peer_dp_ranks(int, const std::ve
 void connect_peer_dp_ranks(const std::vector<NcclConnection>& ranks, std::chrono::milliseconds) {
   if (!ranks.empty()) throw BackendUnavailable(kNoNccl);
 }
+bool order_collectives_after(Communicator&, Backend&) { return false; }  // no NCCL rank exists
 #endif
 
 std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, int device) {

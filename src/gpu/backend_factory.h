@@ -98,5 +98,11 @@ std::vector<uint8_t> nccl_unique_id();
 std::vector<std::shared_ptr<Communicator>> make_peer_dp_ranks(int size, const std::vector<int>& ranks,
                                                               const std::vector<int>& devices);
 void connect_peer_dp_ranks(const std::vector<NcclConnection>& ranks, std::chrono::milliseconds timeout);
+// Makes `rank` (an NCCL rank of make_dp_group or make_peer_dp_ranks) wait,
+// before each collective, for the work `backend` (its replica's, on the
+// rank's device) has queued up to the call — an event of the backend's
+// stream — rather than for all of the device's streams. Returns whether it
+// did: false for a rank that is not NCCL's or a backend that is not CUDA's.
+bool order_collectives_after(Communicator& rank, Backend& backend);
 
 }  // namespace maestro

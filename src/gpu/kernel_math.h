@@ -112,6 +112,21 @@ MAESTRO_HD inline float kl_grad(float student, float teacher, float lse_s, float
   return scale * T * (expf(student / T - lse_s) - expf(teacher / T - lse_t));
 }
 
+// ---- vocabulary-parallel losses (a rank's columns [v0, v0 + valid) of a row) ----------
+// nn/backend.h's shard_* ops; the ranks' row maxima and sums of
+// exponentials are reduced between them (nn/vocab_parallel_loss.cpp).
+// Target column `target` within this rank's columns, or -1 when the row is
+// skipped (target < 0) or the column is another rank's.
+MAESTRO_HD inline int64_t shard_column(int32_t target, int64_t v0, int64_t valid) {
+  const int64_t c = int64_t(target) - v0;
+  return target >= 0 && c >= 0 && c < valid ? c : -1;
+}
+// A row's log Σ exp from its reduced max and sum of exp(x − max), in fp64
+// as the CPU backend does it.
+MAESTRO_HD inline double shard_lse(float mx, float se) { return double(mx) + log(double(se)); }
+// One column's term of a row's sum of exponentials: exp(x·inv_t − max).
+MAESTRO_HD inline float shard_exp(float x, float inv_t, float mx) { return expf(x * inv_t - mx); }
+
 // ---- attention (one query row against one key) ----------------------------------------
 // Whether query token i may see key token j of the same sequence.
 MAESTRO_HD inline bool attention_visible(int64_t i, int64_t j, bool causal) { return !causal || j <= i; }

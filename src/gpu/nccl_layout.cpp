@@ -80,8 +80,8 @@ std::string shared_gpu(const std::vector<std::string>& gpu_of_rank) {
 std::string nccl_tp_refusal(const Plan& plan, const std::vector<std::string>& section_names) {
   for (size_t si = 0; si < plan.sections.size(); ++si)
     if (plan.sections[si].tp > 1)
-      return fmt::format("section '{}': tp = {} on the CUDA backend is not built yet (the tensor-parallel shard ops "
-                         "run on the cpu backend only); use tp = 1",
+      return fmt::format("section '{}': tp = {} on the CUDA backend is not built yet (a replica's tensor-parallel "
+                         "ranks talk through host memory in one process, not NCCL); use tp = 1",
                          section_names.at(si), plan.sections[si].tp);
   return "";
 }

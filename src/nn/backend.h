@@ -150,7 +150,8 @@ class Backend {
   // vocabulary (the rest is padding, ignored). The caller reduces the row
   // statistics across ranks between these ops (section_model.cpp), so the
   // full rows are never gathered. Rows with targets[n] < 0 are skipped where
-  // targets are given. Not every backend has them: the defaults throw.
+  // targets are given. The CPU and CUDA backends have them; the defaults
+  // throw (a backend without them).
   // mx[N] = max over the valid columns of x[n,·]·inv_t (-inf when none)
   virtual void shard_row_max(float* mx, const float* x, int64_t N, int64_t V, int64_t valid, float inv_t);
   // mx[N] = max over r of parts[r, n]                                parts[R, N]

@@ -218,6 +218,120 @@ BOOST_AUTO_TEST_CASE(cross_entropy_and_kl_match_the_cpu_backend) {
   BOOST_TEST(rel_err(dk, cpu_dk) <= kF32);
 }
 
+// The vocabulary-parallel kernels (gpu/cuda/vocab_parallel_kernels.cu)
+// replayed for two ranks of a vocabulary of 1,000 split into 2 × 504
+// columns (the last 8 padding): the ranks' statistics reduced between the
+// ops as nn/vocab_parallel_loss.cpp does, each rank's results against the
+// CPU backend's shard ops, and the whole against the unsplit cross-entropy
+// and KL.
+BOOST_AUTO_TEST_CASE(vocab_parallel_losses_match_the_cpu_backend) {
+  const int64_t N = 4, vocab = 1000, R = 2, V = 504;
+  const size_t n = size_t(N);
+  const Vec logits = randn(size_t(N * vocab), 12, 4.0f), teacher = randn(size_t(N * vocab), 13, 4.0f);
+  const std::vector<int32_t> targets = {3, -1, 999, 504};  // rank 0's, skipped, rank 1's, rank 1's first
+  const float scale = 0.25f, T = 2.0f, inv_t = 1.0f / T;
+  auto columns = [&](const Vec& full, int64_t r) {  // rank r's [N, V], padding zero
+    Vec out(size_t(N * V), 0.0f);
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < V && r * V + j < vocab; ++j) out[size_t(i * V + j)] = full[size_t(i * vocab + r * V + j)];
+    return out;
+  };
+  auto valid_of = [&](int64_t r) { return std::min(V, vocab - r * V); };
+  Cpu cpu;
+  double ce = 0, cpu_ce = 0, kl_sum = 0, cpu_kl_sum = 0;
+  std::vector<Vec> xs, ts, mx_parts, tmx_parts;
+  for (int64_t r = 0; r < R; ++r) {
+    xs.push_back(columns(logits, r));
+    ts.push_back(columns(teacher, r));
+  }
+  // Maxima per rank (a block's max: order does not matter), then over ranks.
+  Vec mx(n, -INFINITY), smx(n, -INFINITY), tmx(n, -INFINITY);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < valid_of(r); ++j) {
+        const float x = xs[size_t(r)][size_t(i * V + j)], t = ts[size_t(r)][size_t(i * V + j)];
+        mx[size_t(i)] = std::max(mx[size_t(i)], x);
+        smx[size_t(i)] = std::max(smx[size_t(i)], x * inv_t);
+        tmx[size_t(i)] = std::max(tmx[size_t(i)], t * inv_t);
+      }
+  // Sums of exponentials and target logits per rank, all-reduced.
+  std::vector<double> se(n), sse(n), tse(n), tx(n);
+  for (int64_t r = 0; r < R; ++r) {
+    Vec cse(n), ctx(n), cmx(n);
+    cpu.b->shard_row_max(cmx.data(), xs[size_t(r)].data(), N, V, valid_of(r), 1.0f);
+    cpu.b->shard_sumexp(cse.data(), ctx.data(), xs[size_t(r)].data(), targets.data(), mx.data(), N, V, valid_of(r),
+                        r * V, 1.0f);
+    for (int64_t i = 0; i < N; ++i) {
+      double sum = 0, ssum = 0, tsum = 0;
+      for (int64_t j = 0; j < valid_of(r); ++j) {
+        const float x = xs[size_t(r)][size_t(i * V + j)], t = ts[size_t(r)][size_t(i * V + j)];
+        sum += double(gm::shard_exp(x, 1.0f, mx[size_t(i)]));
+        ssum += double(gm::shard_exp(x, inv_t, smx[size_t(i)]));
+        tsum += double(gm::shard_exp(t, inv_t, tmx[size_t(i)]));
+      }
+      const int64_t c = gm::shard_column(targets[size_t(i)], r * V, valid_of(r));
+      const float mine = c >= 0 ? xs[size_t(r)][size_t(i * V + c)] : 0.0f;
+      BOOST_TEST(std::abs(sum - double(cse[size_t(i)])) <= kF32 * sum);
+      BOOST_TEST(mine == ctx[size_t(i)]);
+      se[size_t(i)] += sum, sse[size_t(i)] += ssum, tse[size_t(i)] += tsum, tx[size_t(i)] += mine;
+    }
+  }
+  const Vec se_f(se.begin(), se.end()), sse_f(sse.begin(), sse.end()), tse_f(tse.begin(), tse.end()),
+      tx_f(tx.begin(), tx.end());
+  Vec d_whole(size_t(N * vocab), 0.125f), dk_whole(size_t(N * vocab), -0.5f);
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t valid = valid_of(r), v0 = r * V;
+    Vec d(size_t(N * V), 0.125f), dk(size_t(N * V), -0.5f), kl(n);
+    Vec cpu_d = d, cpu_dk = dk, cpu_kl(n, 7.0f);
+    for (int64_t i = 0; i < N; ++i) {
+      const int32_t t = targets[size_t(i)];
+      if (t < 0) continue;
+      const double lz = gm::shard_lse(mx[size_t(i)], se_f[size_t(i)]);
+      if (r == 0) ce += lz - double(tx_f[size_t(i)]);  // one rank's loss stands for the row
+      const int64_t c = gm::shard_column(t, v0, valid);
+      const float lzs = float(gm::shard_lse(smx[size_t(i)], sse_f[size_t(i)]));
+      const float lzt = float(gm::shard_lse(tmx[size_t(i)], tse_f[size_t(i)]));
+      double row = 0;
+      for (int64_t j = 0; j < valid; ++j) {
+        const float x = xs[size_t(r)][size_t(i * V + j)], y = ts[size_t(r)][size_t(i * V + j)];
+        d[size_t(i * V + j)] += gm::ce_grad(x, float(lz), j == c, scale);
+        row += double(gm::kl_term(x, y, lzs, lzt, T));
+        dk[size_t(i * V + j)] += gm::kl_grad(x, y, lzs, lzt, T, scale);
+      }
+      kl[size_t(i)] = float(row);
+    }
+    double rank_ce = 0, rank_kl = 0, rank_kl_cpu = 0;
+    cpu.b->shard_cross_entropy(&rank_ce, cpu_d.data(), xs[size_t(r)].data(), targets.data(), mx.data(), se_f.data(),
+                               tx_f.data(), N, V, valid, v0, scale);
+    cpu.b->shard_kl(cpu_kl.data(), cpu_dk.data(), xs[size_t(r)].data(), ts[size_t(r)].data(), targets.data(),
+                    smx.data(), sse_f.data(), tmx.data(), tse_f.data(), N, V, valid, T, scale);
+    if (r == 0) cpu_ce = rank_ce;
+    BOOST_TEST(rel_err(d, cpu_d) <= kF32);  // padding columns untouched on both sides
+    BOOST_TEST(rel_err(dk, cpu_dk) <= kF32);
+    BOOST_TEST(rel_err(kl, cpu_kl) <= kF32);
+    for (int64_t i = 0; i < N; ++i)
+      if (targets[size_t(i)] >= 0) rank_kl += double(kl[size_t(i)]);
+    cpu.b->masked_row_sum(&rank_kl_cpu, cpu_kl.data(), targets.data(), N);
+    BOOST_TEST(std::abs(rank_kl - rank_kl_cpu) <= kF32 * std::abs(rank_kl_cpu) + 1e-6);
+    kl_sum += rank_kl, cpu_kl_sum += rank_kl_cpu;
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < valid; ++j) {
+        d_whole[size_t(i * vocab + v0 + j)] = d[size_t(i * V + j)];
+        dk_whole[size_t(i * vocab + v0 + j)] = dk[size_t(i * V + j)];
+      }
+  }
+  BOOST_TEST(std::abs(ce - cpu_ce) <= kF32 * std::abs(cpu_ce));
+  // The split losses are the unsplit ones.
+  double whole_ce = 0, whole_kl = 0;
+  Vec whole_d(size_t(N * vocab), 0.125f), whole_dk(size_t(N * vocab), -0.5f);
+  cpu.b->cross_entropy(&whole_ce, whole_d.data(), logits.data(), targets.data(), N, vocab, scale);
+  cpu.b->kl_divergence(&whole_kl, whole_dk.data(), logits.data(), teacher.data(), targets.data(), N, vocab, T, scale);
+  BOOST_TEST(std::abs(ce - whole_ce) <= kF32 * std::abs(whole_ce));
+  BOOST_TEST(std::abs(kl_sum - whole_kl) <= kF32 * std::abs(whole_kl) + 1e-6);
+  BOOST_TEST(rel_err(d_whole, whole_d) <= kF32);
+  BOOST_TEST(rel_err(dk_whole, whole_dk) <= kF32);
+}
+
 BOOST_AUTO_TEST_CASE(adamw_norm_and_bf16_match_the_cpu_backend) {
   const size_t n = 5000;
   Vec p = randn(n, 12), m = randn(n, 13, 0.1f), v = randn(n, 14, 0.1f);

@@ -24,6 +24,7 @@
 #include "gpu/cuda/cublas_library.h"
 #include "gpu/cuda/cuda_check.h"
 #include "gpu/cuda/elementwise_kernels.h"
+#include "gpu/cuda/vocab_parallel_kernels.h"
 #include "gpu/device_arena.h"
 #include "gpu/gemm_plan.h"
 #include "gpu/launch_plan.h"
@@ -106,6 +107,7 @@ class CudaBackend final : public Backend {
   }
 
   const char* name() const override { return "cuda"; }
+  cudaStream_t stream() const { return stream_; }
 
   // ---- memory -----------------------------------------------------------------
   void* allocate(size_t n, DType dtype) override { return place(n * dtype_size(dtype)); }
@@ -343,6 +345,39 @@ class CudaBackend final : public Backend {
     launch_kl_divergence(loss, dstudent, student, teacher, upload_indices(targets, N, 0), N, V, T, scale, stream_);
   }
 
+  // ---- vocabulary-parallel losses (vocab_parallel_kernels.h) ----------------------------------------
+  void shard_row_max(float* mx, const float* x, int64_t N, int64_t V, int64_t valid, float inv_t) override {
+    on_device();
+    launch_shard_row_max(mx, x, N, V, valid, inv_t, stream_);
+  }
+  void max_of_parts(float* mx, const float* parts, int64_t R, int64_t N) override {
+    on_device();
+    launch_max_of_parts(mx, parts, R, N, stream_);
+  }
+  void shard_sumexp(float* se, float* tx, const float* x, const int32_t* targets, const float* mx, int64_t N,
+                    int64_t V, int64_t valid, int64_t v0, float inv_t) override {
+    on_device();
+    launch_shard_sumexp(se, tx, x, tx ? upload_indices(targets, N, 0) : nullptr, mx, N, V, valid, v0, inv_t, stream_);
+  }
+  void shard_cross_entropy(double* loss, float* dlogits, const float* x, const int32_t* targets, const float* mx,
+                           const float* se, const float* tx, int64_t N, int64_t V, int64_t valid, int64_t v0,
+                           float scale) override {
+    on_device();
+    launch_shard_cross_entropy(loss, dlogits, x, upload_indices(targets, N, 0), mx, se, tx, N, V, valid, v0, scale,
+                               stream_);
+  }
+  void shard_kl(float* kl, float* dstudent, const float* student, const float* teacher, const int32_t* targets,
+                const float* mx_s, const float* se_s, const float* mx_t, const float* se_t, int64_t N, int64_t V,
+                int64_t valid, float T, float scale) override {
+    on_device();
+    launch_shard_kl(kl, dstudent, student, teacher, upload_indices(targets, N, 0), mx_s, se_s, mx_t, se_t, N, V, valid,
+                    T, scale, stream_);
+  }
+  void masked_row_sum(double* out, const float* rows, const int32_t* targets, int64_t N) override {
+    on_device();
+    launch_masked_row_sum(out, rows, upload_indices(targets, N, 0), N, stream_);
+  }
+
   // ---- optimizer --------------------------------------------------------------------------------
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
              float weight_decay, int64_t t) override {
@@ -560,6 +595,11 @@ class CudaBackend final : public Backend {
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
   return std::make_unique<CudaBackend>(options);
+}
+
+void* cuda_backend_stream(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  return cuda ? static_cast<void*>(cuda->stream()) : nullptr;
 }
 
 }  // namespace maestro

@@ -42,4 +42,8 @@ struct CudaBackendOptions {
 // Throws CudaError (gpu/cuda/cuda_check.h) when the device cannot be used.
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options);
 
+// The stream (a cudaStream_t) every op of a backend from make_cuda_backend
+// is queued on; null for any other backend.
+void* cuda_backend_stream(Backend& backend);
+
 }  // namespace maestro

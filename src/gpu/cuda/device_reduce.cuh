@@ -1,5 +1,5 @@
 // Warp and block reductions shared by the CUDA backend's kernels: sums
-// (float, double) and the online-softmax state of gpu/kernel_math.h.
+// (float, double), maxima and the online-softmax state of gpu/kernel_math.h.
 // Blocks are at most 1024 threads (32 warps); every thread of the block
 // must call a block_* function.
 #pragma once
@@ -37,6 +37,21 @@ __device__ inline T block_sum(T v, T* shared) {
   if (threadIdx.x == 0) shared[0] = v;
   __syncthreads();
   const T r = shared[0];
+  __syncthreads();
+  return r;
+}
+
+// The block's max, returned to every thread. shared: 32 slots.
+__device__ inline float block_max(float v, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
+  v = warp_max(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < warps ? shared[lane] : -INFINITY;
+  if (warp == 0) v = warp_max(v);
+  if (threadIdx.x == 0) shared[0] = v;
+  __syncthreads();
+  const float r = shared[0];
   __syncthreads();
   return r;
 }

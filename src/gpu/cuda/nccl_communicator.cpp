@@ -51,6 +51,7 @@ class NcclCommunicator final : public Communicator {
     if (stream_ == nullptr && comm() == nullptr) return;
     cudaSetDevice(device_);
     if (!group_->aborted && comm() != nullptr) ncclCommDestroy(comm());
+    if (ready_ != nullptr) cudaEventDestroy(ready_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
   const char* name() const override { return "nccl"; }
@@ -59,6 +60,9 @@ class NcclCommunicator final : public Communicator {
   int device() const { return device_; }
   // This rank's communicator in its group's state: null until connected.
   ncclComm_t& slot() const { return group_->comms[local_]; }
+  // From now on each collective waits for the work queued on `producer`
+  // (the rank's backend's stream, on this rank's device) up to the call.
+  void order_after(cudaStream_t producer) { producer_ = producer; }
 
   void all_reduce(float* data, size_t n) override {
     begin();
@@ -111,17 +115,24 @@ class NcclCommunicator final : public Communicator {
 
  private:
   ncclComm_t comm() const { return slot(); }
-  // The buffers were written by the rank's backend on its own stream, which
-  // this communicator does not know: wait for the device's queued work
-  // (every stream of the device — sections sharing the GPU wait too; an
-  // event handed over by the backend would wait for less).
+  // The buffers were written by the rank's backend on its own stream: the
+  // collective's stream waits (on the device, the host does not) for an
+  // event recorded there now, so sections sharing the GPU on other streams
+  // go on. A rank not told its backend's stream (order_after) waits for
+  // every stream of the device instead.
   void begin() {
     if (group_->aborted) throw CollectiveError(reason());
     if (comm() == nullptr)
       throw CollectiveError(fmt::format("NCCL rank {} of {} on device {}: not connected to its peers", rank_, size_, device_));
     MAESTRO_CUDA_CHECK(cudaSetDevice(device_));
     if (stream_ == nullptr) MAESTRO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    MAESTRO_CUDA_CHECK(cudaDeviceSynchronize());
+    if (producer_ == nullptr) {
+      MAESTRO_CUDA_CHECK(cudaDeviceSynchronize());
+      return;
+    }
+    if (ready_ == nullptr) MAESTRO_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    MAESTRO_CUDA_CHECK(cudaEventRecord(ready_, producer_));
+    MAESTRO_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
   }
   // A communicator made non-blocking (one spanning processes) may answer
   // ncclInProgress: the call is queued once its asynchronous state leaves
@@ -147,10 +158,19 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<NcclGroupState> group_;
   size_t local_;
   int rank_, size_, device_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;    // the collectives', made at the first one
+  cudaStream_t producer_ = nullptr;  // the backend's (order_after); not owned
+  cudaEvent_t ready_ = nullptr;      // recorded on producer_ at each collective
 };
 
 }  // namespace
+
+bool order_nccl_after(Communicator& rank, void* cuda_stream) {
+  auto* nccl = dynamic_cast<NcclCommunicator*>(&rank);
+  if (nccl == nullptr || cuda_stream == nullptr) return false;
+  nccl->order_after(static_cast<cudaStream_t>(cuda_stream));
+  return true;
+}
 
 std::vector<std::shared_ptr<Communicator>> make_nccl_group(const std::vector<int>& devices) {
   auto state = std::make_shared<NcclGroupState>();

@@ -1,14 +1,16 @@
 // NCCL communicators implementing transport/collectives.h's Communicator
 // for GPU ranks: buffers are device memory of the rank's device, work is
-// queued on the communicator's stream, and each call returns once its
-// result is written (the stream is synchronised), as the contract asks.
+// queued on the communicator's stream after an event of the rank's backend
+// stream (order_nccl_after), and each call returns once its result is
+// written (the stream is synchronised), as the contract asks.
 // Sums are NCCL's: the same bits on every rank, but not the rank-ordered
 // sum of the in-process group. Uneven shards (n not a multiple of size) go
 // through grouped ncclReduce / ncclBroadcast per shard, even ones through
 // ncclReduceScatter / ncclAllGather. Every NCCL status is checked; a
 // failure is a CollectiveError naming the call, file and line. Each call
-// first waits for its device's queued work (the rank's backend wrote the
-// buffer on its own stream); abort() on one rank aborts the whole group.
+// first waits, on the device, for the work its backend queued (which wrote
+// the buffer) — for the whole device's when the rank does not know that
+// backend's stream; abort() on one rank aborts the whole group.
 // The runtime gets these through make_dp_group (gpu/backend_factory.h).
 //
 // A group spanning processes (a dp group whose replicas several processes
@@ -35,6 +37,13 @@ namespace maestro {
 // One communicator per device of `devices` (rank i on devices[i]), all in
 // this process (ncclCommInitAll) — one group of gpu/nccl_layout.h.
 std::vector<std::shared_ptr<Communicator>> make_nccl_group(const std::vector<int>& devices);
+
+// Orders every later collective of `rank` after the work queued on
+// `cuda_stream` (a cudaStream_t of the rank's device: its backend's,
+// cuda_backend_stream) up to the call, by an event, instead of after all of
+// its device's work. False, and nothing changed, when `rank` is not an
+// NCCL rank or the stream is null.
+bool order_nccl_after(Communicator& rank, void* cuda_stream);
 
 // A new group's unique id: NCCL_UNIQUE_ID_BYTES bytes.
 std::vector<uint8_t> make_nccl_unique_id();

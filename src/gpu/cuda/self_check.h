@@ -1,6 +1,7 @@
 // The CUDA backend's start-up self-check: on the first use of a device,
 // (1) every kernel of the reference configuration (fp32 GEMMs, cuBLAS
-// attention) runs against the CPU backend, then (2) the fast kernels (the
+// attention) that a cuda run can call (not the vocabulary-parallel losses:
+// tp > 1 is refused on cuda) runs against the CPU backend, then (2) the fast kernels (the
 // tiled online-softmax attention, forward and backward, causal and
 // bidirectional, GQA; the bf16 cuBLASLt GEMMs) and (3) the tensor-core
 // attention against that reference path on the same device — small random
