@@ -44,14 +44,14 @@ check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBL
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
 check '[ $(grep -c ": PASS" "$fake/report.md") = 16 ]' "16 steps PASS (all but build, skipped, and torch)"
 check 'grep -q "64 MiB device->host: pinned 25.0 GB/s, pageable 10.0 GB/s (2.50x); host->device: 12.5 / 12.0 GB/s" "$fake/report.md"' "the host copies, pinned against pageable, in the report"
-check 'grep -q "^## dp 2 over NCCL: SKIP" "$fake/report.md"' "one GPU: the dp 2 step is SKIP"
+check 'grep -q "^## dp 2 over NCCL: SKIP" "$fake/report.md" && grep -q "^## tp 2 over NCCL: SKIP" "$fake/report.md"' "one GPU: the dp 2 and tp 2 steps are SKIP"
 check 'grep -q "^## dp 2 over processes: PASS" "$fake/report.md"' "... but dp 2 over processes runs (the staged ring on one GPU)"
 
 GPUS=2 run; st=$?
-check '[ $st = 0 ] && grep -q "^## dp 2 over NCCL: PASS" "$fake/report.md"' "two GPUs: the dp 2 step runs and passes ($st)"
+check '[ $st = 0 ] && grep -q "^## dp 2 over NCCL: PASS" "$fake/report.md" && grep -q "^## tp 2 over NCCL: PASS" "$fake/report.md"' "two GPUs: the dp 2 and tp 2 steps run and pass ($st)"
 check 'grep -q "^## dp 2 over processes: PASS" "$fake/report.md"' "... and dp 2 over processes"
 GPUS=2 AGREE=0 run; st=$?
-check 'grep -q "^## dp 2 over NCCL: FAIL" "$fake/report.md" && grep -q "^## dp 2 over processes: FAIL" "$fake/report.md"' "two GPUs: dp 2 cuda and cpu losses that differ fail both dp 2 steps"
+check 'grep -q "^## dp 2 over NCCL: FAIL" "$fake/report.md" && grep -q "^## dp 2 over processes: FAIL" "$fake/report.md" && grep -q "^## tp 2 over NCCL: FAIL" "$fake/report.md"' "two GPUs: cuda and cpu losses that differ fail both dp 2 steps and the tp 2 step"
 
 FALLING=0 run; st=$?
 check '[ $st = 1 ]' "a loss that rises fails the run ($st)"

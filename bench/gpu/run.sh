@@ -12,6 +12,8 @@
 #   6c. the same over 2 processes (--processes 2: the llm's replicas in
 #      different processes): one NCCL communicator across them on 2 GPUs,
 #      the staged ring over UCX where both share the one GPU
+#   6d. tiny_mllm with its llm section at tp = 2 (a tp group over NCCL, the
+#      vocabulary-parallel loss kernels), 3 steps cuda vs cpu; SKIP on < 2 GPUs
 #   7. cuBLASLt bf16 GEMM peak, then the 1.3B transformer section (layers 24,
 #      hidden 2048, heads 16, ffn 5504, vocab 32000, seq 2048, bf16):
 #      tokens/s, MFU vs 989 TFLOP/s (H100) and vs the measured GEMM peak;
@@ -64,6 +66,8 @@ printf '[runtime]\nbackend = "cuda"\n' > "$cfg_dir/cuda.toml"
 printf '[runtime]\nbackend = "cpu"\n' > "$cfg_dir/cpu.toml"
 # tiny_mllm with its llm section's dp = auto pinned to 2: two NCCL ranks on cuda
 sed 's/parallel { dp = auto; }/parallel { dp = 2; }/' models/tiny_mllm.sect > "$cfg_dir/tiny_mllm_dp2.sect"
+# ... and pinned to tp = 2: a tp group of two NCCL ranks on cuda
+sed 's/parallel { dp = auto; }/parallel { tp = 2; dp = 1; }/' models/tiny_mllm.sect > "$cfg_dir/tiny_mllm_tp2.sect"
 
 # The plan: name | command (the checks read each command's last stdout line).
 plan=(
@@ -80,6 +84,7 @@ plan=(
   "train tiny_kd|$run models/tiny_kd.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
   "dp 2 over NCCL|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "dp 2 over processes|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --processes 2 --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
+  "tp 2 over NCCL|$run $cfg_dir/tiny_mllm_tp2.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_tp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "gemm peak|$bench gemm"
   "host copies|$bench copies"
   "transformer step|$bench step $big --steps 5 --warmup 2"
@@ -115,6 +120,8 @@ if [ "$dry" = 1 ]; then
   done
   grep -q "dp = 2" "$cfg_dir/tiny_mllm_dp2.sect" && echo "  ok  tiny_mllm at dp = 2 for 'dp 2 over NCCL'" ||
     { echo "  FAIL models/tiny_mllm.sect no longer has the llm's 'parallel { dp = auto; }' that run.sh pins to 2"; fail=1; }
+  grep -q "tp = 2" "$cfg_dir/tiny_mllm_tp2.sect" && echo "  ok  tiny_mllm at tp = 2 for 'tp 2 over NCCL'" ||
+    { echo "  FAIL models/tiny_mllm.sect no longer has the llm's 'parallel { dp = auto; }' that run.sh pins to tp 2"; fail=1; }
   echo "plan (on a machine with an NVIDIA GPU; report: $report):"
   i=1
   for p in "${plan[@]}"; do echo "  $i. ${p%%|*}: ${p#*|}"; i=$((i + 1)); done
@@ -148,9 +155,9 @@ for p in "${plan[@]}"; do
     printf '## %s: SKIP\n\n%s has no scaled_dot_product_attention (torch < 2.0)\n\n' "$name" "$torch_py" >> "$report"
     continue
   fi
-  if [ "$name" = "dp 2 over NCCL" ] && [ "$(nvidia-smi -L | grep -c '^GPU')" -lt 2 ]; then
-    echo "   SKIP (one GPU: a dp group needs a GPU per NCCL rank)"
-    printf '## %s: SKIP\n\none GPU here; dp = 2 on cuda needs two\n\n' "$name" >> "$report"
+  if { [ "$name" = "dp 2 over NCCL" ] || [ "$name" = "tp 2 over NCCL" ]; } && [ "$(nvidia-smi -L | grep -c '^GPU')" -lt 2 ]; then
+    echo "   SKIP (one GPU: a group needs a GPU per NCCL rank)"
+    printf '## %s: SKIP\n\none GPU here; %s on cuda needs two\n\n' "$name" "${name%% over*}" >> "$report"
     continue
   fi
   start=$(date +%s)
@@ -163,7 +170,7 @@ run.sh: stopped after --step-timeout $step_timeout s"
   # Checks and figures drawn from the output (a brace group: verdict survives).
   {
   case "$name" in
-    "engine cuda vs cpu"|"dp 2 over NCCL"|"dp 2 over processes")
+    "engine cuda vs cpu"|"dp 2 over NCCL"|"dp 2 over processes"|"tp 2 over NCCL")
       [ "$st" = 0 ] && { $py - "$log" <<'PY' || verdict=FAIL; }
 import json, sys
 lines = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]

@@ -174,7 +174,7 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
           if (!refusal.empty()) throw TrainFailure(2, refusal);
         }
         try {
-          dp_group.push_back(make_dp_group(options.backend, plan, int(s), k));
+          dp_group.push_back(make_dp_group(options.backend, plan, int(s), k, t));
         } catch (const std::exception& e) {
           throw TrainFailure(1, fmt::format("section '{}', stage {}: dp group: {}", graph.nodes[s].name, k, e.what()));
         }
@@ -185,7 +185,15 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
           setup.runners[s][size_t(k)].emplace_back();
           continue;
         }
-        std::vector<std::shared_ptr<Communicator>> tp_group = make_local_group(int(tp));
+        // In process on the CPU, NCCL over the replica's GPUs on cuda (backend_factory.h).
+        std::vector<std::shared_ptr<Communicator>> tp_group;
+        try {
+          tp_group = make_tp_group(options.backend, plan, int(s), k, r);
+        } catch (const std::exception& e) {
+          throw TrainFailure(1, fmt::format("section '{}', stage {}, replica {}: tp group: {}", graph.nodes[s].name, k,
+                                            r, e.what()));
+        }
+        const std::vector<std::shared_ptr<Communicator>> tp_ranks = tp_group;  // unwrapped
         setup.dp_groups.push_back(tp_group[0]);
         if (tp > 1) {  // rank 0 counts the replica's all-reduce volume
           auto counted = std::make_shared<CountedCommunicator>(tp_group[0]);
@@ -196,7 +204,8 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
         try {
           for (int64_t t = 0; t < tp; ++t) {
             std::unique_ptr<Backend> backend =
-                make_backend(options.backend, pool_threads, replica_device(options.backend, plan, int(s), k, r));
+                make_backend(options.backend, pool_threads, replica_device(options.backend, plan, int(s), k, r, t));
+            order_collectives_after(*tp_ranks[size_t(t)], *backend);
             // A ring between processes reaches host memory only: a GPU rank's
             // gradients are staged through it (gpu/staged_communicator.h).
             std::shared_ptr<Communicator> dp_rank = dp_group[size_t(t)][size_t(r)];

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "graph/tensor_parallel.h"
+#include "nn/backend.h"
 #include "nn/section_model.h"
 
 namespace maestro {
@@ -131,9 +132,12 @@ TensorRef SectionRunner::output_of(const RowsView& v) {
   const auto* tf = std::get_if<TransformerSpec>(&program_.sections[size_t(section_)].model.spec);
   if (!tf || !tp_group_ || tp_group_->size() == 1) return host_copy(transport_, *backend_, {v.rows, v.cols}, v.data);
   const int64_t R = tp_group_->size(), V = tf->vocab, Vs = v.cols;
-  std::vector<float> mine(size_t(v.rows * Vs)), all(size_t(R * v.rows * Vs));
-  backend_->copy_to_host(mine.data(), v.data, mine.size() * sizeof(float));
-  tp_group_->all_gather(all.data(), mine.data(), all.size());
+  std::vector<float> all(size_t(R * v.rows * Vs));
+  {  // gathered in backend memory (an NCCL group's), then read back once
+    const ScopedBuffer gathered(*backend_, all.size());
+    tp_group_->all_gather(gathered.get(), v.data, all.size());
+    backend_->copy_to_host(all.data(), gathered.get(), all.size() * sizeof(float));
+  }
   TensorRef t = transport_.allocate({v.rows, V});
   std::span<float> dst = t.values();
   for (int64_t r = 0; r < R; ++r)
@@ -347,16 +351,11 @@ double SectionRunner::group_sq_norm(double mine) {
   static_assert(sizeof(double) == 2 * sizeof(float));
   const size_t ranks = size_t(dp_group_->size());
   std::vector<double> host(ranks);
-  float* buf = backend_->allocate(2 * ranks + 2);  // [2·ranks] gathered, then [2] mine
+  const ScopedBuffer scoped(*backend_, 2 * ranks + 2);  // [2·ranks] gathered, then [2] mine
+  float* buf = scoped.get();
   backend_->copy_from_host(buf + 2 * ranks, &mine, sizeof(double));
-  try {
-    dp_group_->all_gather(buf, buf + 2 * ranks, 2 * ranks);
-  } catch (...) {
-    backend_->release(buf);
-    throw;
-  }
+  dp_group_->all_gather(buf, buf + 2 * ranks, 2 * ranks);
   backend_->copy_to_host(host.data(), buf, ranks * sizeof(double));
-  backend_->release(buf);
   double sum = 0;
   for (double d : host) sum += d;
   return sum;

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <csignal>
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -172,15 +173,18 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     plan = run.plan;
     opt.cluster = run.cluster;
     opt.processes.spec.plan = plan;  // the workers run the same plan
-    if (backend.kind == BackendKind::Cuda) {  // dp > 1 reduces over NCCL, one GPU per rank of a dp group
+    if (backend.kind == BackendKind::Cuda) {  // dp, tp > 1 talk over NCCL, one GPU per rank of a group
       std::vector<std::string> names;
       for (const auto& node : graph.nodes) names.push_back(node.name);
       // Over processes, each process checks the dp groups it holds whole
       // (actors/run_setup.cpp); the rest reduce over the transfer engine.
       const std::string refusal = cli.processes > 1
                                       ? nccl_tp_refusal(plan, names)
-                                      : nccl_dp_refusal(plan, names, cuda_device_count().value_or(0), nccl_built());
+                                      : nccl_refusal(plan, names, cuda_device_count().value_or(0), nccl_built());
       if (!refusal.empty()) throw std::invalid_argument(refusal);
+      // Before any backend is made: a split section's kernels join the self-check.
+      const bool split = std::any_of(plan.sections.begin(), plan.sections.end(), [](const SectionPlan& s) { return s.tp > 1; });
+      set_gpu_settings({cli.gpu_selfcheck, program.train.precision == Precision::BF16, split});
     }
   } catch (const DataError& e) {
     print_error(e.what());

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <set>
 
@@ -93,22 +94,40 @@ bool nccl_built() {
 #endif
 }
 
-int replica_device(BackendKind kind, const Plan& plan, int section, int64_t stage, int64_t replica) {
+int replica_device(BackendKind kind, const Plan& plan, int section, int64_t stage, int64_t replica, int64_t tp_rank) {
   if (kind == BackendKind::Cpu) return -1;
   const int devices = cuda_device_count().value_or(0);
   if (devices <= 0) throw BackendUnavailable(fmt::format("the CUDA backend needs a CUDA device: {}", devices_seen(devices)));
-  return physical_device(section_device(plan.sections.at(size_t(section)), stage, replica, 0), devices);
+  return physical_device(section_device(plan.sections.at(size_t(section)), stage, replica, tp_rank), devices);
 }
 
-std::vector<std::shared_ptr<Communicator>> make_dp_group(BackendKind kind, const Plan& plan, int section,
-                                                         int64_t stage) {
-  const int dp = int(plan.sections.at(size_t(section)).dp);
-  if (kind == BackendKind::Cpu || dp == 1) return make_local_group(dp);  // one rank: nothing is ever sent
+namespace {
+
+// One group's communicators: in process on the CPU (or for one rank:
+// nothing is ever sent), NCCL over `devices` on cuda.
+std::vector<std::shared_ptr<Communicator>> make_group(BackendKind kind, int size, const char* what,
+                                                      const std::function<std::vector<int>(int gpus)>& devices) {
+  if (kind == BackendKind::Cpu || size == 1) return make_local_group(size);
 #if MAESTRO_HAVE_NCCL
-  return make_nccl_group(dp_group_devices(plan, section, stage, cuda_device_count().value_or(0)));
+  return make_nccl_group(devices(cuda_device_count().value_or(0)));
 #else
-  throw BackendUnavailable(fmt::format("dp = {} on the CUDA backend: this build has no NCCL", dp));
+  (void)devices;
+  throw BackendUnavailable(fmt::format("{} = {} on the CUDA backend: this build has no NCCL", what, size));
 #endif
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<Communicator>> make_dp_group(BackendKind kind, const Plan& plan, int section,
+                                                         int64_t stage, int64_t tp_rank) {
+  return make_group(kind, int(plan.sections.at(size_t(section)).dp), "dp",
+                    [&](int gpus) { return dp_group_devices(plan, section, stage, gpus, tp_rank); });
+}
+
+std::vector<std::shared_ptr<Communicator>> make_tp_group(BackendKind kind, const Plan& plan, int section,
+                                                         int64_t stage, int64_t replica) {
+  return make_group(kind, int(plan.sections.at(size_t(section)).tp), "tp",
+                    [&](int gpus) { return tp_group_devices(plan, section, stage, replica, gpus); });
 }
 
 #if MAESTRO_HAVE_NCCL
@@ -148,7 +167,7 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, int device)
     std::lock_guard lock(g_mu);
     s = g_settings;
     if (s.self_check && !g_checked_devices.count(device)) {
-      gpu_self_check(device, s.bf16_gemm);  // throws GpuSelfCheckFailed
+      gpu_self_check(device, s.bf16_gemm, s.tensor_parallel);  // throws GpuSelfCheckFailed
       g_checked_devices.insert(device);
     }
   }

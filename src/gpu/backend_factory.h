@@ -72,6 +72,7 @@ BackendKind worker_backend(const std::string& coordinator_backend, bool cuda_bui
 struct GpuSettings {
   bool self_check = true;  // --gpu-selfcheck=on|off
   bool bf16_gemm = true;   // train.precision = bf16 (fp32: plain fp32 GEMMs)
+  bool tensor_parallel = false;  // the plan has tp > 1: the self-check runs the tp-only kernels too
 };
 void set_gpu_settings(const GpuSettings& s);
 
@@ -83,14 +84,21 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, int device 
 
 // Whether this binary has the NCCL communicators.
 bool nccl_built();
-// The CUDA device of a replica of section `section`, stage `stage`
-// (physical_device of the plan's device, tp rank 0); -1 for the CPU backend.
-int replica_device(BackendKind kind, const Plan& plan, int section, int64_t stage, int64_t replica);
-// The dp group of section `section`, stage `stage`: plan.sections[section].dp
-// communicators, [replica]. Cuda: NCCL over dp_group_devices (the caller
-// has checked nccl_dp_refusal); throws BackendUnavailable without NCCL.
+// The CUDA device of tp rank `tp_rank` of a replica of section `section`,
+// stage `stage` (physical_device of the plan's device); -1 for the CPU backend.
+int replica_device(BackendKind kind, const Plan& plan, int section, int64_t stage, int64_t replica,
+                   int64_t tp_rank = 0);
+// The dp group of tp rank `tp_rank` of section `section`, stage `stage`:
+// plan.sections[section].dp communicators, [replica]. Cuda: NCCL over
+// dp_group_devices (the caller has checked nccl_refusal); throws
+// BackendUnavailable without NCCL.
 std::vector<std::shared_ptr<Communicator>> make_dp_group(BackendKind kind, const Plan& plan, int section,
-                                                         int64_t stage);
+                                                         int64_t stage, int64_t tp_rank = 0);
+// The tp group of replica `replica` of that stage: plan.sections[section].tp
+// communicators, [tp rank] — in process on the CPU, NCCL over
+// tp_group_devices on cuda (likewise checked; BackendUnavailable without NCCL).
+std::vector<std::shared_ptr<Communicator>> make_tp_group(BackendKind kind, const Plan& plan, int section,
+                                                         int64_t stage, int64_t replica);
 // A dp group spanning processes, on the CUDA backend (nccl_communicator.h's
 // make_nccl_unique_id, make_nccl_ranks, connect_nccl_ranks): each throws
 // BackendUnavailable in a build without NCCL.
@@ -98,7 +106,8 @@ std::vector<uint8_t> nccl_unique_id();
 std::vector<std::shared_ptr<Communicator>> make_peer_dp_ranks(int size, const std::vector<int>& ranks,
                                                               const std::vector<int>& devices);
 void connect_peer_dp_ranks(const std::vector<NcclConnection>& ranks, std::chrono::milliseconds timeout);
-// Makes `rank` (an NCCL rank of make_dp_group or make_peer_dp_ranks) wait,
+// Makes `rank` (an NCCL rank of make_dp_group, make_tp_group or
+// make_peer_dp_ranks) wait,
 // before each collective, for the work `backend` (its replica's, on the
 // rank's device) has queued up to the call — an event of the backend's
 // stream — rather than for all of the device's streams. Returns whether it

@@ -5,6 +5,8 @@
 
 #include <set>
 #include <stdexcept>
+#include <string_view>
+#include <utility>
 
 namespace maestro {
 
@@ -47,26 +49,60 @@ int physical_device(int64_t plan_device, int gpus) {
   return int(plan_device % gpus);
 }
 
-std::vector<int> dp_group_devices(const Plan& plan, int section, int64_t stage, int gpus) {
+std::vector<int> dp_group_devices(const Plan& plan, int section, int64_t stage, int gpus, int64_t tp_rank) {
   const SectionPlan& s = plan.sections.at(size_t(section));
   std::vector<int> devices;
-  for (int64_t r = 0; r < s.dp; ++r) devices.push_back(physical_device(section_device(s, stage, r, 0), gpus));
+  for (int64_t r = 0; r < s.dp; ++r) devices.push_back(physical_device(section_device(s, stage, r, tp_rank), gpus));
   return devices;
 }
+
+std::vector<int> tp_group_devices(const Plan& plan, int section, int64_t stage, int64_t replica, int gpus) {
+  const SectionPlan& s = plan.sections.at(size_t(section));
+  std::vector<int> devices;
+  for (int64_t t = 0; t < s.tp; ++t) devices.push_back(physical_device(section_device(s, stage, replica, t), gpus));
+  return devices;
+}
+
+namespace {
+
+bool distinct(const std::vector<int>& devices) { return std::set<int>(devices.begin(), devices.end()).size() == devices.size(); }
+
+}  // namespace
 
 std::string nccl_group_refusal(const Plan& plan, int section, int64_t stage, const std::string& name, int gpus,
                                bool nccl_built) {
   const SectionPlan& s = plan.sections.at(size_t(section));
-  if (s.dp <= 1) return "";
-  if (!nccl_built)
-    return fmt::format("section '{}': dp = {} on the CUDA backend needs NCCL, and this build has none (nccl.h and "
-                       "libnccl not found in the CUDA prefix); use dp = 1",
-                       name, s.dp);
-  const std::vector<int> d = dp_group_devices(plan, section, stage, gpus);
-  if (std::set<int>(d.begin(), d.end()).size() != d.size())
-    return fmt::format("section '{}': dp = {} on the CUDA backend needs {} distinct GPUs for each dp group (one "
-                       "NCCL rank per GPU), {} CUDA device(s) found; use dp <= {}",
-                       name, s.dp, s.dp, gpus, gpus);
+  // tp first: once a tp group fits, gpus / tp >= 1 replicas can
+  for (const auto& [kind, size] : {std::pair{"tp", s.tp}, std::pair{"dp", s.dp}}) {
+    if (size <= 1) continue;
+    if (!nccl_built)
+      return fmt::format("section '{}': {} = {} on the CUDA backend needs NCCL, and this build has none (nccl.h and "
+                         "libnccl not found in the CUDA prefix); use {} = 1",
+                         name, kind, size, kind);
+    const bool dp = std::string_view(kind) == "dp";
+    for (int64_t i = 0; i < (dp ? s.tp : s.dp); ++i)
+      if (!distinct(dp ? dp_group_devices(plan, section, stage, gpus, i) : tp_group_devices(plan, section, stage, i, gpus)))
+        return fmt::format("section '{}': {} = {} on the CUDA backend needs {} distinct GPUs for each {} group (one "
+                           "NCCL rank per GPU), {} CUDA device(s) found; use {} <= {}",
+                           name, kind, size, size, kind, gpus, kind, gpus / (dp ? s.tp : 1));
+  }
+  return "";
+}
+
+std::string nccl_tp_refusal(const Plan& plan, const std::vector<std::string>& section_names) {
+  for (size_t si = 0; si < plan.sections.size(); ++si)
+    if (plan.sections[si].tp > 1)
+      return fmt::format("section '{}': tp = {} on the CUDA backend over processes is not built yet (a replica's tp "
+                         "group is NCCL within one process); use one process or tp = 1",
+                         section_names.at(si), plan.sections[si].tp);
+  return "";
+}
+
+std::string nccl_refusal(const Plan& plan, const std::vector<std::string>& section_names, int gpus, bool nccl_built) {
+  for (size_t si = 0; si < plan.sections.size(); ++si)
+    for (int64_t k = 0; k < plan.sections[si].pp; ++k)
+      if (std::string why = nccl_group_refusal(plan, int(si), k, section_names.at(si), gpus, nccl_built); !why.empty())
+        return why;
   return "";
 }
 
@@ -74,25 +110,6 @@ std::string shared_gpu(const std::vector<std::string>& gpu_of_rank) {
   for (size_t a = 0; a < gpu_of_rank.size(); ++a)
     for (size_t b = a + 1; b < gpu_of_rank.size(); ++b)
       if (gpu_of_rank[a] == gpu_of_rank[b]) return fmt::format("ranks {} and {} share the GPU {}", a, b, gpu_of_rank[a]);
-  return "";
-}
-
-std::string nccl_tp_refusal(const Plan& plan, const std::vector<std::string>& section_names) {
-  for (size_t si = 0; si < plan.sections.size(); ++si)
-    if (plan.sections[si].tp > 1)
-      return fmt::format("section '{}': tp = {} on the CUDA backend is not built yet (a replica's tensor-parallel "
-                         "ranks talk through host memory in one process, not NCCL); use tp = 1",
-                         section_names.at(si), plan.sections[si].tp);
-  return "";
-}
-
-std::string nccl_dp_refusal(const Plan& plan, const std::vector<std::string>& section_names, int gpus,
-                            bool nccl_built) {
-  if (std::string why = nccl_tp_refusal(plan, section_names); !why.empty()) return why;
-  for (size_t si = 0; si < plan.sections.size(); ++si)
-    for (int64_t k = 0; k < plan.sections[si].pp; ++k)
-      if (std::string why = nccl_group_refusal(plan, int(si), k, section_names.at(si), gpus, nccl_built); !why.empty())
-        return why;
   return "";
 }
 

@@ -40,23 +40,26 @@ std::vector<CommGroup> plan_comm_groups(const Plan& plan);
 // around (a CPU-sized plan may number more devices than there are; sections
 // numbered on the same device share that GPU, each replica on its own stream).
 int physical_device(int64_t plan_device, int gpus);
-// The CUDA devices of section `section`'s stage-`stage` dp group (tp rank 0),
-// NCCL rank order, on `gpus` devices.
-std::vector<int> dp_group_devices(const Plan& plan, int section, int64_t stage, int gpus);
-// Why the plan's dp groups cannot run over NCCL on `gpus` devices ("" when
-// they can): NCCL missing from the build, or a group whose ranks would share
-// a GPU (one process cannot hold two ranks of a communicator on one device);
-// or tp > 1, whose shard ops the CUDA backend does not implement yet.
-// Names the section by section_names[s].
-std::string nccl_dp_refusal(const Plan& plan, const std::vector<std::string>& section_names, int gpus,
-                            bool nccl_built);
-// The parts of nccl_dp_refusal: tp > 1 anywhere; and one in-process dp
-// group (section `section`, stage `stage`, named `name`) — what each
-// process of a run over processes checks for the groups it holds whole
-// (groups spanning processes reduce over the transfer engine instead).
-std::string nccl_tp_refusal(const Plan& plan, const std::vector<std::string>& section_names);
+// The CUDA devices of section `section`'s stage-`stage` dp group of tp rank
+// `tp_rank`, NCCL rank order, on `gpus` devices.
+std::vector<int> dp_group_devices(const Plan& plan, int section, int64_t stage, int gpus, int64_t tp_rank = 0);
+// The CUDA devices of the tp group of replica `replica` of that stage.
+std::vector<int> tp_group_devices(const Plan& plan, int section, int64_t stage, int64_t replica, int gpus);
+// Why the plan's dp and tp groups cannot run over NCCL in one process on
+// `gpus` devices ("" when they can): NCCL missing from the build, or a group
+// whose ranks would share a GPU (one process cannot hold two ranks of a
+// communicator on one device). Names the section by section_names[s].
+std::string nccl_refusal(const Plan& plan, const std::vector<std::string>& section_names, int gpus, bool nccl_built);
+// Its part for the groups of one section stage (section `section`, stage
+// `stage`, named `name`): every tp rank's dp group and every replica's tp
+// group — what each process of a run over processes checks for the dp
+// groups it holds whole (groups spanning processes reduce over the transfer
+// engine instead).
 std::string nccl_group_refusal(const Plan& plan, int section, int64_t stage, const std::string& name, int gpus,
                                bool nccl_built);
+// Over processes, tp > 1 on the CUDA backend is refused: "" when every
+// section has tp = 1.
+std::string nccl_tp_refusal(const Plan& plan, const std::vector<std::string>& section_names);
 
 // A dp group whose replicas several processes host is, on the CUDA backend,
 // one NCCL communicator across them (gpu/cuda/nccl_communicator.h) when no

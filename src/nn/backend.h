@@ -194,4 +194,21 @@ class Backend {
   Device device_;
 };
 
+// `floats` fp32 of a backend's memory, released when this goes out of scope
+// (on every path: a collective that throws included); none when floats = 0.
+class ScopedBuffer {
+ public:
+  ScopedBuffer(Backend& backend, size_t floats) : b_(backend), p_(floats ? backend.allocate(floats) : nullptr) {}
+  ~ScopedBuffer() {
+    if (p_) b_.release(p_);
+  }
+  ScopedBuffer(const ScopedBuffer&) = delete;
+  ScopedBuffer& operator=(const ScopedBuffer&) = delete;
+  float* get() const { return p_; }
+
+ private:
+  Backend& b_;
+  float* p_;
+};
+
 }  // namespace maestro

@@ -56,13 +56,16 @@ void copy_stage_grad(const Section& s, Backend& b, float* dst, std::span<const f
 
 namespace {
 
-// Σ over the tp ranks of a double, through the float all-reduce: each value
-// as hi + lo floats (hi = float(x), lo = float(x − hi)), ~48 bits kept;
-// the same on every rank.
-double tp_sum(Communicator& comm, double x) {
+// Σ over the tp ranks of a double, through the float all-reduce (on backend
+// memory, which an NCCL group needs): each value as hi + lo floats (hi =
+// float(x), lo = float(x − hi)), ~48 bits kept; the same on every rank.
+double tp_sum(Backend& b, Communicator& comm, double x) {
   float parts[2] = {float(x), 0.0f};
   parts[1] = float(x - double(parts[0]));
-  comm.all_reduce(parts, 2);
+  const ScopedBuffer buf(b, 2);
+  b.copy_from_host(buf.get(), parts, sizeof parts);
+  comm.all_reduce(buf.get(), 2);
+  b.copy_to_host(parts, buf.get(), sizeof parts);
   return double(parts[0]) + double(parts[1]);
 }
 
@@ -230,7 +233,7 @@ double SectionModel::grad_sq_norm() {
   grad_sq_norm(scalars_);
   double host = 0;
   backend_.copy_to_host(&host, scalars_, sizeof(double));
-  if (tp_.size > 1) host = tp_sum(*tp_.comm, host);
+  if (tp_.size > 1) host = tp_sum(backend_, *tp_.comm, host);
   return host;
 }
 
@@ -276,11 +279,13 @@ Tensor host_copy(Backend& b, const float* src, const std::vector<int64_t>& shape
 }  // namespace
 
 Tensor SectionModel::whole_tensor(const float* buffer, size_t i) const {
-  Tensor shard = host_copy(backend_, buffer + offsets_[i], tensors_[i].shape);
-  if (tp_.size == 1) return shard;
-  // Every rank's shard (all the same size), rank after rank, then unsliced.
-  Tensor gathered = Tensor::host(DType::F32, {tp_.size, tensors_[i].numel()});
-  tp_.comm->all_gather(gathered.f32(), shard.f32(), size_t(tp_.size * tensors_[i].numel()));
+  if (tp_.size == 1) return host_copy(backend_, buffer + offsets_[i], tensors_[i].shape);
+  // Every rank's shard (all the same size), rank after rank, gathered in
+  // backend memory, then unsliced on the host.
+  const size_t n = size_t(tp_.size * tensors_[i].numel());
+  const ScopedBuffer on_backend(backend_, n);
+  tp_.comm->all_gather(on_backend.get(), buffer + offsets_[i], n);
+  const Tensor gathered = host_copy(backend_, on_backend.get(), {tp_.size, tensors_[i].numel()});
   Tensor whole = Tensor::host(DType::F32, whole_[i].shape);
   for (int64_t r = 0; r < tp_.size; ++r)
     tp_unslice(whole.f32(), gathered.f32() + r * tensors_[i].numel(), section_.model, whole_[i], tp_.size, r);
@@ -299,13 +304,9 @@ void SectionModel::save(const std::string& path, const std::string& prefix) cons
     // part in the dp gather (path "") reads nothing back.
     std::vector<Tensor> moments[2];
     for (int k = 0; k < 2; ++k) {
-      struct Whole {  // released on every path, a failed collective included
-        Backend& backend;
-        float* data;
-        ~Whole() { if (data) backend.release(data); }
-      } whole{backend_, all_gather_ ? backend_.allocate(size_t(n_params_)) : nullptr};
+      const ScopedBuffer whole(backend_, all_gather_ ? size_t(n_params_) : 0);
       const float* src = k == 0 ? adam_m_ : adam_v_;
-      if (whole.data) all_gather_(whole.data, src, size_t(n_params_)), src = whole.data;
+      if (whole.get()) all_gather_(whole.get(), src, size_t(n_params_)), src = whole.get();
       for (size_t i = 0; i < tensors_.size() && !path.empty(); ++i) moments[k].push_back(whole_tensor(src, i));
     }
     for (size_t i = 0; i < tensors_.size() && !path.empty(); ++i) {

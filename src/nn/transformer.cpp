@@ -186,7 +186,9 @@ class Transformer final : public ModelImpl {
         if (int64_t(output_grads[i].size()) != rows * V)
           input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
                                             output_grads[i].size(), rows, V));
-        b_.accumulate(dlogits + g.text_offsets[i] * V, output_grads[i].data(), rows * V);
+        float* grad = ctx.take(rows * V);  // host data enters backend memory by a copy first
+        b_.copy_from_host(grad, output_grads[i].data(), output_grads[i].size() * sizeof(float));
+        b_.accumulate(dlogits + g.text_offsets[i] * V, grad, rows * V);
       }
       // Head and final norm (text rows).
       float* dnormed = ctx.take_zeroed(Nt * C);

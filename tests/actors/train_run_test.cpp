@@ -19,6 +19,7 @@
 #include "dsl/frontend.h"
 #include "graph/section_graph.h"
 #include "plan/cost_model.h"
+#include "support/checked_backend.h"
 #include "support/test_programs.h"
 #include "transport/local_transport.h"
 
@@ -167,8 +168,10 @@ BOOST_AUTO_TEST_CASE(a_stage_recomputed_whole_holds_its_input_only) {
   BOOST_TEST_REQUIRE(images.size() >= 2u);
   LocalTransport transport;
   auto runner = [&](bool replay) {
-    return std::make_unique<SectionRunner>(program, 0, 0, 1, 7, transport, make_cpu_backend(1), nullptr, nullptr,
-                                           false, 0, replay);
+    // behind a GPU's memory contract: the runner hands the engine host spans only
+    return std::make_unique<SectionRunner>(program, 0, 0, 1, 7, transport,
+                                           std::make_unique<test_support::CheckedBackend>(1), nullptr, nullptr, false,
+                                           0, replay);
   };
   auto task = [&](Task::Kind kind, int64_t mb) {
     RunTask t;

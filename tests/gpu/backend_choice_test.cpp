@@ -78,4 +78,24 @@ BOOST_AUTO_TEST_CASE(the_cpu_backend_gets_the_in_process_dp_group) {
   BOOST_TEST(replica_device(BackendKind::Cpu, plan, 0, 1, 2) == -1);
 }
 
+// Likewise a replica's tp group: the in-process group on the CPU (ranks in
+// tp order, as the engine's tensor-parallel ops expect), none needed for tp 1.
+BOOST_AUTO_TEST_CASE(the_cpu_backend_gets_the_in_process_tp_group) {
+  Plan plan;
+  plan.sections.push_back({0, 4, 2, 1, 2, 1});  // tp 2 × dp 2
+  plan.sections.push_back({0, 1, 1, 1, 1, 1});
+  const auto group = make_tp_group(BackendKind::Cpu, plan, 0, 0, 1);
+  BOOST_TEST_REQUIRE(group.size() == 2u);
+  for (int t = 0; t < 2; ++t) {
+    BOOST_TEST(std::string(group[size_t(t)]->name()) == "local");
+    BOOST_TEST(group[size_t(t)]->rank() == t);
+    BOOST_TEST(group[size_t(t)]->size() == 2);
+  }
+  const auto single = make_tp_group(BackendKind::Cuda, plan, 1, 0, 0);
+  BOOST_TEST_REQUIRE(single.size() == 1u);
+  BOOST_TEST(std::string(single[0]->name()) == "local");
+  BOOST_TEST(make_dp_group(BackendKind::Cpu, plan, 0, 0, 1).size() == 2u);  // tp rank 1's dp group
+  BOOST_TEST(replica_device(BackendKind::Cpu, plan, 0, 0, 1, 1) == -1);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -62,20 +62,36 @@ BOOST_AUTO_TEST_CASE(nccl_dp_groups_need_nccl_and_one_gpu_per_rank) {
   plan.sections.push_back({0, 1, 1, 1, 1, 1});
   plan.sections.push_back({0, 4, 1, 2, 2, 1});  // dp 2, pp 2
   const std::vector<std::string> names{"vision", "llm"};
-  BOOST_TEST(nccl_dp_refusal(plan, names, 2, true) == "");  // each stage's group on GPUs 0 and 1
-  BOOST_TEST(nccl_dp_refusal(plan, names, 4, true) == "");
-  const std::string one_gpu = nccl_dp_refusal(plan, names, 1, true);
+  BOOST_TEST(nccl_refusal(plan, names, 2, true) == "");  // each stage's group on GPUs 0 and 1
+  BOOST_TEST(nccl_refusal(plan, names, 4, true) == "");
+  const std::string one_gpu = nccl_refusal(plan, names, 1, true);
   BOOST_TEST(one_gpu.find("section 'llm': dp = 2") != std::string::npos, one_gpu);
   BOOST_TEST(one_gpu.find("1 CUDA device(s) found; use dp <= 1") != std::string::npos, one_gpu);
-  const std::string no_nccl = nccl_dp_refusal(plan, names, 4, false);
+  const std::string no_nccl = nccl_refusal(plan, names, 4, false);
   BOOST_TEST(no_nccl.find("section 'llm'") != std::string::npos, no_nccl);
   BOOST_TEST(no_nccl.find("needs NCCL") != std::string::npos, no_nccl);
   plan.sections[1] = {0, 1, 1, 1, 1, 1};  // dp 1 everywhere: nothing to refuse, whatever the machine
-  BOOST_TEST(nccl_dp_refusal(plan, names, 1, false) == "");
-  plan.sections[1] = {0, 2, /*tp*/ 2, 1, 1, 1};  // tp's shard ops are cpu-only
-  const std::string tp = nccl_dp_refusal(plan, names, 4, true);
-  BOOST_TEST(tp.find("section 'llm': tp = 2 on the CUDA backend is not built yet") != std::string::npos, tp);
-  BOOST_TEST(nccl_tp_refusal(plan, names) == tp);
+  BOOST_TEST(nccl_refusal(plan, names, 1, false) == "");
+  // tp: a replica's tp group over NCCL in one process, one GPU per rank
+  plan.sections[1] = {0, 2, /*tp*/ 2, 1, 1, 1};
+  BOOST_TEST(nccl_refusal(plan, names, 2, true) == "");
+  const std::string tp_one_gpu = nccl_refusal(plan, names, 1, true);
+  BOOST_TEST(tp_one_gpu == "section 'llm': tp = 2 on the CUDA backend needs 2 distinct GPUs for each tp group (one "
+                           "NCCL rank per GPU), 1 CUDA device(s) found; use tp <= 1");
+  const std::string tp_no_nccl = nccl_refusal(plan, names, 2, false);
+  BOOST_TEST(tp_no_nccl.find("section 'llm': tp = 2 on the CUDA backend needs NCCL") != std::string::npos, tp_no_nccl);
+  // tp 2 × dp 2 (devices: replica 0 on 0, 1; replica 1 on 2, 3): 4 GPUs fit;
+  // on 2 each tp group fits, but each tp rank's dp group would share a GPU
+  plan.sections[1] = {0, 4, 2, 1, 2, 1};
+  BOOST_TEST(nccl_refusal(plan, names, 4, true) == "");
+  BOOST_TEST((tp_group_devices(plan, 1, 0, 1, 4) == std::vector<int>{2, 3}));
+  BOOST_TEST((dp_group_devices(plan, 1, 0, 4, 1) == std::vector<int>{1, 3}));
+  const std::string two_gpus = nccl_refusal(plan, names, 2, true);
+  BOOST_TEST(two_gpus == "section 'llm': dp = 2 on the CUDA backend needs 2 distinct GPUs for each dp group (one NCCL "
+                         "rank per GPU), 2 CUDA device(s) found; use dp <= 1");
+  // Over processes tp > 1 on cuda is refused whatever the machine.
+  const std::string tp = nccl_tp_refusal(plan, names);
+  BOOST_TEST(tp.find("section 'llm': tp = 2 on the CUDA backend over processes is not built yet") != std::string::npos, tp);
   // Over processes: tp for the whole plan, and each in-process group alone.
   plan.sections[1] = {0, 4, 1, 2, 2, 1};
   BOOST_TEST(nccl_tp_refusal(plan, names) == "");

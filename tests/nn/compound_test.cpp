@@ -39,23 +39,30 @@ BOOST_AUTO_TEST_CASE(mllm_gradients_reach_the_encoders, *kOracle) {
   vin[0].values = span_of(px0);
   vin[1].values = span_of(px2);
   ForwardOutput vf = vision.forward(vin);
-  pin[0].values = vf.outputs[0].values();
-  pin[1].values = vf.outputs[1].values();
+  // Outputs reach the next model through the host, as the runtime hands them on.
+  const std::vector<float> v0 = host_of(vf.outputs[0]), v1 = host_of(vf.outputs[1]);
+  pin[0].values = span_of(v0);
+  pin[1].values = span_of(v1);
   ForwardOutput pf = proj.forward(pin);
   ain[0].values = span_of(mel1);
   ain[1].values = span_of(mel2);
   ForwardOutput af = audio.forward(ain);
   for (int i = 0; i < 4; ++i) lin[i].tokens = tokens[i];
-  lin[0].spliced = {pf.outputs[0].values()};
-  lin[1].spliced = {af.outputs[0].values()};
-  lin[2].spliced = {pf.outputs[1].values(), af.outputs[1].values()};  // flow order: vision_proj, then audio
+  const std::vector<float> p0 = host_of(pf.outputs[0]), p1 = host_of(pf.outputs[1]);
+  const std::vector<float> a0 = host_of(af.outputs[0]), a1 = host_of(af.outputs[1]);
+  lin[0].spliced = {span_of(p0)};
+  lin[1].spliced = {span_of(a0)};
+  lin[2].spliced = {span_of(p1), span_of(a1)};  // flow order: vision_proj, then audio
   ForwardOutput lf = llm.forward(lin);
   const double loss = llm.loss(*lf.context, {}, n_global);
   // Backward in reverse.
   auto dl = llm.backward(*lf.context, {});
-  auto dp = proj.backward(*pf.context, {dl[0][0].values(), dl[2][0].values()});
-  vision.backward(*vf.context, {dp[0][0].values(), dp[1][0].values()});
-  audio.backward(*af.context, {dl[1][0].values(), dl[2][1].values()});
+  const std::vector<float> dl00 = host_of(dl[0][0]), dl20 = host_of(dl[2][0]);
+  const std::vector<float> dl10 = host_of(dl[1][0]), dl21 = host_of(dl[2][1]);
+  auto dp = proj.backward(*pf.context, {span_of(dl00), span_of(dl20)});
+  const std::vector<float> dp0 = host_of(dp[0][0]), dp1 = host_of(dp[1][0]);
+  vision.backward(*vf.context, {span_of(dp0), span_of(dp1)});
+  audio.backward(*af.context, {span_of(dl10), span_of(dl21)});
 
   OracleCase c;
   for (SectionModel* m : {&vision, &proj, &audio, &llm}) c.add_model(*m);
@@ -98,7 +105,8 @@ BOOST_AUTO_TEST_CASE(distillation_matches_torch, *kOracle) {
   ForwardOutput tf = teacher.forward(in);
   ForwardOutput sf = student.forward(in);
   const int64_t n_global = 10 + 5;
-  const double loss = student.loss(*sf.context, {tf.outputs[0].values(), tf.outputs[1].values()}, n_global);
+  const std::vector<float> t0 = host_of(tf.outputs[0]), t1 = host_of(tf.outputs[1]);
+  const double loss = student.loss(*sf.context, {span_of(t0), span_of(t1)}, n_global);
   student.backward(*sf.context, {});
 
   OracleCase c;

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cpu/cpu_backend.h"
+#include "support/checked_backend.h"
 #include "nn/init.h"
 #include "nn/safetensors.h"
 #include "support/oracle_python.h"
@@ -17,8 +17,14 @@
 namespace maestro::test {
 
 Backend& cpu() {
-  static std::unique_ptr<Backend> b = make_cpu_backend(1);
-  return *b;
+  static test_support::CheckedBackend b(1);
+  return b;
+}
+
+std::vector<float> host_of(const RowsView& v) {
+  std::vector<float> out(size_t(v.rows * v.cols));
+  if (!out.empty()) cpu().copy_to_host(out.data(), v.data, out.size() * sizeof(float));
+  return out;
 }
 
 std::string temp_dir(const std::string& tag) {

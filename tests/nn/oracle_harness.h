@@ -24,7 +24,9 @@ namespace maestro::test {
 // The Boost.Test label of the cases that run the oracle.
 inline auto kOracle = boost::unit_test::label("oracle");
 
-Backend& cpu();  // one CPU backend, 1 thread, for the whole suite
+// One CPU backend, 1 thread, for the whole suite, behind the memory contract
+// a GPU backend enforces (support/checked_backend.h).
+Backend& cpu();
 
 // A fresh empty folder under the system temp directory.
 std::string temp_dir(const std::string& tag);
@@ -50,6 +52,10 @@ void randomize(SectionModel& m, uint64_t seed, float scale = 0.3f);
 
 // Spans over vectors, for SampleInput and gradient lists.
 inline std::span<const float> span_of(const std::vector<float>& v) { return {v.data(), v.size()}; }
+// A view of cpu()'s memory copied to the host: how the runtime hands one
+// model's outputs (and input gradients) to another, since the engine takes
+// host spans (cpu() refuses backend memory there).
+std::vector<float> host_of(const RowsView& v);
 
 using Reference = std::map<std::string, std::vector<float>>;
 

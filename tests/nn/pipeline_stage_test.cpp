@@ -76,9 +76,13 @@ void check_split(const Section& sec, int64_t stages, const std::vector<SampleInp
     auto wdin = whole.backward(*w.context, grads);
 
     std::vector<ForwardOutput> fw;
+    std::vector<float> hidden;  // the previous stage's output, handed on through the host as the runtime does
     for (int64_t k = 0; k < stages; ++k) {
       StageInput si;
-      if (k > 0) si = {fw.back().hidden.values(), fw.back().geometry};
+      if (k > 0) {
+        hidden = host_of(fw.back().hidden);
+        si = {span_of(hidden), fw.back().geometry};
+      }
       fw.push_back(parts[size_t(k)]->forward(in, k > 0 ? &si : nullptr));
       if (k + 1 < stages) {
         BOOST_CHECK(fw.back().outputs.empty());
@@ -92,6 +96,7 @@ void check_split(const Section& sec, int64_t stages, const std::vector<SampleInp
     if (has_loss) BOOST_CHECK_EQUAL(parts.back()->loss(*last.context, {}, 40), wloss);
     std::vector<std::vector<RowsView>> din;
     std::span<const float> dhidden;
+    std::vector<float> dhidden_host;
     for (int64_t k = stages - 1; k >= 0; --k) {
       din = parts[size_t(k)]->backward(*fw[size_t(k)].context, k == stages - 1 ? grads
                                                                              : std::vector<std::span<const float>>{},
@@ -99,7 +104,8 @@ void check_split(const Section& sec, int64_t stages, const std::vector<SampleInp
       if (k > 0) {
         const RowsView d = SectionModel::stage_input_grad(*fw[size_t(k)].context);
         BOOST_CHECK_EQUAL(d.rows, fw[size_t(k - 1)].hidden.rows);
-        dhidden = d.values();
+        dhidden_host = host_of(d);
+        dhidden = span_of(dhidden_host);
       }
     }
     for (auto& p : parts) check_grads_equal(whole, *p);

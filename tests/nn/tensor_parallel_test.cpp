@@ -14,7 +14,7 @@
 #include <functional>
 #include <thread>
 
-#include "cpu/cpu_backend.h"
+#include "support/checked_backend.h"
 #include "graph/tensor_parallel.h"
 #include "oracle_harness.h"
 #include "transport/collectives.h"
@@ -53,7 +53,7 @@ void on_ranks(int64_t tp, const std::function<void(int64_t rank, Backend& backen
   for (int64_t r = 0; r < tp; ++r)
     ranks.emplace_back([&, r] {
       try {
-        auto backend = make_cpu_backend(1);
+        auto backend = std::make_unique<test_support::CheckedBackend>(1);  // host/backend memory kept apart
         body(r, *backend, tp > 1 ? group[size_t(r)].get() : nullptr);
       } catch (const std::exception& e) {
         errors[size_t(r)] = e.what();

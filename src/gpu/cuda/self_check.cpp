@@ -8,7 +8,7 @@
 
 namespace maestro {
 
-std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm) {
+std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm, bool tensor_parallel) {
   CudaBackendOptions fast_opt, ref_opt;
   fast_opt.device = ref_opt.device = device;
   fast_opt.bf16_gemm = bf16_gemm;
@@ -33,12 +33,12 @@ std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm) {
   CompareOptions o;
   o.tolerance = kSelfCheckTolerance;
   o.gemm_tolerance = kSelfCheckGemmTolerance;
-  // 1. every kernel of the reference path that a run uses against the CPU
-  // backend: not the vocabulary-parallel losses (tp > 1, which a cuda run
-  // refuses: nccl_tp_refusal), so that those kernels, not yet run on a GPU,
-  // cannot stop a run that never calls them (bench/gpu's op check runs them)
+  // 1. every kernel of the reference path that the run calls against the
+  // CPU backend: the vocabulary-parallel losses only with tp > 1, so that
+  // those kernels (not yet run on a GPU) cannot stop a run that never calls
+  // them; bench/gpu's op check runs them always
   for (const std::string& family : compared_op_families())
-    if (family != "vocab_parallel") o.ops.insert(family);
+    if (family != "vocab_parallel" || tensor_parallel) o.ops.insert(family);
   const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
   std::vector<OpCheck> checks = compare_backends(*ref, *cpu, o);
   refuse(checks, "the CPU backend");

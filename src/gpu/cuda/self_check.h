@@ -1,7 +1,7 @@
 // The CUDA backend's start-up self-check: on the first use of a device,
 // (1) every kernel of the reference configuration (fp32 GEMMs, cuBLAS
-// attention) that a cuda run can call (not the vocabulary-parallel losses:
-// tp > 1 is refused on cuda) runs against the CPU backend, then (2) the fast kernels (the
+// attention) that the run calls (the vocabulary-parallel losses with tp > 1
+// only) runs against the CPU backend, then (2) the fast kernels (the
 // tiled online-softmax attention, forward and backward, causal and
 // bidirectional, GQA; the bf16 cuBLASLt GEMMs) and (3) the tensor-core
 // attention against that reference path on the same device — small random
@@ -32,7 +32,9 @@ constexpr double kSelfCheckGemmTolerance = 2e-2;  // bf16-rounded operands, fp32
 constexpr double kSelfCheckTensorCoreAttentionTolerance = 5e-2;
 
 // Runs the check on `device`; returns every comparison, throws
-// GpuSelfCheckFailed on the first one out of tolerance.
-std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm);
+// GpuSelfCheckFailed on the first one out of tolerance. tensor_parallel:
+// the run has tp > 1, so the vocabulary-parallel loss kernels, which only
+// it calls, are checked too.
+std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm, bool tensor_parallel);
 
 }  // namespace maestro

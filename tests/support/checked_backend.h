@@ -1,0 +1,248 @@
+// CheckedBackend: the CPU backend behind nn/backend.h's memory contract, as
+// a GPU backend enforces it. On the CPU backend host and backend memory are
+// the same, so an engine that hands a host span to a compute op (or a
+// backend buffer to copy_from_host as its host side, or a backend buffer as
+// an index array) works here and faults on a GPU. This wrapper remembers
+// every block it allocated and throws std::logic_error, naming the op and
+// the argument, when a compute op gets memory outside them (or an extent
+// past a block's end), or a host-side argument (copy sources and targets on
+// the host, index arrays) points into them. Tests run models on it to catch
+// that class of bug on the CPU. Gradient outputs may be null (not wanted),
+// as nn/backend.h allows.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "cpu/cpu_backend.h"
+#include "nn/backend.h"
+
+namespace maestro::test_support {
+
+class CheckedBackend final : public Backend {
+ public:
+  explicit CheckedBackend(int threads = 1) : Backend(Device::Cuda), b_(make_cpu_backend(threads)) {}
+  const char* name() const override { return "checked"; }
+
+  void* allocate(size_t n, DType d) override { return track(b_->allocate(n, d), std::max<size_t>(n, 1) * dtype_size(d)); }
+  double* allocate_scalars(size_t n) override {
+    return static_cast<double*>(track(b_->allocate_scalars(n), std::max<size_t>(n, 1) * sizeof(double)));
+  }
+  void release(void* p) override {
+    {
+      std::lock_guard lock(mu_);
+      if (!blocks_.erase(static_cast<const char*>(p))) throw std::logic_error("release of memory this backend did not allocate");
+    }
+    b_->release(p);
+  }
+  void copy_from_host(void* d, const void* s, size_t n) override {
+    dev("copy_from_host", "dst", d, n), host("copy_from_host", "host_src", s);
+    b_->copy_from_host(d, s, n);
+  }
+  void copy_to_host(void* d, const void* s, size_t n) override {
+    host("copy_to_host", "host_dst", d), dev("copy_to_host", "src", s, n);
+    b_->copy_to_host(d, s, n);
+  }
+  void convert(void* d, DType dd, const void* s, DType sd, size_t n) override {
+    dev("convert", "dst", d, n * dtype_size(dd)), dev("convert", "src", s, n * dtype_size(sd));
+    b_->convert(d, dd, s, sd, n);
+  }
+  void zero(float* p, size_t n) override { f("zero", "p", p, n), b_->zero(p, n); }
+  void zero_scalars(double* p, size_t n) override { dev("zero_scalars", "p", p, n * 8), b_->zero_scalars(p, n); }
+  void copy(float* d, const float* s, size_t n) override { f("copy", "dst", d, n), f("copy", "src", s, n), b_->copy(d, s, n); }
+  void add(float* o, const float* a, const float* b, size_t n) override {
+    f("add", "out", o, n), f("add", "a", a, n), f("add", "b", b, n), b_->add(o, a, b, n);
+  }
+  void accumulate(float* d, const float* s, size_t n) override {
+    f("accumulate", "dst", d, n), f("accumulate", "src", s, n), b_->accumulate(d, s, n);
+  }
+  void scale(float* p, float s, size_t n) override { f("scale", "p", p, n), b_->scale(p, s, n); }
+  void sq_norm(double* o, const float* p, size_t n) override {
+    dev("sq_norm", "out", o, 8), f("sq_norm", "p", p, n), b_->sq_norm(o, p, n);
+  }
+  void embedding_forward(float* o, const int32_t* t, const float* tb, int64_t N, int64_t C) override {
+    f("embedding_forward", "out", o, N * C), host("embedding_forward", "tokens", t), f("embedding_forward", "table", tb, C);
+    b_->embedding_forward(o, t, tb, N, C);
+  }
+  void embedding_backward(float* d, const float* o, const int32_t* t, int64_t N, int64_t C) override {
+    opt("embedding_backward", "dtable", d, C), f("embedding_backward", "dout", o, N * C);
+    host("embedding_backward", "tokens", t);
+    b_->embedding_backward(d, o, t, N, C);
+  }
+  void linear_forward(float* o, const float* i, const float* w, const float* b, int64_t N, int64_t C, int64_t OC) override {
+    f("linear_forward", "out", o, N * OC), f("linear_forward", "inp", i, N * C), f("linear_forward", "w", w, OC * C);
+    opt("linear_forward", "bias", b, OC);
+    b_->linear_forward(o, i, w, b, N, C, OC);
+  }
+  void linear_backward(float* di, float* dw, float* db, const float* d, const float* i, const float* w, int64_t N,
+                       int64_t C, int64_t OC) override {
+    opt("linear_backward", "dinp", di, N * C), opt("linear_backward", "dw", dw, OC * C);
+    opt("linear_backward", "dbias", db, OC), f("linear_backward", "dout", d, N * OC);
+    opt("linear_backward", "inp", i, N * C), opt("linear_backward", "w", w, OC * C);
+    b_->linear_backward(di, dw, db, d, i, w, N, C, OC);
+  }
+  void rmsnorm_forward(float* o, float* r, const float* i, const float* w, int64_t N, int64_t C, float e) override {
+    f("rmsnorm_forward", "out", o, N * C), f("rmsnorm_forward", "rstd", r, N), f("rmsnorm_forward", "inp", i, N * C);
+    f("rmsnorm_forward", "w", w, C);
+    b_->rmsnorm_forward(o, r, i, w, N, C, e);
+  }
+  void rmsnorm_backward(float* di, float* dw, const float* d, const float* i, const float* w, const float* r, int64_t N,
+                        int64_t C) override {
+    opt("rmsnorm_backward", "dinp", di, N * C), opt("rmsnorm_backward", "dw", dw, C), f("rmsnorm_backward", "dout", d, N * C);
+    f("rmsnorm_backward", "inp", i, N * C), f("rmsnorm_backward", "w", w, C), f("rmsnorm_backward", "rstd", r, N);
+    b_->rmsnorm_backward(di, dw, d, i, w, r, N, C);
+  }
+  void layernorm_forward(float* o, float* m, float* r, const float* i, const float* w, const float* b, int64_t N,
+                         int64_t C, float e) override {
+    f("layernorm_forward", "out", o, N * C), f("layernorm_forward", "mean", m, N), f("layernorm_forward", "rstd", r, N);
+    f("layernorm_forward", "inp", i, N * C), f("layernorm_forward", "w", w, C), f("layernorm_forward", "b", b, C);
+    b_->layernorm_forward(o, m, r, i, w, b, N, C, e);
+  }
+  void layernorm_backward(float* di, float* dw, float* db, const float* d, const float* i, const float* w,
+                          const float* m, const float* r, int64_t N, int64_t C) override {
+    opt("layernorm_backward", "dinp", di, N * C), opt("layernorm_backward", "dw", dw, C);
+    opt("layernorm_backward", "db", db, C), f("layernorm_backward", "dout", d, N * C);
+    f("layernorm_backward", "inp", i, N * C), f("layernorm_backward", "w", w, C);
+    f("layernorm_backward", "mean", m, N), f("layernorm_backward", "rstd", r, N);
+    b_->layernorm_backward(di, dw, db, d, i, w, m, r, N, C);
+  }
+  void rope_forward(float* x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
+    f("rope_forward", "x", x, N * H * D), host("rope_forward", "pos", p), b_->rope_forward(x, p, N, H, D, t);
+  }
+  void rope_backward(float* x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
+    f("rope_backward", "dx", x, N * H * D), host("rope_backward", "pos", p), b_->rope_backward(x, p, N, H, D, t);
+  }
+  void attention_forward(float* o, float* l, const float* q, const float* k, const float* v, const int32_t* cu,
+                         int64_t ns, int64_t N, int64_t H, int64_t KV, int64_t D, bool c) override {
+    f("attention_forward", "out", o, N * H * D), f("attention_forward", "lse", l, N * H);
+    f("attention_forward", "q", q, N * H * D), f("attention_forward", "k", k, N * KV * D);
+    f("attention_forward", "v", v, N * KV * D), host("attention_forward", "cu_seqlens", cu);
+    b_->attention_forward(o, l, q, k, v, cu, ns, N, H, KV, D, c);
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* d, const float* o, const float* l,
+                          const float* q, const float* k, const float* v, const int32_t* cu, int64_t ns, int64_t N,
+                          int64_t H, int64_t KV, int64_t D, bool c) override {
+    opt("attention_backward", "dq", dq, N * H * D), opt("attention_backward", "dk", dk, N * KV * D);
+    opt("attention_backward", "dv", dv, N * KV * D), f("attention_backward", "dout", d, N * H * D);
+    f("attention_backward", "out", o, N * H * D), f("attention_backward", "lse", l, N * H);
+    f("attention_backward", "q", q, N * H * D), f("attention_backward", "k", k, N * KV * D);
+    f("attention_backward", "v", v, N * KV * D), host("attention_backward", "cu_seqlens", cu);
+    b_->attention_backward(dq, dk, dv, d, o, l, q, k, v, cu, ns, N, H, KV, D, c);
+  }
+  void swiglu_forward(float* o, const float* g, const float* u, size_t n) override {
+    f("swiglu_forward", "out", o, n), f("swiglu_forward", "gate", g, n), f("swiglu_forward", "up", u, n);
+    b_->swiglu_forward(o, g, u, n);
+  }
+  void swiglu_backward(float* dg, float* du, const float* d, const float* g, const float* u, size_t n) override {
+    opt("swiglu_backward", "dgate", dg, int64_t(n)), opt("swiglu_backward", "dup", du, int64_t(n)), f("swiglu_backward", "dout", d, n);
+    f("swiglu_backward", "gate", g, n), f("swiglu_backward", "up", u, n);
+    b_->swiglu_backward(dg, du, d, g, u, n);
+  }
+  void gelu_forward(float* o, const float* i, size_t n) override {
+    f("gelu_forward", "out", o, n), f("gelu_forward", "inp", i, n), b_->gelu_forward(o, i, n);
+  }
+  void gelu_backward(float* di, const float* d, const float* i, size_t n) override {
+    opt("gelu_backward", "dinp", di, int64_t(n)), f("gelu_backward", "dout", d, n), f("gelu_backward", "inp", i, n);
+    b_->gelu_backward(di, d, i, n);
+  }
+  void im2col_patches(float* p, const float* x, int64_t I, int64_t Ch, int64_t S, int64_t ps) override {
+    f("im2col_patches", "patches", p, I * Ch * (S / ps) * (S / ps) * ps * ps), f("im2col_patches", "pixels", x, I * Ch * S * S);
+    b_->im2col_patches(p, x, I, Ch, S, ps);
+  }
+  void cross_entropy(double* l, float* d, const float* x, const int32_t* t, int64_t N, int64_t V, float s) override {
+    dev("cross_entropy", "loss", l, 8), opt("cross_entropy", "dlogits", d, N * V), f("cross_entropy", "logits", x, N * V);
+    host("cross_entropy", "targets", t);
+    b_->cross_entropy(l, d, x, t, N, V, s);
+  }
+  void kl_divergence(double* l, float* d, const float* s, const float* t, const int32_t* tg, int64_t N, int64_t V,
+                     float T, float sc) override {
+    dev("kl_divergence", "loss", l, 8), opt("kl_divergence", "dstudent", d, N * V);
+    f("kl_divergence", "student", s, N * V), f("kl_divergence", "teacher", t, N * V), host("kl_divergence", "targets", tg);
+    b_->kl_divergence(l, d, s, t, tg, N, V, T, sc);
+  }
+  void shard_row_max(float* mx, const float* x, int64_t N, int64_t V, int64_t va, float it) override {
+    f("shard_row_max", "mx", mx, N), f("shard_row_max", "x", x, N * V), b_->shard_row_max(mx, x, N, V, va, it);
+  }
+  void max_of_parts(float* mx, const float* p, int64_t R, int64_t N) override {
+    f("max_of_parts", "mx", mx, N), f("max_of_parts", "parts", p, R * N), b_->max_of_parts(mx, p, R, N);
+  }
+  void shard_sumexp(float* se, float* tx, const float* x, const int32_t* t, const float* mx, int64_t N, int64_t V,
+                    int64_t va, int64_t v0, float it) override {
+    f("shard_sumexp", "se", se, N), opt("shard_sumexp", "tx", tx, N), f("shard_sumexp", "x", x, N * V);
+    host("shard_sumexp", "targets", t), f("shard_sumexp", "mx", mx, N);
+    b_->shard_sumexp(se, tx, x, t, mx, N, V, va, v0, it);
+  }
+  void shard_cross_entropy(double* l, float* d, const float* x, const int32_t* t, const float* mx, const float* se,
+                           const float* tx, int64_t N, int64_t V, int64_t va, int64_t v0, float sc) override {
+    dev("shard_cross_entropy", "loss", l, 8), opt("shard_cross_entropy", "dlogits", d, N * V);
+    f("shard_cross_entropy", "x", x, N * V), host("shard_cross_entropy", "targets", t);
+    f("shard_cross_entropy", "mx", mx, N), f("shard_cross_entropy", "se", se, N), f("shard_cross_entropy", "tx", tx, N);
+    b_->shard_cross_entropy(l, d, x, t, mx, se, tx, N, V, va, v0, sc);
+  }
+  void shard_kl(float* kl, float* d, const float* s, const float* t, const int32_t* tg, const float* ms, const float* ss,
+                const float* mt, const float* st, int64_t N, int64_t V, int64_t va, float T, float sc) override {
+    f("shard_kl", "kl", kl, N), opt("shard_kl", "dstudent", d, N * V), f("shard_kl", "student", s, N * V);
+    f("shard_kl", "teacher", t, N * V), host("shard_kl", "targets", tg), f("shard_kl", "mx_s", ms, N);
+    f("shard_kl", "se_s", ss, N), f("shard_kl", "mx_t", mt, N), f("shard_kl", "se_t", st, N);
+    b_->shard_kl(kl, d, s, t, tg, ms, ss, mt, st, N, V, va, T, sc);
+  }
+  void masked_row_sum(double* o, const float* r, const int32_t* t, int64_t N) override {
+    dev("masked_row_sum", "out", o, 8), f("masked_row_sum", "rows", r, N), host("masked_row_sum", "targets", t);
+    b_->masked_row_sum(o, r, t, N);
+  }
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2, float e, float wd,
+             int64_t t) override {
+    f("adamw", "p", p, n), f("adamw", "g", g, n), f("adamw", "m", m, n), f("adamw", "v", v, n);
+    b_->adamw(p, g, m, v, n, lr, b1, b2, e, wd, t);
+  }
+  void set_threads(int t) override { b_->set_threads(t); }
+  int threads() const override { return b_->threads(); }
+
+ private:
+  void* track(void* p, size_t bytes) {
+    std::lock_guard lock(mu_);
+    blocks_[static_cast<const char*>(p)] = bytes;
+    return p;
+  }
+  // The block holding p, or blocks_.end().
+  std::map<const char*, size_t>::const_iterator block_of(const void* p) const {
+    const char* c = static_cast<const char*>(p);
+    auto it = blocks_.upper_bound(c);
+    if (it == blocks_.begin()) return blocks_.end();
+    --it;
+    return c < it->first + it->second ? it : blocks_.end();
+  }
+  // [p, p + bytes) inside one block of backend memory (nothing to check for an empty extent).
+  void dev(const char* op, const char* arg, const void* p, size_t bytes) const {
+    if (bytes == 0) return;
+    std::lock_guard lock(mu_);
+    const auto it = block_of(p);
+    if (it == blocks_.end())
+      throw std::logic_error(std::string(op) + ": '" + arg + "' is not backend memory (a host pointer?)");
+    if (static_cast<const char*>(p) + bytes > it->first + it->second)
+      throw std::logic_error(std::string(op) + ": '" + arg + "' runs past the end of its backend buffer");
+  }
+  void f(const char* op, const char* arg, const void* p, int64_t floats) const { dev(op, arg, p, size_t(floats) * 4); }
+  void f(const char* op, const char* arg, const void* p, size_t floats) const { dev(op, arg, p, floats * 4); }
+  void opt(const char* op, const char* arg, const void* p, int64_t floats) const {
+    if (p) f(op, arg, p, floats);
+  }
+  // Host memory: not inside any block of this backend.
+  void host(const char* op, const char* arg, const void* p) const {
+    if (!p) return;
+    std::lock_guard lock(mu_);
+    if (block_of(p) != blocks_.end())
+      throw std::logic_error(std::string(op) + ": '" + arg + "' points into backend memory, where host memory is due");
+  }
+
+  std::unique_ptr<Backend> b_;
+  mutable std::mutex mu_;  // the activation pool may release from another thread
+  std::map<const char*, size_t> blocks_;  // base -> bytes
+};
+
+}  // namespace maestro::test_support
