@@ -13,9 +13,7 @@ SequenceShape sequence_shape(const SectionGraph& g, int section, const Sample& s
   if (!t || !g.active(section, sample.modalities)) return {};
   const SampleSizes sizes = sizes_of(sample);
   SequenceShape s;
-  for (int e : g.nodes[size_t(section)].producers)
-    if (g.edges[size_t(e)].kind == FlowKind::Activations && g.carries(e, sample.modalities))
-      s.spliced += g.tokens(g.edges[size_t(e)].from, sizes);
+  s.spliced = g.spliced(section, sizes);
   if (s.spliced > t->max_seq)
     throw std::runtime_error(fmt::format("sample {}: {} spliced embeddings exceed max_seq {} of section '{}'",
                                          sample.id, s.spliced, t->max_seq, sec.name));

@@ -9,7 +9,6 @@
 #include <optional>
 #include <stdexcept>
 
-#include "graph/tensor_parallel.h"
 #include "nn/backend.h"
 #include "nn/section_model.h"
 
@@ -126,12 +125,12 @@ size_t position_of(const RunTask& t, int32_t sample) {
 
 }  // namespace
 
-// One sample's output on the host; a split transformer's logits [rows, Vs]
-// gathered from every rank into the whole [rows, vocab] (collective).
-TensorRef SectionRunner::output_of(const RowsView& v) {
-  const auto* tf = std::get_if<TransformerSpec>(&program_.sections[size_t(section_)].model.spec);
-  if (!tf || !tp_group_ || tp_group_->size() == 1) return host_copy(transport_, *backend_, {v.rows, v.cols}, v.data);
-  const int64_t R = tp_group_->size(), V = tf->vocab, Vs = v.cols;
+// One sample's logits on the host; a split transformer's [rows, Vs] gathered
+// from every rank into the whole [rows, vocab] (collective).
+TensorRef SectionRunner::logits_of(const RowsView& v) {
+  const int64_t V = std::get<TransformerSpec>(program_.sections[size_t(section_)].model.spec).vocab;
+  if (!tp_group_ || tp_group_->size() == 1) return host_copy(transport_, *backend_, {v.rows, v.cols}, v.data);
+  const int64_t R = tp_group_->size(), Vs = v.cols;
   std::vector<float> all(size_t(R * v.rows * Vs));
   {  // gathered in backend memory (an NCCL group's), then read back once
     const ScopedBuffer gathered(*backend_, all.size());
@@ -208,12 +207,20 @@ SectionRunner::Result SectionRunner::forward_rank(const RunTask& rt) {
     model_->loss_terms(*out.context, in.teacher, q.n_global, slot(q.slot));
     queued_losses_.push_back(q);
   }
-  // Outputs: a copy per outgoing flow and sample, handed on by handle.
-  std::vector<TensorRef> whole;  // per sample; a split transformer's logits gathered
+  // Outputs: a copy per sample of what the outgoing flows carry (a
+  // transformer's logits or its hidden states, by the flow's kind), handed on
+  // by handle.
+  std::vector<TensorRef> emitted, logits;  // per sample; a split transformer's logits gathered
   for (size_t fi = 0; fi < program_.flows.size() && last; ++fi) {
     if (program_.flows[fi].from != sec.name) continue;
+    const bool carries_logits = program_.flows[fi].kind == FlowKind::Logits;
+    if (!carries_logits && !tp_rank0()) continue;  // the same on every rank; the gather is collective
+    std::vector<TensorRef>& whole = carries_logits ? logits : emitted;
     if (whole.empty())
-      for (size_t k = 0; k < n; ++k) whole.push_back(output_of(out.outputs[k]));
+      for (size_t k = 0; k < n; ++k)
+        whole.push_back(carries_logits ? logits_of(out.logits.at(k))
+                                       : host_copy(transport_, *backend_, {out.outputs[k].rows, out.outputs[k].cols},
+                                                   out.outputs[k].data));
     for (size_t k = 0; k < n && tp_rank0(); ++k) result.outputs.push_back({int32_t(fi), rt.samples[k], whole[k]});
   }
   if (sec.mode == Mode::Train) {
@@ -268,21 +275,10 @@ SectionRunner::Result SectionRunner::backward_rank(const RunTask& rt) {
     for (size_t j = 0; j < dst.size(); ++j) dst[j] += src[j];
     summed[k] = std::move(sum);
   }
+  // (Never a transformer's: its logits leave by logits flows only, which carry no gradient.)
   std::vector<std::span<const float>> output_grads(n);
-  std::vector<std::vector<float>> sliced(n);  // a split transformer's: this rank's vocabulary columns
-  for (size_t k = 0; k < n; ++k) {
-    if (summed[k].empty()) continue;
-    output_grads[k] = summed[k].values();
-    if (const auto* tf = std::get_if<TransformerSpec>(&program_.sections[size_t(section_)].model.spec);
-        tf && tp_group_ && tp_group_->size() > 1) {
-      const int64_t V = tf->vocab, Vs = tp_padded_vocab(V, tp_group_->size()) / tp_group_->size();
-      const int64_t v0 = tp_group_->rank() * Vs, rows = int64_t(output_grads[k].size()) / V;
-      sliced[k].assign(size_t(rows * Vs), 0.0f);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < Vs && v0 + j < V; ++j) sliced[k][size_t(r * Vs + j)] = output_grads[k][size_t(r * V + v0 + j)];
-      output_grads[k] = sliced[k];
-    }
-  }
+  for (size_t k = 0; k < n; ++k)
+    if (!summed[k].empty()) output_grads[k] = summed[k].values();
   std::span<const float> stage_grad;
   if (stage_ < stages_ - 1) {
     if (rt.stage_in.empty())

@@ -42,8 +42,7 @@ class SectionRunner {
   // tp rank; null = tp 1): the replica's ranks run every call together
   // (collectives inside), and rank 0's results stand for the replica —
   // the other ranks return no outputs. A split transformer's logits
-  // leaving by a flow are gathered whole on rank 0; output gradients coming
-  // back are sliced to each rank's vocabulary columns. A failing rank
+  // leaving by a (logits) flow are gathered whole on rank 0. A failing rank
   // aborts the group, so its peers fail too instead of waiting.
   // `shard_optimizer`: ZeRO-1 over the dp group when it has more than one
   // replica (run_shards_optimizer: the program's adamw(shard:) or the plan's).
@@ -140,7 +139,7 @@ class SectionRunner {
   Result forward_rank(const RunTask& task);
   Result backward_rank(const RunTask& task);
   StepScalars reduce_grads_rank();
-  TensorRef output_of(const RowsView& v);
+  TensorRef logits_of(const RowsView& v);
   double* slot(size_t i) { return chunks_[i / kSlots] + i % kSlots; }
 };
 

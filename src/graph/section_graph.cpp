@@ -28,14 +28,24 @@ int64_t SectionGraph::tokens(int node, const SampleSizes& sample) const {
     return sample.modalities.has(Modality::Image) ? sample.images * v->tokens_per_image() : 0;
   if (auto* a = std::get_if<AudioEncoderSpec>(&s.model.spec))
     return sample.modalities.has(Modality::Audio) ? sample.audio_frames / a->frames_per_token : 0;
-  int64_t spliced = 0;
-  for (int e : nodes[node].producers)
-    if (edges[e].kind == FlowKind::Activations && carries(e, sample.modalities))
-      spliced += tokens(edges[e].from, sample);
+  const int64_t spliced = this->spliced(node, sample);
   if (std::holds_alternative<MlpSpec>(s.model.spec)) return spliced;
   const auto& t = std::get<TransformerSpec>(s.model.spec);
   const int64_t text = consumes(Modality::Text) && sample.modalities.has(Modality::Text) ? sample.text_tokens : 0;
   return spliced + std::max<int64_t>(0, std::min(text, t.max_seq - spliced));
+}
+
+int64_t SectionGraph::spliced(int node, const SampleSizes& sample) const {
+  int64_t n = 0;
+  for (int e : nodes[node].producers)
+    if (edges[e].kind == FlowKind::Activations && carries(e, sample.modalities)) n += emitted(edges[e].from, sample);
+  return n;
+}
+
+int64_t SectionGraph::emitted(int node, const SampleSizes& sample) const {
+  const int64_t all = tokens(node, sample);
+  if (!std::holds_alternative<TransformerSpec>(section(node).model.spec) || all == 0) return all;
+  return all - spliced(node, sample);
 }
 
 int64_t SectionGraph::total_params() const {

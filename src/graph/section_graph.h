@@ -59,6 +59,13 @@ struct SectionGraph {
   // of activations flows → its text tokens plus every spliced embedding,
   // capped at max_seq by cutting text. 0 when the section is not active.
   int64_t tokens(int node, const SampleSizes& sample) const;
+  // Rows the section hands each of its outgoing flows for the sample: a
+  // transformer's text tokens (it emits its text positions only, as hidden
+  // states or logits), every other model's tokens().
+  int64_t emitted(int node, const SampleSizes& sample) const;
+  // Embeddings spliced into the section's sequence for the sample: Σ
+  // emitted() over the producers of its incoming activations flows.
+  int64_t spliced(int node, const SampleSizes& sample) const;
   // Sum of parameters over all sections.
   int64_t total_params() const;
 };

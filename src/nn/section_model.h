@@ -40,7 +40,7 @@ struct Tensor;        // nn/tensor.h
 // one thread at a time: the rank's compute worker). size 1: the whole model.
 // A transformer's vocabulary is padded with zero rows to a multiple of size;
 // rank r holds vocabulary rows [r·Vs, (r+1)·Vs), Vs = padded / size, and its
-// logits (outputs, output gradients) are those columns [n_text, Vs] only —
+// logits (ForwardOutput::logits) are those columns [n_text, Vs] only —
 // full logits are never gathered: the losses reduce row statistics instead.
 struct TensorParallel {
   int64_t rank = 0, size = 1;
@@ -87,11 +87,16 @@ struct StageInput {
 
 struct ForwardOutput {
   std::shared_ptr<ForwardContext> context;  // hold until backward()
-  // Last stage: per sample, what the section emits: vit [images*(image/patch)^2,
-  // hidden] (class tokens dropped), audio_encoder [frames/frames_per_token,
-  // hidden], mlp [n, out], transformer [n_text, vocab] logits of its text
+  // Last stage: per sample, what the section emits on an activations flow:
+  // vit [images*(image/patch)^2, hidden] (class tokens dropped),
+  // audio_encoder [frames/frames_per_token, hidden], mlp [n, out],
+  // transformer [n_text, hidden] the final-normed hidden states of its text
   // positions. Other stages: none.
   std::vector<RowsView> outputs;
+  // Last stage of a transformer: per sample, the logits of its text
+  // positions [n_text, vocab] (a tp rank's columns [n_text, Vs]), what a
+  // logits flow carries. Otherwise none.
+  std::vector<RowsView> logits;
   // Stages before the last: the micro-batch's hidden states [N, hidden] and
   // their layout, the next stage's StageInput.
   RowsView hidden;

@@ -2,14 +2,19 @@
 // micro-batch. Each sample's sequence is its spliced upstream blocks (flow
 // order) then its text, cut from the end to max_seq; the sequences are laid
 // end to end (cu_seqlens) and attend only within themselves, causally unless
-// causal = false. The output is the logits of the text positions only.
+// causal = false. It emits, per sample, the final-normed hidden states of
+// its text positions [n_text, hidden] (what an activations flow carries, and
+// what their gradients come back to) and their logits [n_text, vocab] (what
+// the loss and a logits flow read): Hugging Face's last_hidden_state and
+// logits of LlamaForCausalLM.
 // As a pipeline stage it runs its layers only, the first stage also the
 // embeddings and the layout (Geometry), the last the final norm and head.
 // As a tensor-parallel rank (section_model.h): its heads and ffn share in
 // each layer (decoder_block.h), a vocabulary-parallel embedding (the rank
 // looks up the tokens in its rows, zeros for the others, all-reduced) and a
-// vocabulary-parallel head (its logits columns; the gradient of the final
-// norm's output all-reduced in backward).
+// vocabulary-parallel head (its logits columns; the head's gradient of the
+// final norm's output all-reduced in backward). Hidden states are whole on
+// every rank.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -151,8 +156,11 @@ class Transformer final : public ModelImpl {
       b_.rmsnorm_forward(a.text_normed, a.rstd_f, a.text_in, norm_.w, Nt, C, dims_.eps);
       a.logits = ctx.take(Nt * V);
       b_.linear_forward(a.logits, a.text_normed, head_.w, nullptr, Nt, C, V);
-      for (size_t i = 0; i + 1 < g.text_offsets.size(); ++i)
-        out.outputs.push_back({a.logits + g.text_offsets[i] * V, g.text_offsets[i + 1] - g.text_offsets[i], V});
+      for (size_t i = 0; i + 1 < g.text_offsets.size(); ++i) {
+        const int64_t t0 = g.text_offsets[i], nt = g.text_offsets[i + 1] - t0;
+        out.outputs.push_back({a.text_normed + t0 * C, nt, C});
+        out.logits.push_back({a.logits + t0 * V, nt, V});
+      }
       ctx.logits = a.logits;
       ctx.vocab = V;
       ctx.vocab_first = vocab_first_;
@@ -177,23 +185,24 @@ class Transformer final : public ModelImpl {
     float* dx = dbuf[L % 2];  // d(this stage's output)                 [N, C]
     if (L % 2) b_.zero(dx, N * C);
     if (part_.last) {
-      // d logits = the loss's gradient + the outputs' gradients.      [Nt, V]
-      float* dlogits = ctx.take_zeroed(Nt * V);
-      if (ctx.dlogits) b_.accumulate(dlogits, ctx.dlogits, Nt * V);
+      // d(final-normed text rows) = the head's, from the loss's gradient
+      // (none without a loss: the head is skipped), + the outputs'. [Nt, C]
+      float* dnormed = ctx.take_zeroed(Nt * C);
+      if (ctx.dlogits) {
+        b_.linear_backward(dnormed, head_.g, nullptr, ctx.dlogits, a.text_normed, head_.w, Nt, C, V);
+        if (dims_.tp) dims_.tp->all_reduce(dnormed, Nt * C);  // each rank's columns' share
+      }
       for (size_t i = 0; i < output_grads.size(); ++i) {
         if (output_grads[i].empty()) continue;
-        const int64_t rows = g.text_offsets[i + 1] - g.text_offsets[i];
-        if (int64_t(output_grads[i].size()) != rows * V)
+        const int64_t t0 = g.text_offsets[i], rows = g.text_offsets[i + 1] - t0;
+        if (int64_t(output_grads[i].size()) != rows * C)
           input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
-                                            output_grads[i].size(), rows, V));
-        float* grad = ctx.take(rows * V);  // host data enters backend memory by a copy first
+                                            output_grads[i].size(), rows, C));
+        float* grad = ctx.take(rows * C);  // host data enters backend memory by a copy first
         b_.copy_from_host(grad, output_grads[i].data(), output_grads[i].size() * sizeof(float));
-        b_.accumulate(dlogits + g.text_offsets[i] * V, grad, rows * V);
+        b_.accumulate(dnormed + t0 * C, grad, rows * C);
       }
-      // Head and final norm (text rows).
-      float* dnormed = ctx.take_zeroed(Nt * C);
-      b_.linear_backward(dnormed, head_.g, nullptr, dlogits, a.text_normed, head_.w, Nt, C, V);
-      if (dims_.tp) dims_.tp->all_reduce(dnormed, Nt * C);
+      // Final norm (text rows).
       float* dtext = ctx.take_zeroed(Nt * C);
       b_.rmsnorm_backward(dtext, norm_.g, dnormed, a.text_in, norm_.w, a.rstd_f, Nt, C);
       scatter_text(g, dx, dtext);

@@ -153,7 +153,7 @@ int64_t held_outputs_bytes(const SectionGraph& g, int s, const SectionPlan& p, c
                                                                        : model.output_width();
     for (const Sample& x : batch.samples)
       if (g.carries(e, x.modalities))
-        bytes += g.tokens(s, {x.modalities, x.text_tokens, x.images, x.audio_frames}) * width;
+        bytes += g.emitted(s, {x.modalities, x.text_tokens, x.images, x.audio_frames}) * width;
   }
   return bytes * precision_bytes(g.program->train.precision) / (p.tp * p.dp);
 }

@@ -159,7 +159,8 @@ double RooflineCost::transfer_s(const Flow& flow, const std::vector<const Sample
   // Same devices, same layout: every replica's output is already where its
   // consumer runs.
   if (from.first_device == to.first_device && from.tp == to.tp && from.pp == to.pp && from.dp == to.dp) return 0.0;
-  const int64_t tokens = total(seq_lens(producer, samples));
+  int64_t tokens = 0;  // the rows the producer emits
+  for (const Sample* x : samples) tokens += graph_.emitted(producer, {x->modalities, x->text_tokens, x->images, x->audio_frames});
   const int64_t first = std::min(from.first_device, to.first_device);
   const int64_t last = std::max(from.first_device + from.devices, to.first_device + to.devices);
   // The tensor is split over the producer's tp devices (logits by vocabulary,

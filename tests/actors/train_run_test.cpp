@@ -110,6 +110,42 @@ BOOST_AUTO_TEST_CASE(data_parallel_and_monolithic_agree_with_the_default) {
   }
 }
 
+// A transformer feeding a projector: its activations flow carries the
+// final-normed hidden states of its text positions, and their gradient comes
+// back to it. Split over tp = 2 it trains as at tp = 1; frozen, it gives the
+// same first loss and then others (the gradient did reach it).
+BOOST_AUTO_TEST_CASE(a_transformer_hands_on_its_hidden_states) {
+  const auto text_encoder = [](const std::string& extra) {
+    return R"(
+section enc {
+  model    = transformer(layers: 1, hidden: 32, heads: 2, ffn: 64, vocab: 61, max_seq: 64, causal: false);
+  consumes = [text];
+  )" + extra + R"(
+}
+section proj { model = mlp(in: 32, out: 48); }
+section llm {
+  model    = transformer(layers: 1, hidden: 48, heads: 2, ffn: 64, vocab: 64, max_seq: 128);
+  consumes = [text];
+  loss     = cross_entropy;
+}
+flow enc -> proj -> llm;
+data { source = synthetic(seed: 5); mix { text = 1.0; } text_tokens = uniform(min: 8, max: 24); }
+train { global_batch = 8; steps = 3; seed = 2; optimizer = adamw(lr: 1e-2); precision = fp32; }
+)";
+  };
+  const TrainResult tp1 = run(parse(text_encoder("parallel { tp = 1; dp = 1; }")));
+  const TrainResult tp2 = run(parse(text_encoder("parallel { tp = 2; dp = 1; }")));
+  const TrainResult frozen = run(parse(text_encoder("mode = frozen;")));
+  for (const TrainResult* r : {&tp1, &tp2, &frozen}) {
+    BOOST_TEST_REQUIRE(r->exit_code == 0, r->error);
+    BOOST_TEST_REQUIRE(r->losses.size() == 3u);
+  }
+  for (size_t i = 0; i < tp1.losses.size(); ++i)
+    BOOST_TEST(std::abs(tp2.losses[i] - tp1.losses[i]) <= 1e-5 * std::abs(tp1.losses[i]));
+  BOOST_TEST(std::abs(frozen.losses[0] - tp1.losses[0]) <= 1e-6 * tp1.losses[0]);  // another plan: another sum order
+  BOOST_TEST(std::abs(frozen.losses[2] - tp1.losses[2]) > 1e-3 * tp1.losses[2]);
+}
+
 // ZeRO-1: the same rank-order gradient sums and an elementwise AdamW, so the
 // same losses bitwise; each llm replica holds half of the AdamW state.
 BOOST_AUTO_TEST_CASE(a_sharded_optimizer_gives_the_unsharded_losses) {

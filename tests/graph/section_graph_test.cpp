@@ -108,6 +108,24 @@ BOOST_AUTO_TEST_CASE(tokens_per_sample) {
   BOOST_TEST(g.tokens(g.find("llm"), long_text) == 512);  // text cut to max_seq, the 16 image tokens kept
 }
 
+// A transformer hands on its text positions only: an LLM that splices an
+// image and feeds a projector emits its (cut) text, not its whole sequence.
+BOOST_AUTO_TEST_CASE(a_transformer_emits_its_text_rows) {
+  Program p = tiny_mllm();
+  p.sections.push_back(section("head", mlp(128, 128), {}, {}));
+  p.flows.push_back(flow("llm", "head"));
+  const SectionGraph g = build_graph(p);
+  const int llm = g.find("llm"), head = g.find("head");
+  SampleSizes s{set({Modality::Image, Modality::Text}), 40, 2, 0};
+  BOOST_TEST(g.spliced(llm, s) == 32);
+  BOOST_TEST(g.tokens(llm, s) == 40 + 32);
+  BOOST_TEST(g.emitted(llm, s) == 40);
+  BOOST_TEST(g.tokens(head, s) == 40);
+  BOOST_TEST(g.emitted(g.find("vision"), s) == 32);  // an encoder emits what it computes
+  SampleSizes long_text{set({Modality::Image, Modality::Text}), 600, 1, 0};
+  BOOST_TEST(g.emitted(llm, long_text) == 512 - 16);  // the text kept after the cut
+}
+
 BOOST_AUTO_TEST_CASE(bad_graphs_throw) {
   Program p = tiny_mllm();
   p.flows.push_back(flow("llm", "vision"));

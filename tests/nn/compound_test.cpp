@@ -85,7 +85,7 @@ BOOST_AUTO_TEST_CASE(mllm_gradients_reach_the_encoders, *kOracle) {
 
   const float got_loss = float(loss);
   check_close("loss", &got_loss, 1, ref, "loss", 1e-5);
-  check_close("llm logits of sample 2", lf.outputs[2].data, lf.outputs[2].values().size(), ref, "out.llm.2");
+  check_close("llm logits of sample 2", lf.logits[2].data, lf.logits[2].values().size(), ref, "logits.llm.2");
   for (SectionModel* m : {&vision, &proj, &audio, &llm}) check_grads(*m, ref);
 }
 
@@ -105,7 +105,7 @@ BOOST_AUTO_TEST_CASE(distillation_matches_torch, *kOracle) {
   ForwardOutput tf = teacher.forward(in);
   ForwardOutput sf = student.forward(in);
   const int64_t n_global = 10 + 5;
-  const std::vector<float> t0 = host_of(tf.outputs[0]), t1 = host_of(tf.outputs[1]);
+  const std::vector<float> t0 = host_of(tf.logits[0]), t1 = host_of(tf.logits[1]);
   const double loss = student.loss(*sf.context, {span_of(t0), span_of(t1)}, n_global);
   student.backward(*sf.context, {});
 
@@ -120,7 +120,7 @@ BOOST_AUTO_TEST_CASE(distillation_matches_torch, *kOracle) {
                     {"terms", {{{"kind", "ce"}, {"weight", 1.0}}, {{"kind", "kl"}, {"weight", 0.5}, {"temperature", 2.0}}}},
                     {"n_global", n_global}};
   Reference ref = c.run("kd");
-  check_close("teacher logits", tf.outputs[0].data, tf.outputs[0].values().size(), ref, "out.teacher.0");
+  check_close("teacher logits", tf.logits[0].data, tf.logits[0].values().size(), ref, "logits.teacher.0");
   const float got_loss = float(loss);
   check_close("loss", &got_loss, 1, ref, "loss", 1e-5);
   check_grads(student, ref);

@@ -2,7 +2,8 @@
 // each model, the derivative of an objective along u = sign(gradient of that
 // tensor), (J(θ + h·u) − J(θ − h·u)) / 2h, against Σ |gradient| from
 // backward. J = the section's loss (transformer: cross_entropy + kl) plus
-// Σ output · g for fixed random g.
+// Σ output · g for fixed random g (a transformer's output: its final-normed
+// hidden states).
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 

@@ -93,6 +93,9 @@ void check_split(const Section& sec, int64_t stages, const std::vector<SampleInp
     BOOST_REQUIRE_EQUAL(last.outputs.size(), w.outputs.size());
     for (size_t i = 0; i < w.outputs.size(); ++i)
       BOOST_CHECK_MESSAGE(same_rows(last.outputs[i], w.outputs[i]), "output of sample " << i);
+    BOOST_REQUIRE_EQUAL(last.logits.size(), w.logits.size());
+    for (size_t i = 0; i < w.logits.size(); ++i)
+      BOOST_CHECK_MESSAGE(same_rows(last.logits[i], w.logits[i]), "logits of sample " << i);
     if (has_loss) BOOST_CHECK_EQUAL(parts.back()->loss(*last.context, {}, 40), wloss);
     std::vector<std::vector<RowsView>> din;
     std::span<const float> dhidden;
@@ -149,7 +152,7 @@ BOOST_AUTO_TEST_CASE(transformer_stages_equal_the_whole_model) {
   std::vector<SampleInput> in(3);
   for (int i = 0; i < 3; ++i) in[i].tokens = tokens[i];
   in[1].spliced = {span_of(splice_a), span_of(splice_b)};
-  const std::vector<std::vector<float>> g{random_floats(7 * 37, 6, 0.05f), {}, {}};
+  const std::vector<std::vector<float>> g{random_floats(7 * 32, 6, 0.05f), {}, {}};  // on sample 0's hidden states
   for (int64_t recompute : {0, 2, 3}) {  // layers of 3: none, two (spread over the stages), all
     Section sec = make_section("llm", m, Mode::Train, false, {{LossKind::CrossEntropy, 1.0, 1.0}});
     sec.recompute = recompute;

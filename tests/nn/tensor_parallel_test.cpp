@@ -74,7 +74,7 @@ struct Case {
 
 // What one run (the whole model, or one tp rank) produced.
 struct Result {
-  std::vector<std::vector<float>> outputs, input_grads;
+  std::vector<std::vector<float>> outputs, logits, input_grads;
   double loss = 0, grad_sq = 0;
   std::vector<std::vector<float>> grads;  // per tensor, this model's (shard's) gradient
 };
@@ -87,18 +87,18 @@ std::vector<std::vector<float>> per_tensor(SectionModel& m, const float* flat) {
   return out;
 }
 
-// Runs forward, loss (with a loss), backward; `slice_grad` turns a whole
-// output gradient into this model's (a transformer rank's: its columns).
-Result run(SectionModel& m, const Case& c, const std::function<std::vector<float>(const std::vector<float>&)>& slice_grad) {
+// Runs forward, loss (with a loss), backward. Outputs and their gradients
+// are whole on every rank (a transformer's hidden states too); a
+// transformer rank's logits are its columns.
+Result run(SectionModel& m, const Case& c) {
   Result r;
   m.zero_grads();
   ForwardOutput f = m.forward(c.in);
   for (const RowsView& o : f.outputs) r.outputs.push_back(rows_of(o));
+  for (const RowsView& o : f.logits) r.logits.push_back(rows_of(o));
   if (!c.sec.loss.empty()) r.loss = m.loss(*f.context, c.teacher, c.n_global);
-  std::vector<std::vector<float>> grads;
-  for (const auto& g : c.out_grads) grads.push_back(g.empty() ? g : slice_grad(g));
   std::vector<std::span<const float>> spans;
-  for (const auto& g : grads) spans.push_back(span_of(g));
+  for (const auto& g : c.out_grads) spans.push_back(span_of(g));
   for (const auto& sample : m.backward(*f.context, spans))
     for (const RowsView& v : sample) r.input_grads.push_back(rows_of(v));
   r.grads = per_tensor(m, m.grads());
@@ -113,24 +113,27 @@ void check_tp(const Case& c, int64_t tp) {
     const auto whole_params = per_tensor(whole, whole.params());
     const auto* t = std::get_if<TransformerSpec>(&c.sec.model.spec);
     const int64_t V = t ? t->vocab : 0, Vs = t ? tp_padded_vocab(V, tp) / tp : 0;
-    const Result want = run(whole, c, [](const std::vector<float>& g) { return g; });
+    const Result want = run(whole, c);
 
     std::vector<Result> got(static_cast<size_t>(tp));
     on_ranks(tp, [&](int64_t r, Backend& backend, Communicator* comm) {
       SectionModel m(c.sec, backend, 5, 0, 1, TensorParallel{r, tp, comm});
       for (size_t i = 0; i < m.tensors().size(); ++i)
         tp_slice(m.params() + m.offset(i), whole_params[i].data(), c.sec.model, whole.tensors()[i], tp, r);
-      got[size_t(r)] = run(m, c, [&](const std::vector<float>& g) { return t ? columns(g, V, r * Vs, Vs) : g; });
+      got[size_t(r)] = run(m, c);
     });
 
     for (int64_t r = 0; r < tp; ++r) {
       const Result& g = got[size_t(r)];
       BOOST_TEST_CONTEXT("rank " << r) {
         BOOST_REQUIRE_EQUAL(g.outputs.size(), want.outputs.size());
-        for (size_t i = 0; i < want.outputs.size(); ++i) {
-          const int64_t cols = t ? V : 0;
-          const auto expect = t ? columns(want.outputs[i], cols, r * Vs, Vs) : want.outputs[i];
-          BOOST_CHECK_MESSAGE(rel(g.outputs[i], expect) <= kTol, "output " << i << ": " << rel(g.outputs[i], expect));
+        for (size_t i = 0; i < want.outputs.size(); ++i)
+          BOOST_CHECK_MESSAGE(rel(g.outputs[i], want.outputs[i]) <= kTol,
+                              "output " << i << ": " << rel(g.outputs[i], want.outputs[i]));
+        BOOST_REQUIRE_EQUAL(g.logits.size(), want.logits.size());
+        for (size_t i = 0; i < want.logits.size(); ++i) {
+          const auto expect = columns(want.logits[i], V, r * Vs, Vs);
+          BOOST_CHECK_MESSAGE(rel(g.logits[i], expect) <= kTol, "logits " << i << ": " << rel(g.logits[i], expect));
         }
         if (!c.sec.loss.empty())
           BOOST_CHECK_MESSAGE(std::abs(g.loss - want.loss) <= kTol * std::abs(want.loss),
@@ -201,19 +204,23 @@ BOOST_AUTO_TEST_CASE(shards_slice_and_gather_whole_tensors) {
 BOOST_AUTO_TEST_CASE(transformer_equals_tp1) {
   // GQA (kv_heads < heads), vocabulary 37 (not a multiple of 2 or 4), packed
   // samples of 7, 3 + 5 (a spliced block) and 12 positions, CE + KL and an
-  // output gradient on the first sample.
+  // output gradient on the first sample's hidden states; then without a
+  // loss, output gradients only (an encoder: the head is skipped).
   const std::vector<std::vector<int32_t>> tokens{random_tokens(7, 1, 37), random_tokens(5, 2, 37),
                                                  random_tokens(12, 3, 37)};
   const std::vector<float> splice = random_floats(3 * 32, 4);
   const std::vector<std::vector<float>> teacher{random_floats(7 * 37, 5, 3.0f), random_floats(5 * 37, 6, 3.0f),
                                                 random_floats(12 * 37, 7, 3.0f)};
   const std::vector<LossTerm> loss{{LossKind::CrossEntropy, 1.0, 1.0}, {LossKind::KL, 0.5, 2.0}};
-  const std::vector<std::vector<float>> g{random_floats(7 * 37, 8, 0.05f), {}, {}};
+  const std::vector<std::vector<float>> g{random_floats(7 * 32, 8, 0.05f), {}, {}};
   for (int64_t tp : {2, 4}) {
     Case c = transformer_case(llama(2, 32, 8, 4, 48, 37), loss, tokens, splice, teacher, g);
     check_tp(c, tp);
   }
   check_tp(transformer_case(llama(2, 32, 8, 4, 48, 37), loss, tokens, splice, teacher, g, /*recompute=*/true), 2);
+  const std::vector<std::vector<float>> every{random_floats(7 * 32, 12, 0.05f), random_floats(5 * 32, 13, 0.05f),
+                                              random_floats(12 * 32, 14, 0.05f)};
+  check_tp(transformer_case(llama(2, 32, 8, 4, 48, 37), {}, tokens, splice, {}, every), 2);
   const std::vector<std::vector<int32_t>> few{random_tokens(6, 9, 5), random_tokens(4, 10, 5)};
   const std::vector<float> splice16 = random_floats(2 * 16, 11);
   Case tiny_vocab = transformer_case(llama(1, 16, 4, 4, 16, 5), {{LossKind::CrossEntropy, 1.0, 1.0}}, few, splice16,

@@ -72,7 +72,7 @@ BOOST_AUTO_TEST_CASE(adamw_trajectory_matches_torch, *kOracle) {
     student.zero_grads();
     ForwardOutput tf = teacher.forward(in);
     ForwardOutput sf = student.forward(in);
-    const std::vector<float> t0 = host_of(tf.outputs[0]), t1 = host_of(tf.outputs[1]);  // through the host
+    const std::vector<float> t0 = host_of(tf.logits[0]), t1 = host_of(tf.logits[1]);  // through the host
     losses.push_back(float(student.loss(*sf.context, {span_of(t0), span_of(t1)}, n_global)));
     student.backward(*sf.context, {});
     const double norm = std::sqrt(student.grad_sq_norm());

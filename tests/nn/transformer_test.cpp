@@ -1,8 +1,9 @@
-// The transformer against the PyTorch oracle: outputs (text logits), the
-// cross-entropy share, every parameter gradient and the spliced blocks'
-// gradients, on a packed micro-batch of different, odd lengths with GQA,
-// spliced prefixes and a text cut at max_seq; recompute gives the same
-// gradients as keeping the activations.
+// The transformer against the PyTorch oracle: outputs (the final-normed
+// hidden states of the text positions, with an upstream gradient on them),
+// text logits, the cross-entropy share, every parameter gradient and the
+// spliced blocks' gradients, on a packed micro-batch of different, odd
+// lengths with GQA, spliced prefixes and a text cut at max_seq; recompute
+// gives the same gradients as keeping the activations.
 #define BOOST_TEST_MODULE nn
 #include <boost/test/unit_test.hpp>
 
@@ -41,8 +42,11 @@ struct Batch3 {
   static constexpr int64_t kPositions = 25;
 };
 
-void run_case(int64_t kv_heads, bool recompute, const std::string& tag, bool causal = true) {
-  Section sec = make_section("llm", small_llama(kv_heads, causal), Mode::Train, recompute, {{LossKind::CrossEntropy, 1.0, 1.0}});
+// with_loss = false: an encoder — no loss, an upstream gradient on every
+// sample's hidden states (the head gets none).
+void run_case(int64_t kv_heads, bool recompute, const std::string& tag, bool causal = true, bool with_loss = true) {
+  Section sec = make_section("llm", small_llama(kv_heads, causal), Mode::Train, recompute,
+                             with_loss ? std::vector<LossTerm>{{LossKind::CrossEntropy, 1.0, 1.0}} : std::vector<LossTerm>{});
   SectionModel m(sec, cpu(), 1);
   randomize(m, 7);
   m.zero_grads();
@@ -50,13 +54,19 @@ void run_case(int64_t kv_heads, bool recompute, const std::string& tag, bool cau
   const int64_t n_global = Batch3::kPositions + 9;  // the global batch has more positions than this micro-batch
   ForwardOutput fw = m.forward(b.inputs());
   BOOST_REQUIRE_EQUAL(fw.outputs.size(), 3u);
-  BOOST_CHECK_EQUAL(fw.outputs[0].rows, 7);
-  BOOST_CHECK_EQUAL(fw.outputs[1].rows, 5);
-  BOOST_CHECK_EQUAL(fw.outputs[2].rows, 16);
-  const double loss = m.loss(*fw.context, {}, n_global);
-  // An extra upstream gradient on sample 0's logits, as from a consumer.
-  std::vector<float> g0 = random_floats(7 * 37, 6, 0.05f);
-  auto dins = m.backward(*fw.context, {span_of(g0), {}, {}});
+  BOOST_REQUIRE_EQUAL(fw.logits.size(), 3u);
+  for (const auto& [i, rows] : {std::pair{0, 7}, {1, 5}, {2, 16}}) {  // text positions, cut to max_seq
+    BOOST_CHECK_EQUAL(fw.outputs[size_t(i)].rows, rows);
+    BOOST_CHECK_EQUAL(fw.outputs[size_t(i)].cols, 32);  // hidden
+    BOOST_CHECK_EQUAL(fw.logits[size_t(i)].rows, rows);
+    BOOST_CHECK_EQUAL(fw.logits[size_t(i)].cols, 37);  // vocab
+  }
+  const double loss = with_loss ? m.loss(*fw.context, {}, n_global) : 0.0;
+  // An extra upstream gradient on sample 0's output (its hidden states), as from a consumer.
+  std::vector<float> g0 = random_floats(7 * 32, 6, 0.05f), g1 = random_floats(5 * 32, 16, 0.05f),
+                     g2 = random_floats(16 * 32, 26, 0.05f);
+  auto dins = with_loss ? m.backward(*fw.context, {span_of(g0), {}, {}})
+                        : m.backward(*fw.context, {span_of(g0), span_of(g1), span_of(g2)});
 
   OracleCase c;
   c.add_model(m);
@@ -64,20 +74,27 @@ void run_case(int64_t kv_heads, bool recompute, const std::string& tag, bool cau
   c.add_input("splice_a", b.splice_a);
   c.add_input("splice_b", b.splice_b);
   c.add_input("g0", g0);
+  c.add_input("g1", g1);
+  c.add_input("g2", g2);
   for (int i = 0; i < 3; ++i) {
     nlohmann::json s = {{"tokens", b.tokens[i]}};
     if (i == 1) s["splice"] = {{{"input", "splice_a"}}, {{"input", "splice_b"}}};
     c.json["samples"].push_back({{"llm", s}});
   }
-  c.json["loss"] = {{"model", "llm"}, {"terms", {{{"kind", "ce"}, {"weight", 1.0}}}}, {"n_global", n_global}};
+  if (with_loss)
+    c.json["loss"] = {{"model", "llm"}, {"terms", {{{"kind", "ce"}, {"weight", 1.0}}}}, {"n_global", n_global}};
   c.json["out_grads"]["llm"]["0"] = "g0";
+  if (!with_loss) c.json["out_grads"]["llm"]["1"] = "g1", c.json["out_grads"]["llm"]["2"] = "g2";
   Reference ref = c.run(tag);
 
-  for (int i = 0; i < 3; ++i)
-    check_close("logits of sample " + std::to_string(i), fw.outputs[i].data, fw.outputs[i].values().size(), ref,
-                "out.llm." + std::to_string(i));
+  for (int i = 0; i < 3; ++i) {
+    check_close("hidden states of sample " + std::to_string(i), fw.outputs[i].data, fw.outputs[i].values().size(),
+                ref, "out.llm." + std::to_string(i));
+    check_close("logits of sample " + std::to_string(i), fw.logits[i].data, fw.logits[i].values().size(), ref,
+                "logits.llm." + std::to_string(i));
+  }
   const float got_loss = float(loss);
-  check_close("loss", &got_loss, 1, ref, "loss", 1e-5);
+  if (with_loss) check_close("loss", &got_loss, 1, ref, "loss", 1e-5);
   check_grads(m, ref);
   BOOST_REQUIRE_EQUAL(dins[1].size(), 2u);
   BOOST_CHECK(dins[0].empty() && dins[2].empty());
@@ -94,6 +111,11 @@ BOOST_AUTO_TEST_CASE(gqa_packed_spliced_matches_torch, *kOracle) { run_case(2, f
 BOOST_AUTO_TEST_CASE(multi_head_recompute_matches_torch, *kOracle) { run_case(4, true, "mha_recompute"); }
 
 BOOST_AUTO_TEST_CASE(bidirectional_matches_torch, *kOracle) { run_case(1, false, "bidirectional", false); }
+
+// A bidirectional encoder without a loss, trained through its hidden states only.
+BOOST_AUTO_TEST_CASE(an_encoder_trains_through_its_hidden_states, *kOracle) {
+  run_case(2, false, "encoder", false, false);
+}
 
 BOOST_AUTO_TEST_CASE(recompute_gives_the_same_gradients) {
   // Layers recomputed: none, 1 of 2 (partial: every other one), both.

@@ -8,7 +8,9 @@ at a time, unpacked, autograd for the backward.
 CASE_DIR/case.json describes the models and samples; CASE_DIR holds
 weights.safetensors ("<model>.<HF name>") and inputs.safetensors (float
 inputs by key). Writes CASE_DIR/reference.safetensors:
-  out.<model>.<sample>   each model's output per sample
+  out.<model>.<sample>   each model's output per sample (what an activations
+                         flow carries: a transformer's final-normed text rows)
+  logits.<model>.<sample>  a transformer's text logits per sample
   loss                   [1] the loss (when case.json has "loss")
   grad.<model>.<name>    d(objective)/d(parameter) of every train model
   dinput.<key>           d(objective)/d(input) for float inputs
@@ -72,7 +74,8 @@ def gelu(x):
 
 # ------------------------------------------------------------------- models
 def transformer(w, c, tokens, spliced):
-    """Llama: the sequence is spliced blocks then text cut to max_seq; returns the text logits."""
+    """Llama: the sequence is spliced blocks then text cut to max_seq; returns the final-normed
+    hidden states of the text positions, their logits and the kept tokens."""
     spliced = [b.reshape(-1, c["hidden"]) for b in spliced]
     S = sum(b.shape[0] for b in spliced)
     tokens = tokens[: c["max_seq"] - S]
@@ -91,7 +94,7 @@ def transformer(w, c, tokens, spliced):
         m = F.silu(h @ w[p + "mlp.gate_proj.weight"].T) * (h @ w[p + "mlp.up_proj.weight"].T)
         x = x + m @ w[p + "mlp.down_proj.weight"].T
     x = rms_norm(x[S:], w["model.norm.weight"], c["norm_eps"])
-    return x @ w["lm_head.weight"].T, tokens
+    return x, x @ w["lm_head.weight"].T, tokens
 
 
 def encoder_layer(x, w, p, H, eps, names):
@@ -182,8 +185,9 @@ def mlp(w, c, x):
 # ------------------------------------------------------------------- a case
 def run_samples(case, weights, inputs, samples):
     """Forward of every model on every sample in case order; returns
-    outputs[model][i] and the kept text tokens of each transformer."""
+    outputs[model][i], and the logits and kept text tokens of each transformer."""
     outputs = {m: {} for m in case["models"]}
+    logits = {m: {} for m in case["models"]}
     kept = {m: {} for m in case["models"]}
     for i, s in enumerate(samples):
         for m in case["order"]:
@@ -197,7 +201,7 @@ def run_samples(case, weights, inputs, samples):
 
             if spec["kind"] == "transformer":
                 tokens = torch.tensor(src["tokens"], dtype=torch.long)
-                out, kept[m][i] = transformer(w, c, tokens, [fetch(r) for r in src.get("splice", [])])
+                out, logits[m][i], kept[m][i] = transformer(w, c, tokens, [fetch(r) for r in src.get("splice", [])])
             elif spec["kind"] == "vit":
                 out = vit(w, c, fetch(src))
             elif spec["kind"] == "audio_encoder":
@@ -205,12 +209,13 @@ def run_samples(case, weights, inputs, samples):
             else:
                 out = mlp(w, c, fetch(src))
             outputs[m][i] = out
-    return outputs, kept
+    return outputs, logits, kept
 
 
-def loss_of(spec, outputs, kept, n_global):
+def loss_of(spec, logits_of, kept, n_global):
+    """The loss from the transformers' text logits logits_of[model][i]."""
     total = 0.0
-    for i, student in outputs[spec["model"]].items():
+    for i, student in logits_of[spec["model"]].items():
         tokens = kept[spec["model"]][i]
         if tokens.shape[0] < 2:
             continue
@@ -220,7 +225,7 @@ def loss_of(spec, outputs, kept, n_global):
                 v = F.cross_entropy(logits, targets, reduction="sum")
             else:
                 T = term["temperature"]
-                teacher = outputs[spec["teacher"]][i][: logits.shape[0]].detach()
+                teacher = logits_of[spec["teacher"]][i][: logits.shape[0]].detach()
                 pt = F.softmax(teacher / T, -1)
                 v = T * T * (pt * (F.log_softmax(teacher / T, -1) - F.log_softmax(logits / T, -1))).sum()
             total = total + term["weight"] * v / n_global
@@ -261,8 +266,8 @@ def main(case_dir):
         losses = []
         for step, (samples, n_global) in enumerate(zip(t["steps"], t["n_global"])):
             opt.zero_grad()
-            outputs, kept = run_samples(case, weights, inputs, samples)
-            loss = loss_of(case["loss"], outputs, kept, n_global)
+            _, logits, kept = run_samples(case, weights, inputs, samples)
+            loss = loss_of(case["loss"], logits, kept, n_global)
             loss.backward()
             if t["clip"] > 0:
                 torch.nn.utils.clip_grad_norm_([p for _, p in params], t["clip"])
@@ -274,10 +279,10 @@ def main(case_dir):
         for name, p in params:
             result["final." + name] = p.detach()
     else:
-        outputs, kept = run_samples(case, weights, inputs, case["samples"])
+        outputs, logits, kept = run_samples(case, weights, inputs, case["samples"])
         objective = 0.0
         if "loss" in case:
-            loss = loss_of(case["loss"], outputs, kept, case["loss"]["n_global"])
+            loss = loss_of(case["loss"], logits, kept, case["loss"]["n_global"])
             result["loss"] = torch.tensor([float(loss)])
             objective = objective + loss
         for m, grads in case.get("out_grads", {}).items():
@@ -286,6 +291,9 @@ def main(case_dir):
         for m, per_sample in outputs.items():
             for i, out in per_sample.items():
                 result[f"out.{m}.{i}"] = out.detach()
+        for m, per_sample in logits.items():
+            for i, out in per_sample.items():
+                result[f"logits.{m}.{i}"] = out.detach()
         if torch.is_tensor(objective) and objective.requires_grad:
             objective.backward()
         for name, p in params:
