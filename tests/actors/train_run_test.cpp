@@ -2,13 +2,17 @@
 // program trains for a few steps through the real actors, engine and
 // planner; the same run twice gives bitwise-identical losses, dp = 2 agrees
 // with dp = 1, a stage recomputed whole changes memory and not the results,
+// a transformer hands on its hidden states (and trains through them), tp = 2
+// runners behind a GPU's memory contract hand on what one runner does,
 // a failing run reports its section and exit status, and every
 // actor is gone when train() returns (it returns at all: ~actor_system
 // waits for every actor, so a leaked one would hang the test).
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <functional>
 #include <string>
+#include <thread>
 
 #include "actors/run_plan.h"
 #include "actors/section_runner.h"
@@ -21,6 +25,7 @@
 #include "plan/cost_model.h"
 #include "support/checked_backend.h"
 #include "support/test_programs.h"
+#include "transport/collectives.h"
 #include "transport/local_transport.h"
 
 using namespace maestro;
@@ -242,6 +247,111 @@ BOOST_AUTO_TEST_CASE(a_stage_recomputed_whole_holds_its_input_only) {
   const double a = plain->reduce_grads().grad_sq_norm, b = replay->reduce_grads().grad_sq_norm;
   BOOST_TEST(a > 0);
   BOOST_TEST(a == b);
+}
+
+// The runner's tensor-parallel paths behind a GPU's memory contract
+// (CheckedBackend: host and backend memory kept apart): tp = 2 ranks, one
+// thread each over an in-process group, hand on what one tp = 1 runner does
+// — a text encoder's hidden states (rank 0's copy) and, backward from their
+// gradients, the same gradient norm² (the ranks' shares summed); a frozen
+// teacher's logits gathered whole from the ranks' columns through backend
+// memory.
+BOOST_AUTO_TEST_CASE(tensor_parallel_runners_hand_on_what_one_runner_does) {
+  const Program program = cpu_runnable(parse(R"(
+section enc {
+  model    = transformer(layers: 1, hidden: 32, heads: 2, ffn: 64, vocab: 61, max_seq: 64, causal: false);
+  consumes = [text];
+  parallel { tp = 2; dp = 1; }
+}
+section proj { model = mlp(in: 32, out: 48); }
+section teacher {
+  model    = transformer(layers: 1, hidden: 32, heads: 2, ffn: 64, vocab: 61, max_seq: 64);
+  mode     = frozen;
+  consumes = [text];
+  parallel { tp = 2; dp = 1; }
+}
+section llm {
+  model    = transformer(layers: 1, hidden: 48, heads: 2, ffn: 64, vocab: 61, max_seq: 128);
+  consumes = [text];
+  loss     = cross_entropy + 0.5 * kl(temperature: 2.0);
+}
+flow enc -> proj -> llm;
+flow teacher -> llm : logits;
+data { source = synthetic(seed: 5); mix { text = 1.0; } text_tokens = uniform(min: 8, max: 24); }
+train { global_batch = 4; steps = 1; seed = 2; optimizer = adamw(lr: 1e-3); precision = fp32; }
+)"));
+  const SectionGraph graph = build_graph(program);
+  const StepInputs inputs(graph, program.data, program.train.global_batch);
+  const std::shared_ptr<const StepData> data = inputs.step(0);
+  LocalTransport transport;
+  auto task = [&](Task::Kind kind) {
+    RunTask t;
+    t.task.kind = kind, t.task.micro_batch = 0, t.task.id = kind == Task::Kind::Backward ? 1 : 0;
+    t.samples = {0, 1, 2, 3};
+    t.data = data;
+    return t;
+  };
+  auto close = [](const TensorRef& a, const TensorRef& b) {
+    if (a.shape != b.shape) return false;
+    double diff = 0, norm = 0;
+    for (size_t j = 0; j < a.values().size(); ++j)
+      diff += std::pow(double(a.values()[j]) - b.values()[j], 2), norm += std::pow(double(b.values()[j]), 2);
+    return std::sqrt(diff) <= 1e-5 * std::sqrt(norm);
+  };
+  for (const std::string name : {"enc", "teacher"}) {
+    BOOST_TEST_CONTEXT(name) {
+      const int section = graph.find(name);
+      auto runner = [&](std::shared_ptr<Communicator> tp_group) {
+        return std::make_unique<SectionRunner>(program, section, 0, 1, 7, transport,
+                                               std::make_unique<test_support::CheckedBackend>(1), nullptr,
+                                               std::move(tp_group), false);
+      };
+      const auto whole = runner(nullptr);
+      const auto group = make_local_group(2);
+      const std::unique_ptr<SectionRunner> ranks[2] = {runner(group[0]), runner(group[1])};
+      const auto on_ranks = [&](const std::function<void(int)>& f) {
+        std::string errors[2];
+        std::thread threads[2];
+        for (int r = 0; r < 2; ++r)
+          threads[r] = std::thread([&, r] {
+            try {
+              f(r);
+            } catch (const std::exception& e) {
+              errors[r] = e.what();  // the runner aborted its group: the peer fails too
+            }
+          });
+        for (std::thread& t : threads) t.join();
+        for (int r = 0; r < 2; ++r) BOOST_TEST_REQUIRE(errors[r].empty(), "rank " << r << ": " << errors[r]);
+      };
+      const SectionRunner::Result want = whole->forward(task(Task::Kind::Forward));
+      SectionRunner::Result got[2];
+      on_ranks([&](int r) { got[r] = ranks[r]->forward(task(Task::Kind::Forward)); });
+      BOOST_TEST(got[1].outputs.empty());  // rank 0's stand for the replica
+      BOOST_TEST_REQUIRE(got[0].outputs.size() == want.outputs.size());
+      BOOST_TEST_REQUIRE(want.outputs.size() == 4u);
+      const int64_t width = name == "enc" ? 32 : 61;  // hidden states; whole-vocabulary logits
+      for (size_t i = 0; i < want.outputs.size(); ++i) {
+        BOOST_TEST(got[0].outputs[i].flow == want.outputs[i].flow);
+        BOOST_TEST(got[0].outputs[i].sample == want.outputs[i].sample);
+        BOOST_TEST(want.outputs[i].tensor.shape.back() == width);
+        BOOST_TEST(close(got[0].outputs[i].tensor, want.outputs[i].tensor), "output " << i);
+      }
+      if (name != "enc") continue;
+      RunTask back = task(Task::Kind::Backward);
+      for (const FlowTensor& out : want.outputs) {
+        TensorRef g = transport.allocate(out.tensor.shape);
+        for (size_t j = 0; j < g.values().size(); ++j) g.values()[j] = float((j * 7 + size_t(out.sample)) % 11) * 0.1f - 0.5f;
+        back.inputs.push_back({out.flow, out.sample, g});
+      }
+      whole->backward(back);
+      on_ranks([&](int r) { ranks[r]->backward(back); });
+      const double w = whole->reduce_grads().grad_sq_norm;
+      double shares[2] = {0, 0};
+      on_ranks([&](int r) { shares[r] = ranks[r]->reduce_grads().grad_sq_norm; });
+      BOOST_TEST(w > 0);
+      BOOST_TEST(std::abs(shares[0] + shares[1] - w) <= 1e-5 * w);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(errors_name_the_section_and_set_the_exit_status) {
