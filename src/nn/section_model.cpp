@@ -162,6 +162,7 @@ size_t SectionModel::activation_pool_floats() const { return impl_->pool.allocat
 
 ForwardOutput SectionModel::forward(const std::vector<SampleInput>& samples, const StageInput* stage_input) {
   auto ctx = std::make_shared<ForwardContext>(backend_, impl_->pool);
+  ctx->logits_wanted = logits_wanted_;
   return impl_->model->forward(std::move(ctx), samples, stage_ == 0 ? nullptr : stage_input);
 }
 

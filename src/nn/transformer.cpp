@@ -154,14 +154,16 @@ class Transformer final : public ModelImpl {
       a.text_in = ctx.take(Nt * C);
       gather_text(g, a.text_in, a.xs[L]);
       b_.rmsnorm_forward(a.text_normed, a.rstd_f, a.text_in, norm_.w, Nt, C, dims_.eps);
-      a.logits = ctx.take(Nt * V);
-      b_.linear_forward(a.logits, a.text_normed, head_.w, nullptr, Nt, C, V);
+      if (ctx.logits_wanted) {
+        a.logits = ctx.take(Nt * V);
+        b_.linear_forward(a.logits, a.text_normed, head_.w, nullptr, Nt, C, V);
+      }
       for (size_t i = 0; i + 1 < g.text_offsets.size(); ++i) {
         const int64_t t0 = g.text_offsets[i], nt = g.text_offsets[i + 1] - t0;
         out.outputs.push_back({a.text_normed + t0 * C, nt, C});
-        out.logits.push_back({a.logits + t0 * V, nt, V});
+        if (a.logits) out.logits.push_back({a.logits + t0 * V, nt, V});
       }
-      ctx.logits = a.logits;
+      ctx.logits = a.logits;  // null when not wanted: loss() refuses
       ctx.vocab = V;
       ctx.vocab_first = vocab_first_;
       ctx.vocab_valid = vocab_valid_;

@@ -138,6 +138,36 @@ BOOST_AUTO_TEST_CASE(recompute_gives_the_same_gradients) {
   }
 }
 
+// A text encoder's head is skipped when nobody reads its logits: the same
+// hidden states and gradients, no logits, less activation memory, and a
+// loss is refused.
+BOOST_AUTO_TEST_CASE(logits_nobody_reads_are_not_computed) {
+  // (a loss term only so that loss() gets as far as the logits; it is never called on the compared runs)
+  Section sec = make_section("enc", small_llama(2, false), Mode::Train, false, {{LossKind::CrossEntropy, 1.0, 1.0}});
+  std::vector<float> grads[2], hidden[2];
+  size_t pool[2];
+  for (int skip = 0; skip < 2; ++skip) {
+    SectionModel m(sec, cpu(), 3);
+    m.want_logits(!skip);
+    m.zero_grads();
+    Batch3 b;
+    ForwardOutput fw = m.forward(b.inputs());
+    BOOST_TEST(fw.logits.size() == (skip ? 0u : 3u));
+    BOOST_REQUIRE_EQUAL(fw.outputs.size(), 3u);
+    hidden[skip].assign(fw.outputs[2].data, fw.outputs[2].data + fw.outputs[2].values().size());
+    const std::vector<float> g = random_floats(16 * 32, 8, 0.05f);
+    m.backward(*fw.context, {{}, {}, span_of(g)});
+    grads[skip].assign(m.grads(), m.grads() + m.grad_count());
+    pool[skip] = m.activation_pool_floats();
+    if (skip)
+      BOOST_CHECK_EXCEPTION(m.loss(*m.forward(b.inputs()).context, {}, 1), std::invalid_argument,
+                            [](const std::invalid_argument& e) { return std::string(e.what()).find("logits") != std::string::npos; });
+  }
+  BOOST_TEST(hidden[0] == hidden[1]);
+  BOOST_TEST(grads[0] == grads[1]);
+  BOOST_TEST(pool[1] < pool[0]);
+}
+
 BOOST_AUTO_TEST_CASE(bad_inputs_name_the_section) {
   Section sec = make_section("llm", small_llama(2));
   SectionModel m(sec, cpu(), 1);
