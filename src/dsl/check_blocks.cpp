@@ -166,6 +166,27 @@ std::vector<LossTerm> Checker::loss(const Expr& e, bool& ok) {
   return out;
 }
 
+// What each model reads from a sample (actors/step_inputs.cpp): a
+// transformer text, a vit images (video frames are images), an audio encoder
+// audio. Without one of them in `consumes` it would fail (or, a transformer,
+// emit nothing and have no target positions) only once the run started.
+// Other modalities listed only gate when the section runs (its default
+// `when`); an mlp reads its input from flows (check_sections_against_program).
+void Checker::check_consumes(const Section& sec, Span where) {
+  std::vector<Modality> reads;
+  std::string what;
+  if (std::holds_alternative<TransformerSpec>(sec.model.spec)) reads = {Modality::Text}, what = "text";
+  else if (std::holds_alternative<VitSpec>(sec.model.spec)) reads = {Modality::Image, Modality::Video}, what = "images";
+  else if (std::holds_alternative<AudioEncoderSpec>(sec.model.spec)) reads = {Modality::Audio}, what = "audio";
+  if (reads.empty()) return;
+  for (Modality m : sec.consumes)
+    if (std::find(reads.begin(), reads.end(), m) != reads.end()) return;
+  const std::string builtin = sec.model.builtin();
+  error(where, fmt::format("section '{}' is {} {}, which reads {} from the sample: its 'consumes' must name {}", sec.name,
+                           builtin == "audio_encoder" ? "an" : "a", builtin, what,
+                           reads.size() == 1 ? fmt::format("'{}'", what) : std::string("'image' or 'video'")));
+}
+
 void Checker::read_section(const Stmt& s) {
   if (std::find(section_names_.begin(), section_names_.end(), s.name) == section_names_.end()) return;
   for (const Section& done : program_.sections)
@@ -191,8 +212,10 @@ void Checker::read_section(const Stmt& s) {
     auto w = word(*it->second->value, "'mode'", {"train", "frozen"});
     if (w) sec.mode = *w == "train" ? Mode::Train : Mode::Frozen;
   }
+  bool consumes_ok = true;  // every item a modality (else its error is enough)
   if (auto it = keys.find("consumes"); it != keys.end()) {
     const Expr& list = *it->second->value;
+    consumes_ok = list.kind == Expr::Kind::List;
     if (list.kind != Expr::Kind::List) {
       error(list.span, fmt::format("'consumes' takes a list of modalities such as [image, text], not {}", kind_of(list)));
     } else {
@@ -214,8 +237,11 @@ void Checker::read_section(const Stmt& s) {
         sec.consumes.push_back(*m);
         info.consume_spans.push_back(item->span);
       }
+      consumes_ok = sec.consumes.size() == list.items.size();
     }
   }
+  if (ok && consumes_ok)
+    check_consumes(sec, keys.find("consumes") != keys.end() ? keys.find("consumes")->second->value->span : s.name_span);
   if (auto it = keys.find("when"); it != keys.end()) {
     bool cond_ok = true;
     Condition c = condition(*it->second->value, cond_ok);

@@ -48,11 +48,17 @@ void Checker::check_sections_against_program() {
   for (size_t i = 0; i < program_.sections.size(); ++i) {
     Section& sec = program_.sections[i];
     const SectionInfo& si = infos_[i];
-    bool leaves = false, logits_in = false;
+    bool leaves = false, logits_in = false, activations_in = false;
     for (const Flow& f : program_.flows) {
       leaves |= f.from == sec.name;
       logits_in |= f.to == sec.name && f.kind == FlowKind::Logits;
+      activations_in |= f.to == sec.name && f.kind == FlowKind::Activations;
     }
+    // An mlp reads nothing from the sample (check_consumes): without an
+    // incoming activations flow it would run on nothing.
+    if (si.model_ok && flows_ok_ && !activations_in && std::holds_alternative<MlpSpec>(sec.model.spec))
+      error(si.name_span, fmt::format("section '{}' is an mlp, which reads its input from activations flows, but none "
+                                      "comes into it", sec.name));
     // A trained section that feeds another keeps its activations until its
     // consumers' backward returns (the sequential step runs its forward
     // twice instead): with `recompute` not written, recomputing it is the

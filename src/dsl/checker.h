@@ -186,6 +186,7 @@ class Checker {
     bool model_ok = false;
     bool recompute_written = false;
   };
+  void check_consumes(const Section& sec, Span where);
   const SectionInfo& info(const std::string& name) const {
     for (size_t i = 0; i < program_.sections.size(); ++i)
       if (program_.sections[i].name == name) return infos_[i];

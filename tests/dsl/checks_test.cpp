@@ -156,6 +156,23 @@ BOOST_AUTO_TEST_CASE(conditions) {
   expect_error(with("consumes = [image];", "consumes = [image]; when = has(vidoe);"), "unknown modality 'vidoe'");
 }
 
+// Each model reads one kind of sample input (and an mlp none): without it
+// in `consumes` the run could only fail (or emit nothing) once started.
+BOOST_AUTO_TEST_CASE(a_model_consumes_what_it_reads) {
+  expect_error(with("consumes = [image];", "consumes = [text];"),
+               "section 'vision' is a vit, which reads images from the sample: its 'consumes' must name 'image' or "
+               "'video'");
+  expect_error(with("consumes = [text];", "consumes = [];"),
+               "section 'llm' is a transformer, which reads text from the sample: its 'consumes' must name 'text'");
+  expect_error(with("  consumes = [text];\n", ""), "section 'llm' is a transformer, which reads text from the sample");
+  expect_error(with("flow vision -> proj -> llm;", "flow proj -> llm;"),
+               "section 'proj' is an mlp, which reads its input from activations flows, but none comes into it");
+  // Other modalities only gate when a section runs.
+  Program p = must_load(with("consumes = [image];", "consumes = [image, text];"));
+  BOOST_TEST(p.sections[0].consumes.size() == 2u);
+  must_load(with("model = mlp(in: 32, out: d_model);", "model = mlp(in: 32, out: d_model); consumes = [image];"));
+}
+
 BOOST_AUTO_TEST_CASE(flows) {
   expect_error(with("flow vision -> proj", "flow vision -> prj"), "flow names an unknown section 'prj'; did you mean 'proj'?");
   expect_error(kBase + "section loop { model = mlp(in: 64, out: 64); }\nflow llm -> loop -> llm;\n",
