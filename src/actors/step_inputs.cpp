@@ -5,6 +5,7 @@
 
 #include "actors/sample_shape.h"
 #include "data/content.h"
+#include "data/data_error.h"
 #include "data/sampler.h"
 
 namespace maestro {
@@ -15,6 +16,29 @@ bool consumes(const Section& s, Modality m) {
   for (Modality c : s.consumes)
     if (c == m) return true;
   return false;
+}
+
+// A logits flow hands the student its teacher's logits for each of its kept
+// text positions: the teacher must run on every sample the student runs on
+// and keep at least as many text tokens. Bad input (exit status 2), found
+// before the step runs rather than inside the student's loss.
+void check_logits_flows(const SectionGraph& g, const Sample& x, int64_t step) {
+  const SampleSizes sizes = sizes_of(x);
+  for (const GraphEdge& edge : g.edges) {
+    if (edge.kind != FlowKind::Logits || !g.active(edge.to, x.modalities)) continue;
+    const Section &teacher = g.section(edge.from), &student = g.section(edge.to);
+    if (!g.active(edge.from, x.modalities))
+      throw DataError(fmt::format("step {}, sample {}: section '{}' reads the logits of '{}' (flow {} -> {} : logits) "
+                                  "but '{}' does not run on this sample: its 'when' must hold wherever '{}''s does",
+                                  step, x.id, student.name, teacher.name, teacher.name, student.name, teacher.name,
+                                  student.name));
+    const int64_t kept = g.emitted(edge.from, sizes), needed = g.emitted(edge.to, sizes);
+    if (kept < needed)
+      throw DataError(fmt::format("step {}, sample {}: flow {} -> {} : logits needs the teacher's logits at each of "
+                                  "the student's {} text positions, but '{}' keeps {} (raise its max_seq, now {})",
+                                  step, x.id, teacher.name, student.name, needed, teacher.name, kept,
+                                  std::get<TransformerSpec>(teacher.model.spec).max_seq));
+  }
 }
 
 }  // namespace
@@ -68,6 +92,7 @@ std::shared_ptr<const StepData> StepInputs::step(int64_t step) const {
   d->loss_positions.assign(n_sections, 0);
   for (size_t i = 0; i < n; ++i) {
     const Sample& sample = d->batch.samples[i];
+    check_logits_flows(graph_, sample, step);
     for (size_t s = 0; s < n_sections; ++s) {
       if (!graph_.active(int(s), sample.modalities)) continue;
       const Section& sec = graph_.section(int(s));

@@ -243,9 +243,11 @@ void Checker::read_section(const Stmt& s) {
   if (ok && consumes_ok)
     check_consumes(sec, keys.find("consumes") != keys.end() ? keys.find("consumes")->second->value->span : s.name_span);
   if (auto it = keys.find("when"); it != keys.end()) {
+    info.when_span = it->second->value->span;
     bool cond_ok = true;
     Condition c = condition(*it->second->value, cond_ok);
     if (cond_ok) sec.when = std::move(c);
+    info.when_written = cond_ok;
   } else {
     for (Modality m : sec.consumes) {
       if (m == Modality::Text) continue;

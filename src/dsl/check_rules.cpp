@@ -73,6 +73,7 @@ void Checker::check_sections_against_program() {
           error(si.loss_span, fmt::format("section '{}' has a kl loss but no 'logits' flow comes into it", sec.name));
     }
     if (data_read_ && mix_ok_ && !program_.data.mix.empty()) {
+      check_when_against_mix(sec, si);
       for (size_t k = 0; k < sec.consumes.size(); ++k) {
         bool present = false;
         for (const MixEntry& m : program_.data.mix) present |= m.modalities.has(sec.consumes[k]);
@@ -84,6 +85,43 @@ void Checker::check_sections_against_program() {
     if (sec.micro_batch && program_.train.global_batch > 0 && *sec.micro_batch > program_.train.global_batch)
       error(si.micro_batch_span, fmt::format("'micro_batch' ({}) of section '{}' is larger than 'global_batch' ({})",
                                              *sec.micro_batch, sec.name, program_.train.global_batch));
+  }
+}
+
+// The modalities of the samples a synthetic mix entry draws (data/sampler.cpp):
+// its own, text when it names none, image when it has video (frames are
+// images to the vision section).
+static ModalitySet sample_modalities(const MixEntry& m) {
+  ModalitySet s = m.modalities;
+  if (s.bits == 0) s.add(Modality::Text);
+  if (s.has(Modality::Video)) s.add(Modality::Image);
+  return s;
+}
+
+// Over the samples the mix draws: an encoder runs only where its input is
+// (a vit where there are images, an audio encoder where there is audio), and
+// a section reading a teacher's logits only where the teacher runs too. (With
+// files(manifest) the runtime checks each sample: actors/step_inputs.cpp.)
+void Checker::check_when_against_mix(const Section& sec, const SectionInfo& si) {
+  const bool vit = std::holds_alternative<VitSpec>(sec.model.spec),
+             audio = std::holds_alternative<AudioEncoderSpec>(sec.model.spec);
+  for (const MixEntry& m : program_.data.mix) {
+    const ModalitySet s = sample_modalities(m);
+    if (m.weight <= 0 || !sec.when.eval(s)) continue;
+    if (si.when_written && ((vit && !s.has(Modality::Image)) || (audio && !s.has(Modality::Audio)))) {
+      error(si.when_span, fmt::format("section '{}' reads {} but its 'when' holds on mix entry '{}', which has none",
+                                      sec.name, vit ? "images" : "audio", m.name));
+      return;
+    }
+    for (size_t f = 0; f < program_.flows.size(); ++f) {
+      const Flow& flow = program_.flows[f];
+      const Section* teacher = program_.find_section(flow.from);
+      if (flow.kind != FlowKind::Logits || flow.to != sec.name || !teacher || teacher->when.eval(s)) continue;
+      error(flow_spans_[f], fmt::format("flow {} -> {}: '{}' needs the logits of '{}' on every sample it runs on, but "
+                                        "'{}' does not run on mix entry '{}' (its 'when')",
+                                        flow.from, flow.to, sec.name, flow.from, flow.from, m.name));
+      return;
+    }
   }
 }
 

@@ -181,12 +181,14 @@ class Checker {
   };
   // What the checks across sections need to know of a section's source.
   struct SectionInfo {
-    Span name_span, loss_span, micro_batch_span;
+    Span name_span, loss_span, micro_batch_span, when_span;
     std::vector<Span> consume_spans;
     bool model_ok = false;
     bool recompute_written = false;
+    bool when_written = false;  // else `when` follows `consumes` (check_consumes)
   };
   void check_consumes(const Section& sec, Span where);
+  void check_when_against_mix(const Section& sec, const SectionInfo& si);
   const SectionInfo& info(const std::string& name) const {
     for (size_t i = 0; i < program_.sections.size(); ++i)
       if (program_.sections[i].name == name) return infos_[i];

@@ -167,6 +167,16 @@ BOOST_AUTO_TEST_CASE(a_model_consumes_what_it_reads) {
   expect_error(with("  consumes = [text];\n", ""), "section 'llm' is a transformer, which reads text from the sample");
   expect_error(with("flow vision -> proj -> llm;", "flow proj -> llm;"),
                "section 'proj' is an mlp, which reads its input from activations flows, but none comes into it");
+  // Over the samples the mix draws: an encoder runs where its input is, a
+  // student where its teacher runs.
+  expect_error(with("consumes = [image];", "consumes = [image]; when = true;"),
+               "section 'vision' reads images but its 'when' holds on mix entry 'text', which has none");
+  expect_error(with("mix { text = 1.0; }", "mix { text = 0.5; image_text = 0.5; }",
+                    kd("mode = frozen; consumes = [text];", "mode = frozen; consumes = [text]; when = has(image);")),
+               "flow teacher -> student: 'student' needs the logits of 'teacher' on every sample it runs on, but "
+               "'teacher' does not run on mix entry 'text' (its 'when')");
+  must_load(with("mix { text = 1.0; }", "mix { text = 0.0; image_text = 1.0; }",
+                 kd("mode = frozen; consumes = [text];", "mode = frozen; consumes = [text]; when = has(image);")));
   // Other modalities only gate when a section runs.
   Program p = must_load(with("consumes = [image];", "consumes = [image, text];"));
   BOOST_TEST(p.sections[0].consumes.size() == 2u);
