@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "data/data_error.h"
+
 namespace maestro {
 
 SequenceShape sequence_shape(const SectionGraph& g, int section, const Sample& sample) {
@@ -15,8 +17,9 @@ SequenceShape sequence_shape(const SectionGraph& g, int section, const Sample& s
   SequenceShape s;
   s.spliced = g.spliced(section, sizes);
   if (s.spliced > t->max_seq)
-    throw std::runtime_error(fmt::format("sample {}: {} spliced embeddings exceed max_seq {} of section '{}'",
-                                         sample.id, s.spliced, t->max_seq, sec.name));
+    throw DataError(fmt::format("sample {}: {} spliced embeddings exceed max_seq {} of section '{}' (fewer images or "
+                                "frames per sample, or a larger max_seq)",
+                                sample.id, s.spliced, t->max_seq, sec.name));
   s.text = g.tokens(section, sizes) - s.spliced;
   return s;
 }

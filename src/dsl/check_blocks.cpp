@@ -551,11 +551,17 @@ void Checker::read_data(const Stmt& s) {
   bool synthetic = d.source == DataSpec::Source::Synthetic;
   if (auto it = keys.find("mix"); it != keys.end()) read_mix(*it->second->block, it->second->key_span);
   else if (synthetic && keys.missing("mix")) error(s.span, "the data block has no 'mix' (a synthetic source draws samples from it)");
-  if (auto it = keys.find("text_tokens"); it != keys.end()) d.text_tokens = distribution(*it->second->value, "'text_tokens'", limits::kSampleTokens);
+  if (auto it = keys.find("text_tokens"); it != keys.end()) {
+    d.text_tokens = distribution(*it->second->value, "'text_tokens'", limits::kSampleTokens);
+    text_tokens_span_ = it->second->value->span;
+  }
   else if (synthetic && keys.missing("text_tokens"))
     error(s.span, "the data block has no 'text_tokens' (a synthetic source draws lengths from it)");
   if (auto it = keys.find("images"); it != keys.end()) d.images = distribution(*it->second->value, "'images'", limits::kSampleImages);
-  if (auto it = keys.find("audio_frames"); it != keys.end()) d.audio_frames = distribution(*it->second->value, "'audio_frames'", limits::kSampleTokens);
+  if (auto it = keys.find("audio_frames"); it != keys.end()) {
+    d.audio_frames = distribution(*it->second->value, "'audio_frames'", limits::kSampleTokens);
+    audio_frames_span_ = it->second->value->span;
+  }
   if (auto it = keys.find("video_frames"); it != keys.end())
     d.video_frames = distribution(*it->second->value, "'video_frames'", limits::kSampleImages);
   else if (synthetic && mix_ok_)

@@ -102,12 +102,37 @@ static ModalitySet sample_modalities(const MixEntry& m) {
 // (a vit where there are images, an audio encoder where there is audio), and
 // a section reading a teacher's logits only where the teacher runs too. (With
 // files(manifest) the runtime checks each sample: actors/step_inputs.cpp.)
+// The largest value a distribution draws (data/sampler.cpp).
+static double largest(const Distribution& d) {
+  switch (d.kind) {
+    case Distribution::Kind::Constant: return d.value;
+    case Distribution::Kind::Uniform:
+    case Distribution::Kind::LogNormal: return d.max;
+    case Distribution::Kind::Choice: break;
+  }
+  double m = 0;
+  for (size_t i = 0; i < d.values.size(); ++i)
+    if (d.weights.empty() || d.weights[i] > 0) m = std::max(m, d.values[i]);
+  return m;
+}
+
 void Checker::check_when_against_mix(const Section& sec, const SectionInfo& si) {
+  // What the synthetic source draws, against what the section takes.
+  const DataSpec& data = program_.data;
+  if (const auto* a = std::get_if<AudioEncoderSpec>(&sec.model.spec); a && data.audio_frames)
+    if (const double most = largest(*data.audio_frames); most > double(a->max_frames))
+      error(audio_frames_span_, fmt::format("'audio_frames' draws up to {} frames, but section '{}' takes at most "
+                                            "max_frames = {}", most, sec.name, a->max_frames));
+  if (!sec.loss.empty() && data.text_tokens && largest(*data.text_tokens) < 2)
+    error(text_tokens_span_, fmt::format("'text_tokens' is never more than 1, so no text position is followed by text: "
+                                         "the loss of section '{}' has no target position to average", sec.name));
+  bool runs = false;
   const bool vit = std::holds_alternative<VitSpec>(sec.model.spec),
              audio = std::holds_alternative<AudioEncoderSpec>(sec.model.spec);
   for (const MixEntry& m : program_.data.mix) {
     const ModalitySet s = sample_modalities(m);
     if (m.weight <= 0 || !sec.when.eval(s)) continue;
+    runs = true;
     if (si.when_written && ((vit && !s.has(Modality::Image)) || (audio && !s.has(Modality::Audio)))) {
       error(si.when_span, fmt::format("section '{}' reads {} but its 'when' holds on mix entry '{}', which has none",
                                       sec.name, vit ? "images" : "audio", m.name));
@@ -123,6 +148,8 @@ void Checker::check_when_against_mix(const Section& sec, const SectionInfo& si) 
       return;
     }
   }
+  if (!runs && si.when_written)
+    error(si.when_span, fmt::format("section '{}' would never run: its 'when' holds on no entry of the mix", sec.name));
 }
 
 void Checker::check_frozen_sections() {

@@ -207,6 +207,7 @@ class Checker {
   std::vector<SectionInfo> infos_;
   std::vector<Span> flow_spans_;  // parallel to program_.flows
   bool data_read_ = false;
+  Span text_tokens_span_, audio_frames_span_;  // the data block's distributions, where written
   bool flows_ok_ = true;  // every flow statement named known sections and kinds
   bool mix_ok_ = true;    // every mix entry was well-formed
   int let_depth_ = 0;    // how many lets deep the current evaluation is

@@ -194,6 +194,7 @@ void SectionModel::loss_terms(ForwardContext& ctx, const std::vector<std::span<c
 }
 
 double SectionModel::loss_value(const Section& section, std::span<const double> raw, int64_t n_global) {
+  if (n_global <= 0) return 0;  // no target position in the global batch: nothing to average (and no gradient)
   double total = 0;
   for (size_t k = 0; k < section.loss.size(); ++k) total += section.loss[k].weight * raw[k] / double(n_global);
   return total;

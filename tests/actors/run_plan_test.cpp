@@ -125,7 +125,7 @@ BOOST_AUTO_TEST_CASE(sample_geometry) {
   BOOST_TEST(sequence_shape(g, 0, img).text == 0);     // not a transformer
   Program wide = p;  // spliced embeddings alone past max_seq: a clear error
   std::get<TransformerSpec>(wide.sections[4].model.spec).max_seq = 20;
-  BOOST_CHECK_THROW(sequence_shape(build_graph(wide), 4, both), std::runtime_error);
+  BOOST_CHECK_THROW(sequence_shape(build_graph(wide), 4, both), DataError);  // bad input: exit status 2
 }
 
 // The command's path: Program -> cpu_runnable -> SectionGraph -> Plan.

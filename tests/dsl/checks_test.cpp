@@ -157,8 +157,10 @@ BOOST_AUTO_TEST_CASE(conditions) {
 }
 
 // Each model reads one kind of sample input (and an mlp none): without it
-// in `consumes` the run could only fail (or emit nothing) once started.
-BOOST_AUTO_TEST_CASE(a_model_consumes_what_it_reads) {
+// in `consumes` the run could only fail (or emit nothing) once started; so
+// could a section that runs on samples without its input, or a data block
+// drawing more than a section takes.
+BOOST_AUTO_TEST_CASE(sections_run_on_what_they_read) {
   expect_error(with("consumes = [image];", "consumes = [text];"),
                "section 'vision' is a vit, which reads images from the sample: its 'consumes' must name 'image' or "
                "'video'");
@@ -177,6 +179,22 @@ BOOST_AUTO_TEST_CASE(a_model_consumes_what_it_reads) {
                "'teacher' does not run on mix entry 'text' (its 'when')");
   must_load(with("mix { text = 1.0; }", "mix { text = 0.0; image_text = 1.0; }",
                  kd("mode = frozen; consumes = [text];", "mode = frozen; consumes = [text]; when = has(image);")));
+  // What the synthetic source draws, against what the sections take.
+  expect_error(with("when = has(image);", "when = has(audio);",
+                    with("consumes = [text];\n  parallel", "consumes = [text]; when = has(image);\n  parallel")),
+               "section 'llm' would never run: its 'when' holds on no entry of the mix");
+  expect_error(with("text_tokens = lognormal(median: 32, sigma: 0.5, max: 128);", "text_tokens = choice([1, 2], weights: [1, 0]);"),
+               "'text_tokens' is never more than 1, so no text position is followed by text: the loss of section 'llm' "
+               "has no target position to average");
+  const std::string with_audio =
+      with("mix { image_text = 0.5; text = 0.5; }", "mix { image_text = 0.5; audio_text = 0.5; }",
+           with("section proj {",
+                "section audio {\n  model = audio_encoder(layers: 1, hidden: 32, heads: 2, ffn: 64, mel_bins: 16, "
+                "max_frames: 50);\n  consumes = [audio];\n}\nsection aproj { model = mlp(in: 32, out: d_model); }\n"
+                "flow audio -> aproj -> llm;\nsection proj {"));
+  must_load(with("images      = 1;", "images = 1;\n  audio_frames = uniform(min: 20, max: 50);", with_audio));
+  expect_error(with("images      = 1;", "images = 1;\n  audio_frames = uniform(min: 40, max: 120);", with_audio),
+               "'audio_frames' draws up to 120 frames, but section 'audio' takes at most max_frames = 50");
   // Other modalities only gate when a section runs.
   Program p = must_load(with("consumes = [image];", "consumes = [image, text];"));
   BOOST_TEST(p.sections[0].consumes.size() == 2u);

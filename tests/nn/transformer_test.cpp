@@ -168,6 +168,21 @@ BOOST_AUTO_TEST_CASE(logits_nobody_reads_are_not_computed) {
   BOOST_TEST(pool[1] < pool[0]);
 }
 
+// A global batch without a target position (every text one token long):
+// the loss is 0, not 0/0, and the gradients are zero.
+BOOST_AUTO_TEST_CASE(no_target_position_is_a_zero_loss) {
+  Section sec = make_section("llm", small_llama(2), Mode::Train, false, {{LossKind::CrossEntropy, 1.0, 1.0}});
+  SectionModel m(sec, cpu(), 3);
+  m.zero_grads();
+  const std::vector<int32_t> one{5}, other{7};
+  std::vector<SampleInput> in(2);
+  in[0].tokens = one, in[1].tokens = other;
+  ForwardOutput fw = m.forward(in);
+  BOOST_TEST(m.loss(*fw.context, {}, 0) == 0.0);
+  m.backward(*fw.context, {});
+  BOOST_TEST(m.grad_sq_norm() == 0.0);
+}
+
 BOOST_AUTO_TEST_CASE(bad_inputs_name_the_section) {
   Section sec = make_section("llm", small_llama(2));
   SectionModel m(sec, cpu(), 1);
