@@ -269,6 +269,7 @@ void Checker::read_section(const Stmt& s) {
         if (auto v = count_or_auto(*d->second->value, fmt::format("'{}'", key))) out = *v;
     };
     degree("tp", sec.parallel.tp), degree("pp", sec.parallel.pp), degree("dp", sec.parallel.dp);
+    if (auto d = degrees.find("dp"); d != degrees.end()) info.dp_span = d->second->value->span;
     if (auto d = degrees.find("tp"); d != degrees.end() && ok && sec.parallel.tp)
       if (const std::string e = tp_divisibility_error(sec.model, *sec.parallel.tp, /*heads_only=*/true); !e.empty())
         error(d->second->value->span, fmt::format("section '{}' cannot be split over tp = {} ranks: {}", s.name,

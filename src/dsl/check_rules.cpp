@@ -82,6 +82,9 @@ void Checker::check_sections_against_program() {
                                                  sec.name, modality_name(sec.consumes[k])));
       }
     }
+    if (sec.parallel.dp && program_.train.global_batch > 0 && *sec.parallel.dp > program_.train.global_batch)
+      error(si.dp_span, fmt::format("section '{}' has dp = {} replicas but 'global_batch' is {}: each step some "
+                                    "would get no sample", sec.name, *sec.parallel.dp, program_.train.global_batch));
     if (sec.micro_batch && program_.train.global_batch > 0 && *sec.micro_batch > program_.train.global_batch)
       error(si.micro_batch_span, fmt::format("'micro_batch' ({}) of section '{}' is larger than 'global_batch' ({})",
                                              *sec.micro_batch, sec.name, program_.train.global_batch));

@@ -181,7 +181,7 @@ class Checker {
   };
   // What the checks across sections need to know of a section's source.
   struct SectionInfo {
-    Span name_span, loss_span, micro_batch_span, when_span;
+    Span name_span, loss_span, micro_batch_span, when_span, dp_span;
     std::vector<Span> consume_spans;
     bool model_ok = false;
     bool recompute_written = false;

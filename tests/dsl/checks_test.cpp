@@ -195,6 +195,9 @@ BOOST_AUTO_TEST_CASE(sections_run_on_what_they_read) {
   must_load(with("images      = 1;", "images = 1;\n  audio_frames = uniform(min: 20, max: 50);", with_audio));
   expect_error(with("images      = 1;", "images = 1;\n  audio_frames = uniform(min: 40, max: 120);", with_audio),
                "'audio_frames' draws up to 120 frames, but section 'audio' takes at most max_frames = 50");
+  expect_error(with("tp = 1; dp = auto;", "tp = 1; dp = 9;"),
+               "section 'llm' has dp = 9 replicas but 'global_batch' is 8: each step some would get no sample");
+  must_load(with("tp = 1; dp = auto;", "tp = 1; dp = 8;"));
   // Other modalities only gate when a section runs.
   Program p = must_load(with("consumes = [image];", "consumes = [image, text];"));
   BOOST_TEST(p.sections[0].consumes.size() == 2u);
