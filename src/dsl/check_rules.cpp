@@ -73,7 +73,7 @@ void Checker::check_sections_against_program() {
           error(si.loss_span, fmt::format("section '{}' has a kl loss but no 'logits' flow comes into it", sec.name));
     }
     if (data_read_ && mix_ok_ && !program_.data.mix.empty()) {
-      check_when_against_mix(sec, si);
+      if (program_.data.source == DataSpec::Source::Synthetic) check_against_synthetic_data(sec, si);
       for (size_t k = 0; k < sec.consumes.size(); ++k) {
         bool present = false;
         for (const MixEntry& m : program_.data.mix) present |= m.modalities.has(sec.consumes[k]);
@@ -101,10 +101,6 @@ static ModalitySet sample_modalities(const MixEntry& m) {
   return s;
 }
 
-// Over the samples the mix draws: an encoder runs only where its input is
-// (a vit where there are images, an audio encoder where there is audio), and
-// a section reading a teacher's logits only where the teacher runs too. (With
-// files(manifest) the runtime checks each sample: actors/step_inputs.cpp.)
 // The largest value a distribution draws (data/sampler.cpp).
 static double largest(const Distribution& d) {
   switch (d.kind) {
@@ -119,8 +115,13 @@ static double largest(const Distribution& d) {
   return m;
 }
 
-void Checker::check_when_against_mix(const Section& sec, const SectionInfo& si) {
-  // What the synthetic source draws, against what the section takes.
+// What a synthetic source draws, against what the section takes; and over
+// the samples its mix draws: the section runs at all, an encoder only where
+// its input is (a vit where there are images, an audio encoder where there
+// is audio), and a section reading a teacher's logits only where the teacher
+// runs too. (With files(manifest) the runtime checks each sample:
+// actors/step_inputs.cpp.)
+void Checker::check_against_synthetic_data(const Section& sec, const SectionInfo& si) {
   const DataSpec& data = program_.data;
   if (const auto* a = std::get_if<AudioEncoderSpec>(&sec.model.spec); a && data.audio_frames)
     if (const double most = largest(*data.audio_frames); most > double(a->max_frames))

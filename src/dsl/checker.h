@@ -188,7 +188,7 @@ class Checker {
     bool when_written = false;  // else `when` follows `consumes` (check_consumes)
   };
   void check_consumes(const Section& sec, Span where);
-  void check_when_against_mix(const Section& sec, const SectionInfo& si);
+  void check_against_synthetic_data(const Section& sec, const SectionInfo& si);
   const SectionInfo& info(const std::string& name) const {
     for (size_t i = 0; i < program_.sections.size(); ++i)
       if (program_.sections[i].name == name) return infos_[i];
