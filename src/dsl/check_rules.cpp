@@ -152,6 +152,26 @@ void Checker::check_against_synthetic_data(const Section& sec, const SectionInfo
       return;
     }
   }
+  // Text-only teacher and student keep min(text, max_seq) positions each:
+  // the text drawn must fit the teacher as far as it fits the student (else
+  // the runtime stops at the first such sample: actors/step_inputs.cpp).
+  for (size_t f = 0; f < program_.flows.size() && data.text_tokens; ++f) {
+    const Flow& flow = program_.flows[f];
+    const Section* teacher = program_.find_section(flow.from);
+    if (flow.kind != FlowKind::Logits || flow.to != sec.name || !teacher) continue;
+    const auto* ts = std::get_if<TransformerSpec>(&teacher->model.spec);
+    const auto* ss = std::get_if<TransformerSpec>(&sec.model.spec);
+    bool spliced = false;
+    for (const Flow& in : program_.flows)
+      spliced |= in.kind == FlowKind::Activations && (in.to == sec.name || in.to == teacher->name);
+    const int64_t most = int64_t(largest(*data.text_tokens));
+    if (!ts || !ss || spliced || std::min(most, ss->max_seq) <= ts->max_seq) continue;
+    error(flow_spans_[f], fmt::format("flow {} -> {}: '{}' keeps at most {} text positions (its max_seq) but '{}' up "
+                                      "to {} ('text_tokens' draws up to {}), and its loss needs the teacher's logits at "
+                                      "each of them",
+                                      flow.from, flow.to, flow.from, ts->max_seq, sec.name, std::min(most, ss->max_seq),
+                                      most));
+  }
   if (!runs && si.when_written)
     error(si.when_span, fmt::format("section '{}' would never run: its 'when' holds on no entry of the mix", sec.name));
 }

@@ -198,6 +198,10 @@ BOOST_AUTO_TEST_CASE(sections_run_on_what_they_read) {
   expect_error(with("tp = 1; dp = auto;", "tp = 1; dp = 9;"),
                "section 'llm' has dp = 9 replicas but 'global_batch' is 8: each step some would get no sample");
   must_load(with("tp = 1; dp = auto;", "tp = 1; dp = 8;"));
+  expect_error(kd("vocab: 256);\nmodel student_net", "vocab: 256, max_seq: 12);\nmodel student_net"),
+               "flow teacher -> student: 'teacher' keeps at most 12 text positions (its max_seq) but 'student' up to 16 "
+               "('text_tokens' draws up to 16), and its loss needs the teacher's logits at each of them");
+  must_load(kd("vocab: 256);\nmodel student_net", "vocab: 256, max_seq: 16);\nmodel student_net"));
   // Other modalities only gate when a section runs.
   Program p = must_load(with("consumes = [image];", "consumes = [image, text];"));
   BOOST_TEST(p.sections[0].consumes.size() == 2u);
