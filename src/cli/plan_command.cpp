@@ -240,7 +240,7 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
     std::string out = fmt::format("simulate: {} on {}, mean of {} step{} of {} samples\n", program.file,
                                   cluster_line(p.cluster), steps, steps == 1 ? "" : "s", program.train.global_batch);
     out += plan_table(p);
-    out += fmt::format("iteration  {:.4f} s   lower bound {:.4f} s   utilization {:.1f}%\n", iteration, lower_bound,
+    out += fmt::format("iteration  {:.6g} s   lower bound {:.6g} s   utilization {:.1f}%\n", iteration, lower_bound,
                        100 * lower_bound / iteration);
     // Parameter state plus in-flight activations, simulated (the table's
     // memory/dev is the planner's estimate per section).
@@ -249,13 +249,13 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
                        peak > p.cluster.device.memory_bytes ? ": does not fit, the plan would run out of memory" : "");
     if (cli.baseline == "all")
       for (const BaselineResult& b : ladder)
-        out += b.error.empty() ? fmt::format("{:<16} {:.4f} s   maestro {:.2f}× faster{}\n", b.name, b.iteration_s,
+        out += b.error.empty() ? fmt::format("{:<16} {:.6g} s   maestro {:.2f}× faster{}\n", b.name, b.iteration_s,
                                              b.iteration_s / iteration, b.config.empty() ? "" : "   " + b.config)
                                : fmt::format("{:<16} does not fit: {}\n", b.name, b.error);
     else if (baseline && !baseline->error.empty())
       out += fmt::format("{:<10} does not fit: {}\n", baseline->name, baseline->error);
     else if (baseline)
-      out += fmt::format("{:<10} {:.4f} s{}\nspeedup    {:.2f}×\n", baseline->name, baseline->iteration_s,
+      out += fmt::format("{:<10} {:.6g} s{}\nspeedup    {:.2f}×\n", baseline->name, baseline->iteration_s,
                          baseline->config.empty() ? "" : "   " + baseline->config, baseline->iteration_s / iteration);
     // Sections whose tp or pp the program fixes (written, or the language's
     // defaults tp = 1, pp = 1), which every baseline tunes freely.

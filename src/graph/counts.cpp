@@ -17,27 +17,33 @@ int64_t vit_images(const VitSpec& v, int64_t tokens) {
   return (tokens + n - 1) / n;
 }
 
-// Forward FLOPs of one sequence.
-double sequence_forward_flops(const ModelSpec& model, int64_t s_tokens) {
+// Forward FLOPs of one sequence: the GEMMs with weights, and attention's
+// QKᵀ and AV.
+struct SequenceFlops {
+  double weights = 0, attention = 0;
+};
+SequenceFlops sequence_forward_flops(const ModelSpec& model, int64_t s_tokens) {
   const double s = double(s_tokens);
   if (auto* t = std::get_if<TransformerSpec>(&model.spec)) {
     const double h = double(t->hidden), kv = double(t->kv_heads * (t->hidden / t->heads));
     const double linear = 2.0 * (2 * h * h + 2 * h * kv + 3 * h * double(t->ffn));  // q,o + k,v + gate,up,down
     const double attention = (t->causal ? 2.0 : 4.0) * s * s * h;                     // QKᵀ + AV
-    return double(t->layers) * (linear * s + attention) + 2.0 * h * double(t->vocab) * s;
+    const double layers = double(t->layers);
+    return {layers * linear * s + 2.0 * h * double(t->vocab) * s, layers * attention};
   }
   if (auto* v = std::get_if<VitSpec>(&model.spec)) {
     const double h = double(v->hidden), n = double(v->patches_per_image());
     const double images = double(vit_images(*v, s_tokens)), pos = n + 1;  // + class token
     const double patch_embed = 2.0 * double(v->channels * v->patch * v->patch) * h * n;
-    const double layer = 2.0 * (4 * h * h + 2 * h * double(v->ffn)) * pos + 4.0 * pos * pos * h;
-    return images * (patch_embed + double(v->layers) * layer);
+    const double layer = 2.0 * (4 * h * h + 2 * h * double(v->ffn)) * pos;
+    const double layers = double(v->layers);
+    return {images * (patch_embed + layers * layer), images * layers * 4.0 * pos * pos * h};
   }
   if (auto* a = std::get_if<AudioEncoderSpec>(&model.spec)) {
-    const double h = double(a->hidden);
+    const double h = double(a->hidden), layers = double(a->layers);
     const double frame_embed = 2.0 * double(a->mel_bins * a->frames_per_token) * h * s;
-    const double layer = 2.0 * (4 * h * h + 2 * h * double(a->ffn)) * s + 4.0 * s * s * h;
-    return frame_embed + double(a->layers) * layer;
+    const double layer = 2.0 * (4 * h * h + 2 * h * double(a->ffn)) * s;
+    return {frame_embed + layers * layer, layers * 4.0 * s * s * h};
   }
   const auto& m = std::get<MlpSpec>(model.spec);
   double per_token = 0;
@@ -45,7 +51,7 @@ double sequence_forward_flops(const ModelSpec& model, int64_t s_tokens) {
     const int64_t in = i == 0 ? m.in : m.hidden, out = i == m.layers - 1 ? m.out : m.hidden;
     per_token += 2.0 * double(in) * double(out);
   }
-  return per_token * s;
+  return {per_token * s, 0.0};
 }
 
 // Elements stored per token per layer, and per token outside the layers.
@@ -91,11 +97,18 @@ std::pair<int64_t, int64_t> attention_sequences(const ModelSpec& model, int64_t 
 
 double forward_flops(const ModelSpec& model, const std::vector<int64_t>& seq_lens) {
   double total = 0;
-  for (int64_t s : seq_lens) total += sequence_forward_flops(model, s);
+  for (int64_t s : seq_lens) total += forward_flops(model, s);
   return total;
 }
 
-double forward_flops(const ModelSpec& model, int64_t tokens) { return sequence_forward_flops(model, tokens); }
+double forward_flops(const ModelSpec& model, int64_t tokens) {
+  const SequenceFlops f = sequence_forward_flops(model, tokens);
+  return f.weights + f.attention;
+}
+
+double attention_forward_flops(const ModelSpec& model, int64_t tokens) {
+  return sequence_forward_flops(model, tokens).attention;
+}
 
 SectionFlops section_flops(const Section& section, const std::vector<int64_t>& seq_lens) {
   return section_flops(section, seq_lens, section.recompute);

@@ -28,6 +28,10 @@ int64_t precision_bytes(Precision precision);
 double forward_flops(const ModelSpec& model, const std::vector<int64_t>& seq_lens);
 // The same for one sequence of `tokens`.
 double forward_flops(const ModelSpec& model, int64_t tokens);
+// Attention's share of forward_flops(model, tokens): QKᵀ and AV, the only
+// GEMMs without weights, whose size is the sequence's alone (the roofline
+// costs them apart from the weight GEMMs; plan/roofline_cost.cpp).
+double attention_forward_flops(const ModelSpec& model, int64_t tokens);
 
 // A section's FLOPs for one micro-batch in one training step.
 struct SectionFlops {

@@ -610,15 +610,20 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
     if (options.raise_in_flight_cap) raise_in_flight_cap(g, cl, cost, batch, plan);
     return plan;
   };
-  // The shared placements from one set of ranked shapes; `pass_best`: the
-  // fastest of this set, where the coordinate search starts.
+  // The shared placements from one set of ranked shapes; `pass_best` and
+  // `runner_up`: the fastest two of this set, where the coordinate search
+  // starts.
   auto search_shared = [&](const std::vector<std::vector<Shape>>& ranked) {
-    std::optional<Plan> pass_best;
-    double pass_s = std::numeric_limits<double>::infinity();
+    std::optional<Plan> pass_best, runner_up;
+    double pass_s = std::numeric_limits<double>::infinity(), runner_up_s = pass_s;
     auto consider = [&](Plan plan) {
       plan = prepare(std::move(plan));
-      if (const double t = simulated_fitting_s(g, cl, plan, cost, batch, options.later_batches); t < pass_s)
+      if (const double t = simulated_fitting_s(g, cl, plan, cost, batch, options.later_batches); t < pass_s) {
+        if (pass_best) runner_up_s = pass_s, runner_up = std::move(pass_best);
         pass_s = t, pass_best = std::move(plan);
+      } else if (t < runner_up_s && t > pass_s) {  // an equal one: most likely the same plan again
+        runner_up_s = t, runner_up = std::move(plan);
+      }
     };
     std::optional<Plan> shared = co_located_plan(g, cl, ranked);
     if (!shared) return;
@@ -633,9 +638,17 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
     for (const Plan& aligned : aligned_plans(g, ranked, pass_best ? *pass_best : *shared))
       if (aligned_left > 0 && co_located_memory(ranked, aligned) <= cl.device.memory_bytes) consider(aligned), --aligned_left;
     // From the fastest start (or, when none fits in the simulation, the
-    // first) the search may still find shapes that fit.
+    // first) the search may still find shapes that fit. The coordinate
+    // search ends where no one section's move helps, which depends on where
+    // it starts: it runs from the second fastest start too (internvl_20b on
+    // 64 H100: 24.66 s from the fastest, 22.25 s from the second).
     Plan refined = refine_co_located(g, cl, cost, batch, ranked, pass_best ? *pass_best : prepare(*shared), pass_s,
                                      options.raise_in_flight_cap, options.later_batches);
+    if (runner_up) {
+      Plan other = refine_co_located(g, cl, cost, batch, ranked, *runner_up, runner_up_s, options.raise_in_flight_cap,
+                                     options.later_batches);
+      if (runner_up_s < pass_s) pass_s = runner_up_s, refined = std::move(other);
+    }
     if (also_ran && pass_s < std::numeric_limits<double>::infinity()) also_ran->push_back(refined);
     if (pass_s < best_s) best_s = pass_s, best = std::move(refined);
   };

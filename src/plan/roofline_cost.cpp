@@ -84,8 +84,22 @@ double RooflineCost::stage_forward_s(int s, const std::vector<int64_t>& lens, co
   const ModelSpec& model = graph_.section(s).model;
   const Shape sh = shape_of(model);
   const int64_t tokens = total(lens);
-  const double flops = forward_flops(model, lens) / double(p.tp * p.pp);
-  const double compute = flops / (peak_flops() * efficiency(s, tokens, p.tp));
+  // The weight GEMMs run on the micro-batch's rows at once. Attention's QKᵀ
+  // and AV run as one kernel over the sequences: their FLOPs at the curve's
+  // maximum plus one shortfall, the largest a sequence pays alone at its
+  // size's efficiency (one sequence, or equal ones: as if at the
+  // micro-batch's efficiency). So adding a sample never makes a micro-batch
+  // cheaper, which the lower bound relies on (it costs each sample alone).
+  const double best = cluster_.device.gemm.max;
+  double weights = 0, attention = 0, shortfall = 0;  // FLOPs; the shortfall as FLOPs run at peak
+  for (int64_t n : lens) {
+    const double a = attention_forward_flops(model, n);
+    weights += forward_flops(model, n) - a;
+    attention += a;
+    shortfall = std::max(shortfall, a / efficiency(s, n, p.tp) - a / best);
+  }
+  const double compute = (weights / efficiency(s, tokens, p.tp) + attention / best + shortfall) /
+                         (peak_flops() * double(p.tp * p.pp));
   // Two all-reduces of the [tokens, width] activations per layer of the stage.
   const double layers = std::max(1.0, double(sh.layers) / double(p.pp));
   const double bytes = double(tokens * rows_per_token(model) * sh.width * element_bytes());

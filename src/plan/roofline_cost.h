@@ -1,6 +1,8 @@
 // RooflineCost: the CostModel of a real cluster. Compute time is a section's
 // FLOPs (graph/counts.h, actual token counts, attention's s² per sequence)
-// over the device's peak × a GEMM efficiency that falls for small GEMMs;
+// over the device's peak × a GEMM efficiency that falls for small GEMMs —
+// the weight GEMMs' at the micro-batch's size, attention's so that a
+// micro-batch is never faster than a part of it (roofline_cost.cpp);
 // communication is ring collectives and point-to-point sends over the
 // cluster's links. The efficiency curve is calibrated so that Llama-2-7B
 // training on 8×H100 lands in Megatron-LM's published MFU range

@@ -105,6 +105,8 @@ BOOST_AUTO_TEST_CASE(tiny_transformer_by_hand) {
   TransformerSpec bidirectional = std::get<TransformerSpec>(tiny_transformer().spec);
   bidirectional.causal = false;
   BOOST_TEST(forward_flops({"t", bidirectional}, 3) == 4080.0 + 144.0);
+  BOOST_TEST(attention_forward_flops(tiny_transformer(), 3) == 144.0);
+  BOOST_TEST(attention_forward_flops({"t", bidirectional}, 3) == 288.0);
 }
 
 BOOST_AUTO_TEST_CASE(tiny_vit_by_hand) {
@@ -113,6 +115,7 @@ BOOST_AUTO_TEST_CASE(tiny_vit_by_hand) {
   const ModelSpec m = vit(1, 4, 2, 8, 2, 4);
   BOOST_TEST(forward_flops(m, 4) == 2064.0);
   BOOST_TEST(forward_flops(m, 8) == 2 * 2064.0);  // two images
+  BOOST_TEST(attention_forward_flops(m, 8) == 2 * 400.0);
 }
 
 BOOST_AUTO_TEST_CASE(pixel_shuffled_vit_by_hand) {
@@ -127,6 +130,7 @@ BOOST_AUTO_TEST_CASE(pixel_shuffled_vit_by_hand) {
   BOOST_TEST(std::get<VitSpec>(m.spec).tokens_per_image() == 4);
   BOOST_TEST(m.output_width() == 16);
   BOOST_TEST(forward_flops(m, 4) == 1536.0 + 4352.0 + 4624.0);
+  BOOST_TEST(attention_forward_flops(m, 4) == 4624.0);
   BOOST_TEST(forward_flops(m, 8) == forward_flops(plain, 32));  // two images
   BOOST_TEST(parameter_count(m) == parameter_count(plain));
   // activations per position: one more h (the shuffled copy), 17 positions per image

@@ -174,6 +174,23 @@ BOOST_AUTO_TEST_CASE(monotone_in_tokens_and_samples) {
   BOOST_TEST(cost.forward_s(0, {&x, &y}, p) > cost.forward_s(0, {&x}, p));
 }
 
+// Far below the GEMM curve's half-size (tiny_mllm's LLM, hidden 128, on an
+// H100) time per token is nearly fixed, so costing attention — more FLOPs
+// per token the longer the sequence — at the micro-batch's efficiency made
+// a long sample with a short one cheaper than the long one alone, and the
+// simulator's lower bound (each sample alone) above its iteration.
+BOOST_AUTO_TEST_CASE(a_micro_batch_is_never_faster_than_part_of_it) {
+  const Program program = load("models/tiny_mllm.sect");
+  const SectionGraph g = build_graph(program);
+  const RooflineCost cost(g, h100s(8));
+  const int llm = g.find("llm");
+  for (const SectionPlan& p : {SectionPlan{0, 1, 1, 1, 1, 1}, SectionPlan{0, 2, 2, 1, 1, 1}}) {
+    const Sample x = text(0, 500), y = text(1, 8);
+    BOOST_TEST(cost.forward_s(llm, {&x, &y}, p) > cost.forward_s(llm, {&x}, p));
+    BOOST_TEST(cost.backward_s(llm, {&x, &y}, p) > cost.backward_s(llm, {&x}, p));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(efficiency_falls_for_small_gemms) {
   const Program program = load("bench/plan_calibration/llama2_7b.sect");
   const SectionGraph g = build_graph(program);

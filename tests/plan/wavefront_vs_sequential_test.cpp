@@ -50,8 +50,10 @@ const Workload kWorkloads[] = {
     // 0.892 and 0.968 when it could only recompute layer by layer, holding their inputs)
     {"models/internvl_20b.sect", "configs/h100x64.toml", 0.93},
     {"models/internvl_20b.sect", "configs/h100x1024.toml", kParity},
-    {"models/internvl_26b.sect", "configs/h100x64.toml", 0.91, 0.975},     // 0.916, 0.979
-    {"models/internvl_26b.sect", "configs/h100x1024.toml", 0.96, 0.96},    // 0.966, 0.966
+    // 0.910, 0.972 (0.916, 0.979 before attention was costed per sequence:
+    // the plan of then peaks above the device now, docs/PERFORMANCE.md §3)
+    {"models/internvl_26b.sect", "configs/h100x64.toml", 0.905, 0.97},
+    {"models/internvl_26b.sect", "configs/h100x1024.toml", 0.94, 0.94},    // 0.944, 0.944 (0.966 then)
     {"models/kd_32b_to_1_5b.sect", "configs/h100x64.toml", 0.99},  // 0.995 over 4 steps: memory (docs/planner.md)
     {"models/kd_32b_to_1_5b.sect", "configs/h100x1024.toml", kParity},
     {"models/omni_whisper_7b.sect", "configs/h100x64.toml", kParity},
