@@ -115,7 +115,11 @@ def case_commit_faults():
 
 
 def spawn(m, ckpt, *args):
-    out = open(os.path.join(TMP, f"out-{time.monotonic_ns()}"), "w+")
+    # Append mode: the child's stdout shares this file's offset, which the
+    # reads below seek; without O_APPEND a line the child writes just after
+    # a seek(0) lands over the start of the file (seen once in CI: a
+    # progress line over the first plan line).
+    out = open(os.path.join(TMP, f"out-{time.monotonic_ns()}"), "a+")
     p = subprocess.Popen([RUN, m, "--config", config(ckpt), *args], stdout=out, stderr=subprocess.STDOUT, text=True)
     return p, out
 
