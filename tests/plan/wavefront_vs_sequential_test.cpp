@@ -50,7 +50,7 @@ const Workload kWorkloads[] = {
     // 0.892 and 0.968 when it could only recompute layer by layer, holding their inputs)
     {"models/internvl_20b.sect", "configs/h100x64.toml", 0.93},
     {"models/internvl_20b.sect", "configs/h100x1024.toml", kParity},
-    // 0.910, 0.972 (0.916, 0.979 before attention was costed per sequence:
+    // 0.910, 0.972 (0.916, 0.979 before attention was costed apart:
     // the plan of then peaks above the device now, docs/PERFORMANCE.md §3)
     {"models/internvl_26b.sect", "configs/h100x64.toml", 0.905, 0.97},
     {"models/internvl_26b.sect", "configs/h100x1024.toml", 0.94, 0.94},    // 0.944, 0.944 (0.966 then)
