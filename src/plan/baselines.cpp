@@ -78,7 +78,8 @@ double megatron_iteration_s(const SectionGraph& g, const Cluster& cl, const Cost
                             const std::vector<Batch>& batches) {
   const Plan plan = megatron_plan(g, cl, c);
   double sum = 0;
-  for (const Batch& b : batches) sum += simulate(g, plan, megatron_schedule(g, plan, b, c.micro_batch), cost).iteration_s;
+  for (const Batch& b : batches)
+    sum += simulate(g, plan, megatron_schedule(g, plan, b, c.micro_batch), cost, {.lower_bound = false}).iteration_s;
   return sum / double(batches.size());
 }
 

@@ -466,11 +466,12 @@ Plan disjoint_plan(const SectionGraph& g, const Cluster& cl, const CostModel& co
 // `later`: batches whose peak memory must fit too (PlannerOptions::later_batches).
 double simulated_s(const SectionGraph& g, const Cluster& cl, const Plan& plan, const CostModel& cost,
                    const Batch& batch, const std::vector<Batch>& later = {}) {
-  const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost);
+  const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost, {.lower_bound = false});
   for (int64_t bytes : r.peak_memory_bytes)
     if (bytes > cl.device.memory_bytes) return std::numeric_limits<double>::infinity();
   for (const Batch& b : later)
-    for (int64_t bytes : simulate(g, plan, wavefront_schedule(g, plan, cost, b), cost).peak_memory_bytes)
+    for (int64_t bytes :
+         simulate(g, plan, wavefront_schedule(g, plan, cost, b), cost, {.lower_bound = false}).peak_memory_bytes)
       if (bytes > cl.device.memory_bytes) return std::numeric_limits<double>::infinity();
   return r.iteration_s;
 }

@@ -52,15 +52,15 @@ struct TaskIndex {
   }
 };
 
-// The dependencies schedule.h's rules require, per task (sorted, unique).
-std::vector<std::vector<int64_t>> rule_deps(const SectionGraph& g, const Plan& plan, const Schedule& sch) {
+// Adds to each task's deps those schedule.h's rules require; each task's
+// deps end sorted and unique.
+void add_rule_deps(const SectionGraph& g, const Plan& plan, Schedule& sch) {
   const auto mb_of = micro_batch_index(sch);
   const TaskIndex idx(sch, plan);
-  std::vector<std::vector<int64_t>> deps(sch.tasks.size());
-  for (const Task& t : sch.tasks) {
+  for (Task& t : sch.tasks) {
     const int s = t.section;
     const int64_t pp = plan.sections[s].pp;
-    auto& d = deps[size_t(t.id)];
+    auto& d = t.deps;
     const MicroBatch& mb = sch.micro_batch_of(t);
     if (t.kind == Task::Kind::Forward) {
       if (t.stage > 0) {
@@ -89,7 +89,6 @@ std::vector<std::vector<int64_t>> rule_deps(const SectionGraph& g, const Plan& p
     std::sort(d.begin(), d.end());
     d.erase(std::unique(d.begin(), d.end()), d.end());
   }
-  return deps;
 }
 
 void add_task(Schedule& sch, int section, int64_t replica, int64_t stage, Task::Kind kind, int64_t mb) {
@@ -98,12 +97,7 @@ void add_task(Schedule& sch, int section, int64_t replica, int64_t stage, Task::
 
 // Rule deps merged into whatever deps the tasks already have; then waves.
 void finish(const SectionGraph& g, const Plan& plan, Schedule& sch) {
-  const auto deps = rule_deps(g, plan, sch);
-  for (Task& t : sch.tasks) {
-    t.deps.insert(t.deps.end(), deps[size_t(t.id)].begin(), deps[size_t(t.id)].end());
-    std::sort(t.deps.begin(), t.deps.end());
-    t.deps.erase(std::unique(t.deps.begin(), t.deps.end()), t.deps.end());
-  }
+  add_rule_deps(g, plan, sch);
   sch.waves = compute_waves(sch.tasks);
 }
 

@@ -15,7 +15,7 @@ namespace maestro {
 namespace {
 
 // The dependency rules of schedule.h checked from the samples up, written
-// apart from the builders' rule_deps so that a bug there can't hide itself:
+// apart from the builders' add_rule_deps so that a bug there can't hide itself:
 // for every task and every sample of its micro-batch, the task (section,
 // kind, stage) that must finish first — the sample's forward upstream, its
 // consumers' backward downstream, the neighbouring stage — has to be among

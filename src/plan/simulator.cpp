@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <queue>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <tuple>
 
@@ -18,11 +20,10 @@ namespace maestro {
 
 namespace {
 
-std::vector<const Sample*> pointers(const Batch& batch, const std::vector<int32_t>& samples) {
-  std::vector<const Sample*> out;
-  out.reserve(samples.size());
+// `out` = the samples at `samples` (a scratch vector, reused).
+void pointers(const Batch& batch, const std::vector<int32_t>& samples, std::vector<const Sample*>& out) {
+  out.clear();
   for (int32_t i : samples) out.push_back(&batch.samples[size_t(i)]);
-  return out;
 }
 
 // edge_between[from][to]: the flow edge from section `from` to `to`, -1 when none.
@@ -33,16 +34,14 @@ std::vector<std::vector<int>> edge_table(const SectionGraph& g) {
   return t;
 }
 
-// Samples both micro-batches hold that the edge carries, in `a`'s order.
-std::vector<const Sample*> carried(const SectionGraph& g, int edge, const Batch& batch, const MicroBatch& a,
-                                   const MicroBatch& b) {
-  std::vector<int32_t> in_b(b.samples);
-  std::sort(in_b.begin(), in_b.end());
-  std::vector<const Sample*> out;
+// `out` = the samples of micro-batch `a` that `in_b` (another micro-batch's
+// samples, sorted) holds too and the edge carries, in `a`'s order.
+void carried(const SectionGraph& g, int edge, const Batch& batch, const MicroBatch& a, const std::vector<int32_t>& in_b,
+             std::vector<const Sample*>& out) {
+  out.clear();
   for (int32_t i : a.samples)
     if (std::binary_search(in_b.begin(), in_b.end(), i) && g.carries(edge, batch.samples[size_t(i)].modalities))
       out.push_back(&batch.samples[size_t(i)]);
-  return out;
 }
 
 const char* kind_name(Task::Kind k) { return k == Task::Kind::Forward ? "forward" : "backward"; }
@@ -75,51 +74,70 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
   std::vector<double> data_ready(n_tasks, 0.0);
   r.task_start_s.assign(n_tasks, 0.0);
   r.task_end_s.assign(n_tasks, 0.0);
-  // Forward tasks, per device of the stage: all of the micro-batch's
-  // activations (while its forward or backward runs), and what it keeps in
-  // between (less for a stage recomputed whole: CostModel::kept_activation_bytes).
-  std::vector<int64_t> act_bytes(n_tasks, 0), kept_bytes(n_tasks, 0);
+  // Each micro-batch's costs, the same on every pipeline stage (computed
+  // once, at its first task): its forward and backward seconds, and per
+  // device of a stage all of its activations (while its forward or backward
+  // runs) and what it keeps in between (less for a stage recomputed whole:
+  // CostModel::kept_activation_bytes).
+  struct MicroBatchCost {
+    bool known = false;
+    double forward_s = 0, backward_s = 0;
+    int64_t act_bytes = 0, kept_bytes = 0;
+  };
+  std::vector<std::vector<MicroBatchCost>> mb_cost(g.nodes.size());
+  for (size_t s = 0; s < g.nodes.size(); ++s) mb_cost[s].resize(sch.sections[s].micro_batches.size());
+  std::vector<const Sample*> ptrs, moved;  // scratch
+  // Each micro-batch's samples sorted, made when a transfer first needs them.
+  std::vector<std::vector<std::vector<int32_t>>> sorted_samples(g.nodes.size());
+  for (size_t s = 0; s < g.nodes.size(); ++s) sorted_samples[s].resize(sch.sections[s].micro_batches.size());
+  auto cost_of = [&](const Task& t) -> const MicroBatchCost& {
+    MicroBatchCost& c = mb_cost[size_t(t.section)][size_t(t.micro_batch)];
+    if (!c.known) {
+      pointers(sch.batch, sch.micro_batch_of(t).samples, ptrs);
+      const SectionPlan& sp = plan.sections[size_t(t.section)];
+      c = {true, cost.forward_s(t.section, ptrs, sp), cost.backward_s(t.section, ptrs, sp),
+           cost.activation_bytes(t.section, ptrs, sp), cost.kept_activation_bytes(t.section, ptrs, sp)};
+    }
+    return c;
+  };
+  // A change of in-flight activations on each device of [first, last): the
+  // devices of one task's stage.
   struct MemoryDelta {
     double time;
     int64_t bytes;  // negative first at equal times
-    int64_t device;
+    int64_t first, last;
     int section;
-    bool operator<(const MemoryDelta& o) const { return std::tie(time, bytes, device) < std::tie(o.time, o.bytes, o.device); }
+    bool operator<(const MemoryDelta& o) const { return std::tie(time, bytes, first) < std::tie(o.time, o.bytes, o.first); }
   };
   std::vector<MemoryDelta> memory;
   std::map<std::tuple<int, int64_t, int, int64_t>, double> link_free;  // (from section, replica, to section, replica)
-  std::vector<int64_t> forward_of_backward(n_tasks, -1);
-  {
-    std::vector<std::vector<int64_t>> fwd(g.nodes.size());
-    for (size_t s = 0; s < g.nodes.size(); ++s)
-      fwd[s].assign(sch.sections[s].micro_batches.size() * size_t(plan.sections[s].pp), -1);
-    for (const Task& t : sch.tasks)
-      if (t.kind == Task::Kind::Forward)
-        fwd[size_t(t.section)][size_t(t.micro_batch * plan.sections[size_t(t.section)].pp + t.stage)] = t.id;
-    for (const Task& t : sch.tasks)
-      if (t.kind == Task::Kind::Backward)
-        forward_of_backward[size_t(t.id)] =
-            fwd[size_t(t.section)][size_t(t.micro_batch * plan.sections[size_t(t.section)].pp + t.stage)];
-  }
-  std::vector<std::vector<int64_t>> dependents(n_tasks);
+  // The tasks that wait on each task, in id order: task d's are
+  // waiters[waiters_begin[d] .. waiters_begin[d + 1]).
+  std::vector<int64_t> waiters_begin(n_tasks + 1, 0), waiters;
   for (const Task& t : sch.tasks)
-    for (int64_t d : t.deps) dependents[size_t(d)].push_back(t.id);
+    for (int64_t d : t.deps) ++waiters_begin[size_t(d) + 1];
+  std::partial_sum(waiters_begin.begin(), waiters_begin.end(), waiters_begin.begin());
+  waiters.resize(size_t(waiters_begin.back()));
+  {
+    std::vector<int64_t> next(waiters_begin.begin(), waiters_begin.end() - 1);
+    for (const Task& t : sch.tasks)
+      for (int64_t d : t.deps) waiters[size_t(next[size_t(d)]++)] = t.id;
+  }
+  auto dependents = [&](size_t d) {
+    return std::span<const int64_t>(waiters.data() + waiters_begin[d], waiters.data() + waiters_begin[d + 1]);
+  };
 
   // Each task's duration, and with critical_path_first its priority: the
   // duration plus the longest chain of dependents after it (dependents
   // come later in issue order).
   std::vector<double> task_s(n_tasks), priority(n_tasks, 0.0);
-  for (const Task& t : sch.tasks) {
-    const auto ptrs = pointers(sch.batch, sch.micro_batch_of(t).samples);
-    const SectionPlan& sp = plan.sections[size_t(t.section)];
-    task_s[size_t(t.id)] =
-        t.kind == Task::Kind::Forward ? cost.forward_s(t.section, ptrs, sp) : cost.backward_s(t.section, ptrs, sp);
-  }
+  for (const Task& t : sch.tasks)
+    task_s[size_t(t.id)] = t.kind == Task::Kind::Forward ? cost_of(t).forward_s : cost_of(t).backward_s;
   const bool by_priority = plan.levers.critical_path_first;
   if (by_priority) {
     for (size_t i = n_tasks; i-- > 0;) {
       double after = 0;
-      for (int64_t c : dependents[i]) after = std::max(after, priority[size_t(c)]);
+      for (int64_t c : dependents(i)) after = std::max(after, priority[size_t(c)]);
       priority[i] = task_s[i] + after;
     }
   }
@@ -128,7 +146,15 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
   // becoming ready (a completion may free what a start needs), then the
   // devices choose among the ready (kDispatch), then by task id.
   enum EventKind { kEnd = 0, kReady = 1, kDispatch = 2 };
-  using Event = std::tuple<double, int, int64_t>;
+  struct Event {
+    double time;
+    int kind;
+    int64_t id;
+    bool operator>(const Event& o) const {
+      if (time != o.time) return time > o.time;
+      return kind != o.kind ? kind > o.kind : id > o.id;
+    }
+  };
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
   Frontier frontier(sch);
   auto release = [&](double now) {
@@ -209,34 +235,46 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     // (train) or its own end (frozen); a stage recomputed whole drops all
     // but its input from its forward's end to its backward's start.
     auto add = [&](double time, int64_t bytes) {
-      if (bytes != 0)
-        for (int64_t d = first; d < first + sp.tp; ++d) memory.push_back({time, bytes, d, t.section});
+      if (bytes != 0) memory.push_back({time, bytes, first, first + sp.tp, t.section});
     };
+    const MicroBatchCost& c = cost_of(t);
     if (t.kind == Task::Kind::Forward) {
-      const std::vector<const Sample*> samples = pointers(sch.batch, mb.samples);
-      act_bytes[size_t(id)] = cost.activation_bytes(t.section, samples, sp);
-      kept_bytes[size_t(id)] = cost.kept_activation_bytes(t.section, samples, sp);
-      add(start, act_bytes[size_t(id)]);
-      add(end, sch.sections[size_t(t.section)].backward ? kept_bytes[size_t(id)] - act_bytes[size_t(id)]
-                                                         : -act_bytes[size_t(id)]);
+      add(start, c.act_bytes);
+      add(end, sch.sections[size_t(t.section)].backward ? c.kept_bytes - c.act_bytes : -c.act_bytes);
     } else {
-      const size_t f = size_t(forward_of_backward[size_t(id)]);
-      add(start, act_bytes[f] - kept_bytes[f]);
-      add(end, -act_bytes[f]);
+      add(start, c.act_bytes - c.kept_bytes);
+      add(end, -c.act_bytes);
     }
     events.push({end, kEnd, id});
   };
+  // Dispatch events always fall at the current time, after every end and
+  // ready event there: they wait apart, a min-heap of task ids, and run
+  // when no other event is left at that time (half the main queue's work).
+  std::vector<int64_t> dispatches;
+  auto push_dispatch = [&](int64_t id) {
+    dispatches.push_back(id);
+    std::push_heap(dispatches.begin(), dispatches.end(), std::greater<>());
+  };
   release(0.0);
-  while (!events.empty()) {
-    const auto [now, kind, id] = events.top();
-    events.pop();
+  for (double clock = 0; !events.empty() || !dispatches.empty();) {
+    Event next{clock, kDispatch, 0};
+    if (!dispatches.empty() && (events.empty() || events.top().time > clock)) {
+      std::pop_heap(dispatches.begin(), dispatches.end(), std::greater<>());
+      next.id = dispatches.back();
+      dispatches.pop_back();
+    } else {
+      next = events.top();
+      events.pop();
+    }
+    const auto [now, kind, id] = next;
+    clock = now;
     if (kind == kDispatch) {
       const auto [lo, hi] = devices_of(sch.tasks[size_t(id)]);
       dispatch(now, lo, hi);
     } else if (kind == kReady && by_priority) {
       const auto [lo, hi] = devices_of(sch.tasks[size_t(id)]);
       for (int64_t d = lo; d < hi; ++d) waiting[size_t(d)].insert({-priority[size_t(id)], id});
-      events.push({now, kDispatch, id});
+      push_dispatch(id);
     } else if (kind == kReady) {
       starting.push_back(id);
     }
@@ -247,8 +285,8 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     const MicroBatch& mb = sch.micro_batch_of(t);
     // A task ended: its outputs travel to its dependents, then the frontier
     // moves and its devices choose their next task.
-    if (by_priority) events.push({now, kDispatch, id});
-    for (int64_t c : dependents[size_t(id)]) {
+    if (by_priority) push_dispatch(id);
+    for (int64_t c : dependents(size_t(id))) {
       const Task& u = sch.tasks[size_t(c)];
       double arrival = now;
       if (u.section != t.section && u.kind == t.kind) {
@@ -257,7 +295,12 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
         const int from = forward ? t.section : u.section, to = forward ? u.section : t.section;
         const int e = edges[size_t(from)][size_t(to)];
         if (e >= 0) {
-          const auto moved = carried(g, e, sch.batch, sch.micro_batch_of(u), mb);
+          std::vector<int32_t>& in_t = sorted_samples[size_t(t.section)][size_t(t.micro_batch)];
+          if (in_t.empty()) {
+            in_t = mb.samples;
+            std::sort(in_t.begin(), in_t.end());
+          }
+          carried(g, e, sch.batch, sch.micro_batch_of(u), in_t, moved);
           if (!moved.empty()) {
             const Task& p = forward ? t : u;  // the producer's task and the consumer's
             const Task& c = forward ? u : t;
@@ -328,15 +371,16 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
   std::vector<std::vector<int64_t>> by_section(options.memory_breakdown ? size_t(devices) : 0,
                                                std::vector<int64_t>(g.nodes.size(), 0));
   if (options.memory_breakdown) r.peak_activations_by_section = by_section;
-  for (const MemoryDelta& m : memory) {
-    current[size_t(m.device)] += m.bytes;
-    if (options.memory_breakdown) {
-      by_section[size_t(m.device)][size_t(m.section)] += m.bytes;
-      if (current[size_t(m.device)] > peak[size_t(m.device)])
-        r.peak_activations_by_section[size_t(m.device)] = by_section[size_t(m.device)];
+  for (const MemoryDelta& m : memory)
+    for (int64_t device = m.first; device < m.last; ++device) {
+      const size_t d = size_t(device);
+      current[d] += m.bytes;
+      if (options.memory_breakdown) {
+        by_section[d][size_t(m.section)] += m.bytes;
+        if (current[d] > peak[d]) r.peak_activations_by_section[d] = by_section[d];
+      }
+      peak[d] = std::max(peak[d], current[d]);
     }
-    peak[size_t(m.device)] = std::max(peak[size_t(m.device)], current[size_t(m.device)]);
-  }
   r.peak_memory_bytes.resize(size_t(devices));
   for (size_t d = 0; d < size_t(devices); ++d) r.peak_memory_bytes[d] = weights[d] + peak[d];
 
@@ -344,8 +388,10 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
   for (size_t s = 0; s < g.nodes.size(); ++s)
     r.section_utilization[s] =
         r.iteration_s > 0 ? section_busy[s] / (double(plan.sections[s].devices) * r.iteration_s) : 0.0;
-  r.lower_bound_s = lower_bound_s(g, plan, sch.batch, cost);
-  r.utilization = r.iteration_s > 0 ? r.lower_bound_s / r.iteration_s : 0.0;
+  if (options.lower_bound) {
+    r.lower_bound_s = lower_bound_s(g, plan, sch.batch, cost);
+    r.utilization = r.iteration_s > 0 ? r.lower_bound_s / r.iteration_s : 0.0;
+  }
   return r;
 }
 

@@ -39,6 +39,7 @@ struct SimResult {
 struct SimOptions {
   bool trace = false;             // fill SimResult::spans
   bool memory_breakdown = false;  // fill SimResult::peak_activations_by_section
+  bool lower_bound = true;        // fill SimResult::lower_bound_s and utilization (else 0)
 };
 
 SimResult simulate(const SectionGraph& graph, const Plan& plan, const Schedule& schedule, const CostModel& cost,

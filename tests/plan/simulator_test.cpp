@@ -273,6 +273,25 @@ BOOST_AUTO_TEST_CASE(memory_breakdown_names_what_each_peak_holds) {
   BOOST_CHECK_GT(held[1], 0);
 }
 
+// SimOptions::lower_bound off (the planner's candidates): the same step,
+// without the bound and the utilization.
+BOOST_AUTO_TEST_CASE(the_lower_bound_is_optional_and_changes_nothing_else) {
+  TwoSections t;
+  t.plan.sections[1].first_device = 0;
+  const FixedCost cost;
+  const Schedule sch = wavefront_schedule(t.graph, t.plan, cost, t.batch);
+  const SimResult with = simulate(t.graph, t.plan, sch, cost);
+  const SimResult without = simulate(t.graph, t.plan, sch, cost, SimOptions{.lower_bound = false});
+  BOOST_CHECK_GT(with.lower_bound_s, 0.0);
+  BOOST_CHECK_GT(with.utilization, 0.0);
+  BOOST_CHECK_EQUAL(without.lower_bound_s, 0.0);
+  BOOST_CHECK_EQUAL(without.utilization, 0.0);
+  BOOST_CHECK_EQUAL(without.iteration_s, with.iteration_s);
+  BOOST_CHECK(without.peak_memory_bytes == with.peak_memory_bytes);
+  BOOST_CHECK(without.task_start_s == with.task_start_s);
+  BOOST_CHECK(without.task_end_s == with.task_end_s);
+}
+
 BOOST_AUTO_TEST_CASE(chrome_trace_is_valid_json_with_one_track_per_device) {
   TwoSections t;
   FixedCost cost;
