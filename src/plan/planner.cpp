@@ -807,26 +807,27 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   std::vector<Plan> also_ran;
   Plan plan = plan_on(g, cl, cost, batch, first, &also_ran);
   if (simulated_alternatives(g, batch) == 0) return plan;
-  const int64_t cap = plan.in_flight_cap;
-  if (fit_later_batches(g, cl, cost, batch, options.later_batches, plan)) {
-    if (plan.in_flight_cap == cap) return plan;
-    // A lower cap on the later batches can cost more than step 0 showed (a
-    // pipeline that no longer fills): the search's other passes' bests,
-    // fitted the same way, may be faster over all the batches (their mean).
-    auto mean_s = [&](const Plan& p) {
-      double sum = simulated_s(g, cl, p, cost, batch);
-      for (const Batch& b : options.later_batches) sum += simulated_s(g, cl, p, cost, b);
-      return sum / double(1 + options.later_batches.size());
-    };
-    double best_s = mean_s(plan);
-    for (Plan& other : also_ran)
-      if (fit_later_batches(g, cl, cost, batch, options.later_batches, other))
-        if (const double t = mean_s(other); t < best_s) best_s = t, plan = std::move(other);
-    return plan;
+  if (!fit_later_batches(g, cl, cost, batch, options.later_batches, plan)) {
+    also_ran.clear();
+    plan = plan_on(g, cl, cost, batch, options, &also_ran);
+    fit_later_batches(g, cl, cost, batch, options.later_batches, plan);
   }
-  Plan strict = plan_on(g, cl, cost, batch, options);
-  fit_later_batches(g, cl, cost, batch, options.later_batches, strict);
-  return strict;
+  if (options.later_batches.empty()) return plan;
+  // The search ranks on step 0 alone, and a run lasts many steps whose
+  // samples and mix differ: its finalists (the chosen plan and each pass's
+  // best, each cap fitted to the later batches, since a lower cap can cost
+  // more than step 0 showed) are ranked by their mean over all the batches;
+  // the chosen plan is kept unless another is faster by more than rounding.
+  auto mean_s = [&](const Plan& p) {
+    double sum = simulated_s(g, cl, p, cost, batch);
+    for (const Batch& b : options.later_batches) sum += simulated_s(g, cl, p, cost, b);
+    return sum / double(1 + options.later_batches.size());
+  };
+  double best_s = mean_s(plan);
+  for (Plan& other : also_ran)
+    if (fit_later_batches(g, cl, cost, batch, options.later_batches, other))
+      if (const double t = mean_s(other); t < best_s * (1 - 1e-9)) best_s = t, plan = std::move(other);
+  return plan;
 }
 
 }  // namespace maestro

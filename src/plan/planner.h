@@ -71,12 +71,13 @@ struct PlannerOptions {
   bool raise_in_flight_cap = true; // in-flight cap up to what memory allows, not just the largest pp
   ScheduleLevers levers;
   // Later steps' batches on which the chosen plan's peak memory must fit
-  // too (the search and its choice use step 0's alone): where it does not,
-  // its in-flight cap is lowered to the largest that fits on every batch.
-  // A step's largest samples and their mix move the peak (omni_whisper_7b
-  // on 64 H100: 78.0 GB on step 0, 84.6 GB on step 1 at the same cap).
-  // Not where the search is bounded (more than 4,096 samples × sections).
-  // maestro-run passes steps 1-3 (docs/planner.md).
+  // too (the search ranks on step 0's alone): where it does not, its
+  // in-flight cap is lowered to the largest that fits on every batch. A
+  // step's largest samples and their mix move the peak (omni_whisper_7b on
+  // 64 H100: 78.0 GB on step 0, 84.6 GB on step 1 at the same cap). The
+  // search's finalists are then ranked by their mean step over all the
+  // batches. Not where the search is bounded (more than 4,096 samples ×
+  // sections). maestro-run passes steps 1-3 (docs/planner.md).
   std::vector<Batch> later_batches;
 };
 
