@@ -116,6 +116,17 @@ topo = json.loads(answer(a))
 if topo["count"] != 13:  # tiny_mllm on this CPU plan: see e2e.repl for the count from the plan
     fail(f"topology over the socket: {topo['count']} actors")
 
+# The losses are compared over the first 10 steps at least: wait until the
+# run has done them (a loaded machine steps slowly; a fixed sleep once saw 8).
+deadline = time.time() + 120
+while True:
+    a.sendall(b"stats --json\n")
+    if json.loads(answer(a))["step"] >= 12:
+        break
+    if time.time() > deadline:
+        fail("the run did not reach step 12 within 120 s")
+    time.sleep(0.1)
+
 # detach keeps the run going; quit stops it with a checkpoint
 d = client(port, token, ["pause", "detach"])
 if d.returncode != 0 or "detached" not in d.stdout:
