@@ -403,11 +403,9 @@ BOOST_AUTO_TEST_CASE(in_flight_cap_raised_within_memory) {
 // on 64 H200: the plan chosen on step 0 alone is 1.2 % faster there but 5 %
 // slower over steps 0-3 (2.669 s against 2.535 s, docs/planner.md).
 BOOST_AUTO_TEST_CASE(the_plan_is_chosen_by_its_mean_over_the_sampled_steps) {
-  const Program program = load("bench/plan_simulate/omni_7b_auto.sect");
-  const SectionGraph g = build_graph(program);
-  const Cluster cl = make_cluster(load_runtime_config("configs/h200x64.toml"));
-  const RooflineCost cost(g, cl);
-  const Sampler sampler(program.data, program.train.global_batch);
+  const Modelled m("bench/plan_simulate/omni_7b_auto.sect", "configs/h200x64.toml");
+  const auto& [g, cl, cost] = std::tie(m.g, m.cl, m.cost);
+  const Sampler sampler(m.program.data, m.program.train.global_batch);
   std::vector<Batch> batches;
   for (int64_t k = 0; k < 4; ++k) batches.push_back(sampler.batch(k));
   PlannerOptions options;
