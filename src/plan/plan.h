@@ -37,6 +37,8 @@ struct SectionPlan {
   // with a stage's layers as one chunk). A section with `recompute = true |
   // N` recomputes whatever this says.
   int64_t recompute_level = 0;
+
+  bool operator==(const SectionPlan&) const = default;
 };
 
 
@@ -82,6 +84,8 @@ struct ScheduleLevers {
   // own samples by LPT, its outputs crossing to other groups. The planner
   // keeps whichever simulates faster on step 0.
   bool host_groups = true;
+
+  bool operator==(const ScheduleLevers&) const = default;
 };
 
 struct Plan {
@@ -102,6 +106,8 @@ struct Plan {
     for (const SectionPlan& s : sections) n = s.first_device + s.devices > n ? s.first_device + s.devices : n;
     return n;
   }
+
+  bool operator==(const Plan&) const = default;
 };
 
 // First of the tp devices that replica `replica`, stage `stage` runs on.

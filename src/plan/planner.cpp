@@ -806,27 +806,41 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   first.later_batches.clear();
   std::vector<Plan> also_ran;
   Plan plan = plan_on(g, cl, cost, batch, first, &also_ran);
-  if (simulated_alternatives(g, batch) == 0) return plan;
-  if (!fit_later_batches(g, cl, cost, batch, options.later_batches, plan)) {
-    also_ran.clear();
-    plan = plan_on(g, cl, cost, batch, options, &also_ran);
-    fit_later_batches(g, cl, cost, batch, options.later_batches, plan);
-  }
-  if (options.later_batches.empty()) return plan;
+  if (simulated_alternatives(g, batch) == 0 || options.later_batches.empty()) return plan;
   // The search ranks on step 0 alone, and a run lasts many steps whose
   // samples and mix differ: its finalists (the chosen plan and each pass's
   // best, each cap fitted to the later batches, since a lower cap can cost
   // more than step 0 showed) are ranked by their mean over all the batches;
   // the chosen plan is kept unless another is faster by more than rounding.
+  // Each finalist is simulated once per batch, and once more only where its
+  // cap had to be lowered.
   auto mean_s = [&](const Plan& p) {
     double sum = simulated_s(g, cl, p, cost, batch);
     for (const Batch& b : options.later_batches) sum += simulated_s(g, cl, p, cost, b);
     return sum / double(1 + options.later_batches.size());
   };
-  double best_s = mean_s(plan);
-  for (Plan& other : also_ran)
-    if (fit_later_batches(g, cl, cost, batch, options.later_batches, other))
-      if (const double t = mean_s(other); t < best_s * (1 - 1e-9)) best_s = t, plan = std::move(other);
+  // The mean with the cap first lowered where a batch does not fit;
+  // nullopt when even cap 1 does not.
+  auto fitted_mean_s = [&](Plan& p) -> std::optional<double> {
+    const double t = mean_s(p);
+    if (t != std::numeric_limits<double>::infinity()) return t;
+    if (!fit_later_batches(g, cl, cost, batch, options.later_batches, p)) return std::nullopt;
+    return mean_s(p);
+  };
+  std::vector<Plan> seen{plan};
+  std::optional<double> best_s = fitted_mean_s(plan);
+  if (!best_s) {
+    also_ran.clear();
+    plan = plan_on(g, cl, cost, batch, options, &also_ran);
+    seen = {plan};
+    best_s = fitted_mean_s(plan).value_or(std::numeric_limits<double>::infinity());
+  }
+  for (Plan& other : also_ran) {
+    if (std::find(seen.begin(), seen.end(), other) != seen.end()) continue;
+    seen.push_back(other);
+    if (const std::optional<double> t = fitted_mean_s(other); t && *t < *best_s * (1 - 1e-9))
+      best_s = t, plan = std::move(other);
+  }
   return plan;
 }
 
