@@ -54,11 +54,6 @@ SectionRunner::SectionRunner(const Program& program, int section, int stage, int
   Section engine_section = program.sections[size_t(section)];
   engine_section.recompute = std::max(engine_section.recompute, recompute);
   model_ = std::make_unique<SectionModel>(engine_section, *backend_, seed, stage, stages, tp);
-  // A transformer whose logits nobody reads (no loss, no logits flow out: a
-  // text encoder) skips its head.
-  bool logits_read = !engine_section.loss.empty();
-  for (const Flow& f : program.flows) logits_read |= f.from == engine_section.name && f.kind == FlowKind::Logits;
-  model_->want_logits(logits_read);
   // ZeRO-1: this replica's shard of the flat buffer (the one reduce_scatter gives it); with
   // tp > 1 the dp group is this tp rank's, over the rank's own flat buffer.
   if (shard_optimizer && model_->grads() && dp_group_ && dp_group_->size() > 1) {

@@ -48,9 +48,10 @@ void Checker::check_sections_against_program() {
   for (size_t i = 0; i < program_.sections.size(); ++i) {
     Section& sec = program_.sections[i];
     const SectionInfo& si = infos_[i];
-    bool leaves = false, logits_in = false, activations_in = false;
+    bool leaves = false, logits_in = false, logits_out = false, activations_in = false;
     for (const Flow& f : program_.flows) {
       leaves |= f.from == sec.name;
+      logits_out |= f.from == sec.name && f.kind == FlowKind::Logits;
       logits_in |= f.to == sec.name && f.kind == FlowKind::Logits;
       activations_in |= f.to == sec.name && f.kind == FlowKind::Activations;
     }
@@ -64,6 +65,7 @@ void Checker::check_sections_against_program() {
     // twice instead): with `recompute` not written, recomputing it is the
     // planner's choice, as `recompute = auto` (docs/language.md).
     if (leaves && sec.mode == Mode::Train && !si.recompute_written) sec.recompute_auto = true;
+    if (auto* t = std::get_if<TransformerSpec>(&sec.model.spec)) t->logits_read = !sec.loss.empty() || logits_out;
     if (!sec.loss.empty() && si.model_ok && flows_ok_) {
       if (!leaves && !std::holds_alternative<TransformerSpec>(sec.model.spec))
         error(si.loss_span, fmt::format("section '{}' has a 'loss' but it is not a transformer and no flow leaves it",

@@ -55,6 +55,11 @@ struct TransformerSpec {
   bool causal = true;
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
+  // Not written: whether anything reads the logits (a loss on the section,
+  // a logits flow out of it), set by the checker. A transformer whose
+  // logits nobody reads (a text encoder) neither runs nor is costed with
+  // its LM head.
+  bool logits_read = true;
 };
 
 // vit(layers, hidden, heads, ffn, patch, image, channels = 3, norm_eps = 1e-5,

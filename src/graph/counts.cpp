@@ -28,8 +28,8 @@ SequenceFlops sequence_forward_flops(const ModelSpec& model, int64_t s_tokens) {
     const double h = double(t->hidden), kv = double(t->kv_heads * (t->hidden / t->heads));
     const double linear = 2.0 * (2 * h * h + 2 * h * kv + 3 * h * double(t->ffn));  // q,o + k,v + gate,up,down
     const double attention = (t->causal ? 2.0 : 4.0) * s * s * h;                     // QKᵀ + AV
-    const double layers = double(t->layers);
-    return {layers * linear * s + 2.0 * h * double(t->vocab) * s, layers * attention};
+    const double layers = double(t->layers), head = t->logits_read ? 2.0 * h * double(t->vocab) : 0.0;
+    return {(layers * linear + head) * s, layers * attention};
   }
   if (auto* v = std::get_if<VitSpec>(&model.spec)) {
     const double h = double(v->hidden), n = double(v->patches_per_image());
@@ -67,7 +67,8 @@ ActivationElements activation_elements(const ModelSpec& model) {
   if (auto* t = std::get_if<TransformerSpec>(&model.spec)) {
     const int64_t h = t->hidden, kv = t->kv_heads * (t->hidden / t->heads);
     // n1 in/out, q, k, v, attention out, n2 in/out, gate, up, silu(gate)·up
-    return {6 * h + 2 * kv + 3 * t->ffn, 2 * h + t->vocab, t->layers, t->heads, h};  // + final norm in/out, logits
+    const int64_t logits = t->logits_read ? t->vocab : 0;
+    return {6 * h + 2 * kv + 3 * t->ffn, 2 * h + logits, t->layers, t->heads, h};  // + final norm in/out, logits
   }
   if (auto* v = std::get_if<VitSpec>(&model.spec)) {
     const int64_t h = v->hidden;

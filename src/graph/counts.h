@@ -21,7 +21,8 @@ int64_t precision_bytes(Precision precision);
 
 // Forward FLOPs of one micro-batch made of sequences of these lengths (one
 // entry per sample; a vit entry covers that sample's images). Counts 2·in·out
-// per linear per token, patch/frame embeddings, the LM head on every position,
+// per linear per token, patch/frame embeddings, the LM head on every position
+// (where its logits are read: TransformerSpec::logits_read),
 // and attention's QKᵀ and AV: 4·s²·hidden per layer per sequence
 // (bidirectional), half that when causal. Norms, activations and softmax are
 // not counted.

@@ -53,7 +53,7 @@ struct ForwardContext {
   std::vector<float*> buffers;
   std::unique_ptr<Activations> acts;
   bool backward_done = false;
-  bool logits_wanted = true;  // SectionModel::want_logits: a transformer's forward computes its logits
+  bool logits_wanted = true;  // TransformerSpec::logits_read: a transformer's forward computes its logits
 
   // A transformer's forward sets its logits and next-token targets; loss()
   // reads them and sets dlogits, which backward() adds to the logits' gradient.

@@ -162,7 +162,10 @@ size_t SectionModel::activation_pool_floats() const { return impl_->pool.allocat
 
 ForwardOutput SectionModel::forward(const std::vector<SampleInput>& samples, const StageInput* stage_input) {
   auto ctx = std::make_shared<ForwardContext>(backend_, impl_->pool);
-  ctx->logits_wanted = logits_wanted_;
+  // A transformer whose logits nobody reads (TransformerSpec::logits_read:
+  // a text encoder) skips its head's GEMM and its [n_text, vocab]
+  // activations: ForwardOutput::logits is empty and loss() is an error.
+  if (auto* t = std::get_if<TransformerSpec>(&section_.model.spec)) ctx->logits_wanted = t->logits_read;
   return impl_->model->forward(std::move(ctx), samples, stage_ == 0 ? nullptr : stage_input);
 }
 

@@ -138,13 +138,6 @@ class SectionModel {
   // Floats held by the activation pool (in use or free): grows to the
   // largest set of micro-batches in flight, then stays.
   size_t activation_pool_floats() const;
-  // Whether a transformer's forward computes its logits (default yes). A
-  // section whose logits nobody reads — no loss, no logits flow: a text
-  // encoder — turns them off: the head's GEMM and its [n_text, vocab]
-  // activations are skipped, ForwardOutput::logits is empty and loss() is
-  // an error. Other models have no logits.
-  void want_logits(bool wanted) { logits_wanted_ = wanted; }
-
   // ---- compute ------------------------------------------------------------
   // Forward of a packed micro-batch (samples[i] is the micro-batch's i-th
   // sample). Throws std::invalid_argument naming the section on inputs of
@@ -272,7 +265,6 @@ class SectionModel {
   AllGather all_gather_;     // set when sharded
   double* scalars_ = nullptr;  // [max(1, loss terms)] for loss() and grad_sq_norm()
   int64_t adam_t_ = 0;
-  bool logits_wanted_ = true;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -140,6 +140,27 @@ BOOST_AUTO_TEST_CASE(model_defaults) {
   BOOST_TEST(p.find_section("proj")->model.name == "mlp");
 }
 
+// Whether a transformer's logits are read: by its loss, by a logits flow
+// out of it; a text encoder handing on its hidden states has neither.
+BOOST_AUTO_TEST_CASE(logits_read_by_a_loss_or_a_logits_flow) {
+  auto read = [](const Program& p, const std::string& section) {
+    return std::get<TransformerSpec>(p.find_section(section)->model.spec).logits_read;
+  };
+  const Program kd_program = must_load(kKd);
+  BOOST_TEST(read(kd_program, "teacher"));
+  BOOST_TEST(read(kd_program, "student"));
+  const Program encoder = must_load(R"(
+section enc { model = transformer(layers: 1, hidden: 32, heads: 2, ffn: 64, vocab: 61); consumes = [text]; }
+section proj { model = mlp(in: 32, out: 48); }
+section llm { model = transformer(layers: 1, hidden: 48, heads: 2, ffn: 64, vocab: 64); consumes = [text]; loss = cross_entropy; }
+flow enc -> proj -> llm;
+data { source = synthetic(seed: 5); mix { text = 1.0; } text_tokens = 8; }
+train { global_batch = 4; steps = 1; }
+)");
+  BOOST_TEST(!read(encoder, "enc"));
+  BOOST_TEST(read(encoder, "llm"));
+}
+
 BOOST_AUTO_TEST_CASE(conditions) {
   Program p = must_load(with("consumes = [image];", "consumes = [image];\n  when = has(image) and not (has(audio) or has(video));"));
   const Condition& c = p.find_section("vision")->when;

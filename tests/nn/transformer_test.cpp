@@ -147,8 +147,8 @@ BOOST_AUTO_TEST_CASE(logits_nobody_reads_are_not_computed) {
   std::vector<float> grads[2], hidden[2];
   size_t pool[2];
   for (int skip = 0; skip < 2; ++skip) {
+    std::get<TransformerSpec>(sec.model.spec).logits_read = !skip;
     SectionModel m(sec, cpu(), 3);
-    m.want_logits(!skip);
     m.zero_grads();
     Batch3 b;
     ForwardOutput fw = m.forward(b.inputs());
