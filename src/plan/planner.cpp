@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <unordered_map>
 
 #include "plan/schedule.h"
 #include "plan/simulator.h"
@@ -459,44 +460,93 @@ Plan disjoint_plan(const SectionGraph& g, const Cluster& cl, const CostModel& co
   return plan;
 }
 
-// The simulated step of a candidate; infinite when a device's simulated
-// peak memory (parameter state + in-flight activations, producers ahead of
-// their consumers included) exceeds the device: such a plan loses to any
-// that fits.
-// `later`: batches whose peak memory must fit too (PlannerOptions::later_batches).
-double simulated_s(const SectionGraph& g, const Cluster& cl, const Plan& plan, const CostModel& cost,
-                   const Batch& batch, const std::vector<Batch>& later = {}) {
-  const SimResult r = simulate(g, plan, wavefront_schedule(g, plan, cost, batch), cost, {.lower_bound = false});
-  for (int64_t bytes : r.peak_memory_bytes)
-    if (bytes > cl.device.memory_bytes) return std::numeric_limits<double>::infinity();
-  for (const Batch& b : later)
-    for (int64_t bytes :
-         simulate(g, plan, wavefront_schedule(g, plan, cost, b), cost, {.lower_bound = false}).peak_memory_bytes)
-      if (bytes > cl.device.memory_bytes) return std::numeric_limits<double>::infinity();
-  return r.iteration_s;
-}
+// The simulated steps of one plan_program call, remembered: the search
+// meets the same candidate again (a pass that starts where another ended, a
+// lever that changes nothing here, a finalist ranked on step 0 again), in
+// 2.5–16 % of its calls on the examples' longest searches. Keyed by the
+// plan, the batch (by address: plan_program's step-0 batch or one of its
+// later_batches, alive for the call) and whether the later batches' memory
+// was checked too (those are always plan_program's later_batches or
+// copies). Plain data in, one number out: the cost model and the simulator
+// keep no state between calls.
+class StepSimulations {
+ public:
+  StepSimulations(const SectionGraph& g, const Cluster& cl, const CostModel& cost) : g_(g), cl_(cl), cost_(cost) {}
 
-// simulated_s of the plan; when it does not fit, the in-flight cap is
+  // The simulated step of a candidate on `batch`; infinite when a device's
+  // simulated peak memory (parameter state + in-flight activations,
+  // producers ahead of their consumers included) exceeds the device: such
+  // a plan loses to any that fits.
+  // `later`: batches whose peak memory must fit too (PlannerOptions::later_batches).
+  double step_s(const Plan& plan, const Batch& batch, const std::vector<Batch>& later = {}) {
+    Key key{plan, &batch, !later.empty()};
+    if (auto it = seen_.find(key); it != seen_.end()) return it->second;
+    const double t = simulate_s(plan, batch, later);
+    seen_.emplace(std::move(key), t);
+    return t;
+  }
+
+ private:
+  struct Key {
+    Plan plan;
+    const Batch* batch;
+    bool later;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      size_t h = std::hash<const Batch*>{}(k.batch) ^ (k.later ? 0x9e3779b97f4a7c15ULL : 0);
+      auto mix = [&h](int64_t v) { h = (h ^ std::hash<int64_t>{}(v)) * 0x100000001b3ULL; };
+      for (const SectionPlan& p : k.plan.sections)
+        for (int64_t v : {p.first_device, p.devices, p.tp, p.pp, p.dp, p.micro_batch, p.recompute_level,
+                          int64_t(p.shard_optimizer)})
+          mix(v);
+      const ScheduleLevers& l = k.plan.levers;
+      mix(l.reorder | l.token_micro_batches << 1 | l.per_step_micro_batch << 2 | l.overlap_grad_sync << 3 |
+          l.critical_path_first << 4 | l.host_groups << 5);
+      mix(k.plan.in_flight_cap), mix(k.plan.cluster_devices);
+      return h;
+    }
+  };
+
+  double simulate_s(const Plan& plan, const Batch& batch, const std::vector<Batch>& later) const {
+    const SimResult r = simulate(g_, plan, wavefront_schedule(g_, plan, cost_, batch), cost_, {.lower_bound = false});
+    for (int64_t bytes : r.peak_memory_bytes)
+      if (bytes > cl_.device.memory_bytes) return std::numeric_limits<double>::infinity();
+    for (const Batch& b : later)
+      for (int64_t bytes :
+           simulate(g_, plan, wavefront_schedule(g_, plan, cost_, b), cost_, {.lower_bound = false}).peak_memory_bytes)
+        if (bytes > cl_.device.memory_bytes) return std::numeric_limits<double>::infinity();
+    return r.iteration_s;
+  }
+
+  const SectionGraph& g_;
+  const Cluster& cl_;
+  const CostModel& cost_;
+  std::unordered_map<Key, double, KeyHash> seen_;
+};
+
+// StepSimulations::step_s of the plan; when it does not fit, the in-flight cap is
 // halved (down to 1) until it does — fewer micro-batches in flight, and
 // producers fewer windows ahead — and then the largest cap between that
 // and the last that did not fit is searched by bisection (kd_70b_to_8b on
 // 64 H200: 3 does not fit, 1 does, 2 fits and is 1 % faster). Infinite
 // when even cap 1 does not fit.
-double simulated_fitting_s(const SectionGraph& g, const Cluster& cl, Plan& plan, const CostModel& cost,
-                           const Batch& batch, const std::vector<Batch>& later = {}) {
+double simulated_fitting_s(StepSimulations& sims, Plan& plan, const Batch& batch,
+                           const std::vector<Batch>& later = {}) {
   constexpr double kNever = std::numeric_limits<double>::infinity();
   int64_t too_many = 0;  // the smallest cap known not to fit; 0 = none
-  double t = simulated_s(g, cl, plan, cost, batch, later);
+  double t = sims.step_s(plan, batch, later);
   while (t == kNever && plan.in_flight_cap > 1) {
     too_many = plan.in_flight_cap;
     plan.in_flight_cap = std::max<int64_t>(1, plan.in_flight_cap / 2);
-    t = simulated_s(g, cl, plan, cost, batch, later);
+    t = sims.step_s(plan, batch, later);
   }
   if (t == kNever || too_many == 0) return t;
   for (int64_t fits = plan.in_flight_cap; too_many - fits > 1;) {
     Plan more = plan;
     more.in_flight_cap = (fits + too_many) / 2;
-    if (const double u = simulated_s(g, cl, more, cost, batch, later); u == kNever) {
+    if (const double u = sims.step_s(more, batch, later); u == kNever) {
       too_many = more.in_flight_cap;
     } else {
       fits = more.in_flight_cap;
@@ -517,7 +567,8 @@ int64_t simulated_alternatives(const SectionGraph& g, const Batch& batch) {
 // Coordinate search on a shared plan: section by section (the longest
 // estimated step first), the next-ranked shapes that keep the plan within
 // device memory, each simulated, the fastest kept.
-Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
+Plan refine_co_located(StepSimulations& sims, const SectionGraph& g, const Cluster& cl, const CostModel& cost,
+                       const Batch& batch,
                        const std::vector<std::vector<Shape>>& ranked, Plan plan, double& best_s, bool raise_cap,
                        const std::vector<Batch>& later) {
   const int64_t alternatives = simulated_alternatives(g, batch);
@@ -559,7 +610,7 @@ Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel
       return false;
     finish_plan(candidate);
     if (raise_cap) raise_in_flight_cap(g, cl, cost, batch, candidate);
-    if (const double t = simulated_fitting_s(g, cl, candidate, cost, batch, later); t < best_s) {
+    if (const double t = simulated_fitting_s(sims, candidate, batch, later); t < best_s) {
       best_s = t, plan = std::move(candidate);
       return true;
     }
@@ -579,8 +630,8 @@ Plan refine_co_located(const SectionGraph& g, const Cluster& cl, const CostModel
 
 // The search for one setting of the levers (plan_program below);
 // `also_ran` (when given) collects each shared search pass's best.
-Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
-            const PlannerOptions& options, std::vector<Plan>* also_ran) {
+Plan search(StepSimulations& sims, const SectionGraph& g, const Cluster& cl, const CostModel& cost,
+            const Batch& batch, const PlannerOptions& options, std::vector<Plan>* also_ran) {
   std::vector<SectionPlan> minimal;
   int64_t wanted = 0;
   for (int s = 0; s < int(g.nodes.size()); ++s) {
@@ -619,7 +670,7 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
     double pass_s = std::numeric_limits<double>::infinity(), runner_up_s = pass_s;
     auto consider = [&](Plan plan) {
       plan = prepare(std::move(plan));
-      if (const double t = simulated_fitting_s(g, cl, plan, cost, batch, options.later_batches); t < pass_s) {
+      if (const double t = simulated_fitting_s(sims, plan, batch, options.later_batches); t < pass_s) {
         if (pass_best) runner_up_s = pass_s, runner_up = std::move(pass_best);
         pass_s = t, pass_best = std::move(plan);
       } else if (t < runner_up_s && t > pass_s) {  // an equal one: most likely the same plan again
@@ -643,10 +694,10 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
     // search ends where no one section's move helps, which depends on where
     // it starts: it runs from the second fastest start too (internvl_20b on
     // 64 H100: 24.66 s from the fastest, 22.25 s from the second).
-    Plan refined = refine_co_located(g, cl, cost, batch, ranked, pass_best ? *pass_best : prepare(*shared), pass_s,
+    Plan refined = refine_co_located(sims, g, cl, cost, batch, ranked, pass_best ? *pass_best : prepare(*shared), pass_s,
                                      options.raise_in_flight_cap, options.later_batches);
     if (runner_up) {
-      Plan other = refine_co_located(g, cl, cost, batch, ranked, *runner_up, runner_up_s, options.raise_in_flight_cap,
+      Plan other = refine_co_located(sims, g, cl, cost, batch, ranked, *runner_up, runner_up_s, options.raise_in_flight_cap,
                                      options.later_batches);
       if (runner_up_s < pass_s) pass_s = runner_up_s, refined = std::move(other);
     }
@@ -695,7 +746,7 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
     if (bound < best_s) search_shared(held);
   auto consider = [&](Plan plan) {
     plan = prepare(std::move(plan));
-    if (const double t = simulated_fitting_s(g, cl, plan, cost, batch, options.later_batches); t < best_s)
+    if (const double t = simulated_fitting_s(sims, plan, batch, options.later_batches); t < best_s)
       best_s = t, best = std::move(plan);
   };
   if (options.disjoint_placement && wanted <= cl.devices) consider(disjoint_plan(g, cl, cost, batch, std::move(minimal)));
@@ -714,9 +765,9 @@ Plan search(const SectionGraph& g, const Cluster& cl, const CostModel& cost, con
 
 // The search and the levers' alternatives, chosen on `batch` (step 0);
 // `also_ran` as search's, over every search run.
-Plan plan_on(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
-             const PlannerOptions& options, std::vector<Plan>* also_ran = nullptr) {
-  Plan plan = search(g, cl, cost, batch, options, also_ran);
+Plan plan_on(StepSimulations& sims, const SectionGraph& g, const Cluster& cl, const CostModel& cost,
+             const Batch& batch, const PlannerOptions& options, std::vector<Plan>* also_ran = nullptr) {
+  Plan plan = search(sims, g, cl, cost, batch, options, also_ran);
   // Token micro-batches are not always faster (a section whose samples are
   // all alike gains nothing, and count-cut micro-batches may pack GEMMs
   // better), nor is running the longest path first (a producer on devices
@@ -724,7 +775,7 @@ Plan plan_on(const SectionGraph& g, const Cluster& cl, const CostModel& cost, co
   // consumer idles): where the search is affordable it is run with each
   // lever off too, and the fastest plan on this batch kept.
   if (simulated_alternatives(g, batch) > 0) {
-    double best_s = simulated_s(g, cl, plan, cost, batch, options.later_batches);
+    double best_s = sims.step_s(plan, batch, options.later_batches);
     // Each lever switched off on top of the best so far; `tie`: kept when
     // within 0.1 % too.
     auto also = [&](bool ScheduleLevers::*lever, bool tie) {
@@ -732,8 +783,8 @@ Plan plan_on(const SectionGraph& g, const Cluster& cl, const CostModel& cost, co
       PlannerOptions off = options;
       off.levers = plan.levers;
       off.levers.*lever = false;
-      Plan other = search(g, cl, cost, batch, off, also_ran);
-      if (const double t = simulated_s(g, cl, other, cost, batch, options.later_batches);
+      Plan other = search(sims, g, cl, cost, batch, off, also_ran);
+      if (const double t = sims.step_s(other, batch, options.later_batches);
           t < best_s || (tie && t <= best_s * (1 + 1e-3)))
         best_s = t, plan = std::move(other);
     };
@@ -756,7 +807,7 @@ Plan plan_on(const SectionGraph& g, const Cluster& cl, const CostModel& cost, co
         finish_plan(other);
         raise_in_flight_cap(g, cl, cost, batch, other);
       }
-      if (const double t = simulated_fitting_s(g, cl, other, cost, batch, options.later_batches); t < best_s)
+      if (const double t = simulated_fitting_s(sims, other, batch, options.later_batches); t < best_s)
         best_s = t, plan = std::move(other);
     }
     // Host groups (a producer replica over several consumer replicas) on
@@ -765,7 +816,7 @@ Plan plan_on(const SectionGraph& g, const Cluster& cl, const CostModel& cost, co
     if (std::any_of(hosts.begin(), hosts.end(), [](int h) { return h >= 0; })) {
       Plan off = plan;
       off.levers.host_groups = false;
-      if (const double t = simulated_fitting_s(g, cl, off, cost, batch, options.later_batches); t < best_s)
+      if (const double t = simulated_fitting_s(sims, off, batch, options.later_batches); t < best_s)
         best_s = t, plan = std::move(off);
     }
   }
@@ -775,12 +826,11 @@ Plan plan_on(const SectionGraph& g, const Cluster& cl, const CostModel& cost, co
 // PlannerOptions::later_batches: the plan's in-flight cap lowered, by
 // halving and then bisection, to the largest whose peak memory fits on step
 // 0's batch and every later one. False when even cap 1 does not fit.
-bool fit_later_batches(const SectionGraph& g, const Cluster& cl, const CostModel& cost, const Batch& batch,
-                       const std::vector<Batch>& later, Plan& plan) {
+bool fit_later_batches(StepSimulations& sims, const Batch& batch, const std::vector<Batch>& later, Plan& plan) {
   auto fits = [&](int64_t cap) {
     Plan p = plan;
     p.in_flight_cap = cap;
-    return simulated_s(g, cl, p, cost, batch, later) != std::numeric_limits<double>::infinity();
+    return sims.step_s(p, batch, later) != std::numeric_limits<double>::infinity();
   };
   if (later.empty() || plan.in_flight_cap < 1 || fits(plan.in_flight_cap)) return true;
   int64_t too_many = plan.in_flight_cap, fit = std::max<int64_t>(1, too_many / 2);
@@ -804,8 +854,9 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   // planning stays fast; such a step's mix varies little between steps.
   PlannerOptions first = options;
   first.later_batches.clear();
+  StepSimulations sims(g, cl, cost);
   std::vector<Plan> also_ran;
-  Plan plan = plan_on(g, cl, cost, batch, first, &also_ran);
+  Plan plan = plan_on(sims, g, cl, cost, batch, first, &also_ran);
   if (simulated_alternatives(g, batch) == 0 || options.later_batches.empty()) return plan;
   // The search ranks on step 0 alone, and a run lasts many steps whose
   // samples and mix differ: its finalists (the chosen plan and each pass's
@@ -815,8 +866,8 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   // Each finalist is simulated once per batch, and once more only where its
   // cap had to be lowered.
   auto mean_s = [&](const Plan& p) {
-    double sum = simulated_s(g, cl, p, cost, batch);
-    for (const Batch& b : options.later_batches) sum += simulated_s(g, cl, p, cost, b);
+    double sum = sims.step_s(p, batch);
+    for (const Batch& b : options.later_batches) sum += sims.step_s(p, b);
     return sum / double(1 + options.later_batches.size());
   };
   // The mean with the cap first lowered where a batch does not fit;
@@ -824,14 +875,14 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   auto fitted_mean_s = [&](Plan& p) -> std::optional<double> {
     const double t = mean_s(p);
     if (t != std::numeric_limits<double>::infinity()) return t;
-    if (!fit_later_batches(g, cl, cost, batch, options.later_batches, p)) return std::nullopt;
+    if (!fit_later_batches(sims, batch, options.later_batches, p)) return std::nullopt;
     return mean_s(p);
   };
   std::vector<Plan> seen{plan};
   std::optional<double> best_s = fitted_mean_s(plan);
   if (!best_s) {
     also_ran.clear();
-    plan = plan_on(g, cl, cost, batch, options, &also_ran);
+    plan = plan_on(sims, g, cl, cost, batch, options, &also_ran);
     seen = {plan};
     best_s = fitted_mean_s(plan).value_or(std::numeric_limits<double>::infinity());
   }
