@@ -568,9 +568,8 @@ int64_t simulated_alternatives(const SectionGraph& g, const Batch& batch) {
 // estimated step first), the next-ranked shapes that keep the plan within
 // device memory, each simulated, the fastest kept.
 Plan refine_co_located(StepSimulations& sims, const SectionGraph& g, const Cluster& cl, const CostModel& cost,
-                       const Batch& batch,
-                       const std::vector<std::vector<Shape>>& ranked, Plan plan, double& best_s, bool raise_cap,
-                       const std::vector<Batch>& later) {
+                       const Batch& batch, const std::vector<std::vector<Shape>>& ranked, Plan plan, double& best_s,
+                       bool raise_cap, const std::vector<Batch>& later) {
   const int64_t alternatives = simulated_alternatives(g, batch);
   std::vector<size_t> order(ranked.size());
   for (size_t s = 0; s < order.size(); ++s) order[s] = s;
@@ -864,7 +863,8 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   // more than step 0 showed) are ranked by their mean over all the batches;
   // the chosen plan is kept unless another is faster by more than rounding.
   // Each finalist is simulated once per batch, and once more only where its
-  // cap had to be lowered.
+  // cap had to be lowered; a finalist equal to an earlier one (passes often
+  // end on the same plan) costs only lookups in `sims`, and cannot win.
   auto mean_s = [&](const Plan& p) {
     double sum = sims.step_s(p, batch);
     for (const Batch& b : options.later_batches) sum += sims.step_s(p, b);
@@ -878,17 +878,13 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
     if (!fit_later_batches(sims, batch, options.later_batches, p)) return std::nullopt;
     return mean_s(p);
   };
-  std::vector<Plan> seen{plan};
   std::optional<double> best_s = fitted_mean_s(plan);
   if (!best_s) {
     also_ran.clear();
     plan = plan_on(sims, g, cl, cost, batch, options, &also_ran);
-    seen = {plan};
     best_s = fitted_mean_s(plan).value_or(std::numeric_limits<double>::infinity());
   }
   for (Plan& other : also_ran) {
-    if (std::find(seen.begin(), seen.end(), other) != seen.end()) continue;
-    seen.push_back(other);
     if (const std::optional<double> t = fitted_mean_s(other); t && *t < *best_s * (1 - 1e-9))
       best_s = t, plan = std::move(other);
   }
