@@ -17,6 +17,7 @@
 #include "actors/step_inputs.h"
 #include "cli/command.h"
 #include "cli/engine_calibration.h"
+#include "cli/status_line.h"
 #include "data/sampler.h"
 #include "gpu/backend_factory.h"
 #include "graph/section_graph.h"
@@ -45,30 +46,40 @@ struct Planned {
   std::unique_ptr<Sampler> sampler;
   Plan plan;
 
-  Planned(const Program& program, const RuntimeConfig& config)
+  Planned(const Program& program, const RuntimeConfig& config, StatusLine& status)
       : graph(build_graph(program)), cluster(make_cluster(config)) {
     cost = std::make_unique<RooflineCost>(graph, cluster);
     sampler = std::make_unique<Sampler>(program.data, program.train.global_batch);
     PlannerOptions options;
     for (int64_t k = 1; k < kMemoryCheckedSteps; ++k) options.later_batches.push_back(sampler->batch(k));
+    status.show(fmt::format("planning on {} devices", cluster.devices), true);
+    if (status.enabled())
+      options.on_simulation = [&](int64_t n) {
+        status.show(fmt::format("planning on {} devices: {} plans simulated", cluster.devices, n));
+      };
     plan = plan_program(graph, cluster, *cost, sampler->batch(0), options);
   }
 };
 
-// Runs `body` on the planned program; PlanError and unsamplable data are
-// invalid input (exit 2).
+// Runs `body` on the planned program, a status line on a terminal's stderr
+// meanwhile (cli/status_line.h); PlanError and unsamplable data are invalid
+// input (exit 2).
 template <class Body>
-int with_plan(const Program& program, const RuntimeConfig& config, Body body) {
+int with_plan(const Program& program, const RuntimeConfig& config, const CliOptions& cli, Body body) {
+  StatusLine status(StatusLine::wanted(cli.quiet));
   std::unique_ptr<Planned> p;
   try {
-    p = std::make_unique<Planned>(program, config);
-    std::string out = body(*p);
+    p = std::make_unique<Planned>(program, config, status);
+    std::string out = body(*p, status);
+    status.clear();
     std::fwrite(out.data(), 1, out.size(), stdout);
     return 0;
   } catch (const PlanError& e) {
+    status.clear();
     print_error(e.what());
     return 2;
   } catch (const std::invalid_argument& e) {
+    status.clear();
     print_error(e.what());
     return 2;
   }
@@ -161,15 +172,15 @@ std::string placement_lines(const Program& program, const RuntimeConfig& config,
 }
 
 int print_plan_command(const Program& program, const RuntimeConfig& config, const CliOptions& cli) {
-  return with_plan(program, config, [&](const Planned& p) {
+  return with_plan(program, config, cli, [&](const Planned& p, StatusLine&) {
     return fmt::format("plan: {} on {}\n", program.file, cluster_line(p.cluster)) + plan_table(p) +
            fmt::format("in-flight cap: {} micro-batches per replica\n", p.plan.in_flight_cap) + tp_lines(p) +
            placement_lines(program, config, cli.processes);
   });
 }
 
-int print_schedule_command(const Program& program, const RuntimeConfig& config, const CliOptions&) {
-  return with_plan(program, config, [&](const Planned& p) {
+int print_schedule_command(const Program& program, const RuntimeConfig& config, const CliOptions& cli) {
+  return with_plan(program, config, cli, [&](const Planned& p, StatusLine&) {
     const Schedule sch = wavefront_schedule(p.graph, p.plan, *p.cost, p.sampler->batch(0));
     std::string out = fmt::format("schedule of step 0: {} samples, {} tasks in {} waves (in-flight cap {})\n",
                                   sch.batch.samples.size(), sch.tasks.size(), sch.waves.size(), sch.in_flight_cap);
@@ -188,13 +199,14 @@ int print_schedule_command(const Program& program, const RuntimeConfig& config, 
 }
 
 int simulate_command(const Program& program, const RuntimeConfig& config, const CliOptions& cli) {
-  return with_plan(program, config, [&](const Planned& p) {
+  return with_plan(program, config, cli, [&](const Planned& p, StatusLine& status) {
     const int64_t steps = cli.steps.value_or(kDefaultSimulatedSteps);
     const std::string trace_path = cli.trace.empty() ? config.trace.path : cli.trace;
     std::vector<Batch> batches;
     double iteration = 0, lower_bound = 0;
     int64_t peak = 0, peak_step = 0;  // the most bytes any device holds, and on which step
     for (int64_t k = 0; k < steps; ++k) {
+      status.show(fmt::format("simulating step {} of {}", k + 1, steps), true);
       batches.push_back(p.sampler->batch(k));
       const Schedule sch = wavefront_schedule(p.graph, p.plan, *p.cost, batches.back());
       const SimResult r = simulate(p.graph, p.plan, sch, *p.cost, {.trace = k == 0 && !trace_path.empty()});
@@ -215,6 +227,7 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
     // result stands): kd_70b_to_8b on 8 H100 cannot hold its teacher's
     // logits for the whole step, which a sequential step needs.
     auto run_baseline = [&](const std::string& name) {
+      status.show("baseline " + name, true);
       try {
         if (name == "sequential") ladder.push_back(sequential_baseline(p.graph, p.cluster, *p.cost, batches));
         if (name == "sequential-ideal") ladder.push_back(sequential_ideal_baseline(p.graph, p.cluster, *p.cost, batches));

@@ -471,7 +471,9 @@ Plan disjoint_plan(const SectionGraph& g, const Cluster& cl, const CostModel& co
 // keep no state between calls.
 class StepSimulations {
  public:
-  StepSimulations(const SectionGraph& g, const Cluster& cl, const CostModel& cost) : g_(g), cl_(cl), cost_(cost) {}
+  StepSimulations(const SectionGraph& g, const Cluster& cl, const CostModel& cost,
+                  std::function<void(int64_t)> on_simulation)
+      : g_(g), cl_(cl), cost_(cost), on_simulation_(std::move(on_simulation)) {}
 
   // The simulated step of a candidate on `batch`; infinite when a device's
   // simulated peak memory (parameter state + in-flight activations,
@@ -483,6 +485,7 @@ class StepSimulations {
     if (auto it = seen_.find(key); it != seen_.end()) return it->second;
     const double t = simulate_s(plan, batch, later);
     seen_.emplace(std::move(key), t);
+    if (on_simulation_) on_simulation_(int64_t(seen_.size()));
     return t;
   }
 
@@ -523,6 +526,7 @@ class StepSimulations {
   const SectionGraph& g_;
   const Cluster& cl_;
   const CostModel& cost_;
+  std::function<void(int64_t)> on_simulation_;  // PlannerOptions::on_simulation
   std::unordered_map<Key, double, KeyHash> seen_;
 };
 
@@ -853,7 +857,7 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   // planning stays fast; such a step's mix varies little between steps.
   PlannerOptions first = options;
   first.later_batches.clear();
-  StepSimulations sims(g, cl, cost);
+  StepSimulations sims(g, cl, cost, options.on_simulation);
   std::vector<Plan> also_ran;
   Plan plan = plan_on(sims, g, cl, cost, batch, first, &also_ran);
   if (simulated_alternatives(g, batch) == 0 || options.later_batches.empty()) return plan;

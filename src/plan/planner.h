@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "data/batch.h"
@@ -79,6 +80,11 @@ struct PlannerOptions {
   // batches. Not where the search is bounded (more than 4,096 samples ×
   // sections). maestro-run passes steps 1-3 (docs/planner.md).
   std::vector<Batch> later_batches;
+  // Called after each simulation the search runs (a remembered result
+  // reruns nothing and is not counted) with how many it has run so far in
+  // this planning: maestro-run's status line while a large cluster plans
+  // (docs/cli.md). Planning is the same with or without it.
+  std::function<void(int64_t simulations)> on_simulation;
 };
 
 // Throws PlanError naming the section, the device kind and what ran out

@@ -186,6 +186,43 @@ BOOST_AUTO_TEST_CASE(cluster_hosts_name_each_sections_nodes) {
   BOOST_TEST(bad.first_err_line() == mismatch + ":2:9: error: 'nodes' = 2 but 'hosts' names 1 (one per node)");
 }
 
+// The status line (cli/status_line.h): on a terminal's stderr while the
+// plan commands work, erased before the output, which is byte for byte the
+// output without a terminal; nothing on stderr that is not a terminal, and
+// nothing with --quiet. `script` (util-linux, in every Debian) runs the
+// command on a terminal and records what it wrote there.
+BOOST_AUTO_TEST_CASE(status_line_on_a_terminal_only) {
+  const std::string script = find_on_path("script");
+  BOOST_TEST_REQUIRE(!script.empty(), "script (util-linux) is not on PATH");
+  const std::vector<std::string> args = {"models/llava15_7b.sect", "--simulate", "--baseline", "megatron"};
+  const ProcessResult plain = maestro_run(args);
+  BOOST_TEST_REQUIRE(plain.status == 0, plain.err);
+  BOOST_TEST(plain.err.empty(), plain.err);
+  auto on_terminal = [&](const std::string& extra, std::string& out) {
+    const std::string dir = (fs::temp_directory_path() / "maestro_e2e_status").string();
+    fs::create_directories(dir);
+    std::string command = "'" + maestro_run_path() + "'";
+    for (const std::string& a : args) command += " '" + a + "'";
+    command += extra + " > '" + dir + "/out'";
+    const ProcessResult r = run_process({script, "-qec", command, dir + "/terminal"});
+    BOOST_TEST(r.status == 0, r.out + r.err);
+    std::ifstream o(dir + "/out"), t(dir + "/terminal");
+    out.assign(std::istreambuf_iterator<char>(o), {});
+    return std::string(std::istreambuf_iterator<char>(t), {});
+  };
+  std::string out;
+  const std::string terminal = on_terminal("", out);
+  BOOST_TEST(out == plain.out);
+  for (const char* phase : {"maestro-run: planning on 8 devices (", "maestro-run: simulating step 4 of 4 (",
+                            "maestro-run: baseline megatron ("})
+    BOOST_TEST(terminal.find(phase) != std::string::npos, phase << " not in " << terminal);
+  const size_t last = terminal.rfind("maestro-run: ");
+  BOOST_TEST((last != std::string::npos && terminal.find("\r\033[K", last) != std::string::npos), terminal);
+  const std::string quiet = on_terminal(" --quiet", out);
+  BOOST_TEST(out == plain.out);
+  BOOST_TEST(quiet.find("maestro-run: ") == std::string::npos, quiet);
+}
+
 // One error format: a located error of the planner reads FILE:LINE:COL: error:.
 BOOST_AUTO_TEST_CASE(located_runtime_errors_use_the_one_format) {
   std::ifstream in("models/tiny_mllm.sect");

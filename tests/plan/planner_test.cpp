@@ -424,6 +424,25 @@ BOOST_AUTO_TEST_CASE(the_plan_is_chosen_by_its_mean_over_the_sampled_steps) {
   BOOST_TEST(mean < mean0 * 0.97);
 }
 
+// PlannerOptions::on_simulation (maestro-run's status line): called after
+// each new simulation with the running count, 1, 2, 3, …, remembered
+// results not counted again; the plan is the same without it.
+BOOST_AUTO_TEST_CASE(on_simulation_counts_each_new_simulation_and_changes_nothing) {
+  const Modelled m("models/llava15_7b.sect", "configs/h100x8.toml");
+  const auto& [g, cl, cost] = std::tie(m.g, m.cl, m.cost);
+  const Sampler sampler(m.program.data, m.program.train.global_batch);
+  PlannerOptions options;
+  options.later_batches = {sampler.batch(1)};
+  const Plan plain = plan_program(g, cl, cost, m.batches[0], options);
+  std::vector<int64_t> counts;
+  options.on_simulation = [&](int64_t n) { counts.push_back(n); };
+  const Plan watched = plan_program(g, cl, cost, m.batches[0], options);
+  BOOST_TEST(bool(watched == plain));
+  BOOST_TEST_MESSAGE(counts.size() << " simulations");
+  BOOST_TEST(counts.size() > 10u);
+  for (size_t i = 0; i < counts.size(); ++i) BOOST_TEST(counts[i] == int64_t(i + 1));
+}
+
 // The ideal sequential baseline: each section's best shape alone, summed
 // (the one that can run is tested in baselines_test).
 BOOST_AUTO_TEST_CASE(sequential_ideal_is_sum_of_sections_on_all_devices) {
