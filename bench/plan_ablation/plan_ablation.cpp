@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
     variants[2].options.levers.token_micro_batches = false;
     variants[3].options.disjoint_placement = false;
     variants[4].options.raise_in_flight_cap = false;
-    variants[5].options = {false, false, {false, false, false, false, false, false}, {}, {}};
+    variants[5].options = {false, false, {false, false, false, false, false, false}, false, {}, {}};
     variants[6].options.levers.critical_path_first = false;
     fmt::print(
         "{} on {} × {}, mean of {} steps; sequential {:.4f} s ({:.4f} s with grad sync overlap), sequential-ideal "

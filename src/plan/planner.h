@@ -71,6 +71,9 @@ struct PlannerOptions {
   bool disjoint_placement = true;  // also try sections on separate device groups
   bool raise_in_flight_cap = true; // in-flight cap up to what memory allows, not just the largest pp
   ScheduleLevers levers;
+  // The best plan sharing the devices is swept section by section again
+  // until no section's shape changes (docs/planner.md, "Search").
+  bool sweep_best_again = true;
   // Later steps' batches on which the chosen plan's peak memory must fit
   // too (the search ranks on step 0's alone): where it does not, its
   // in-flight cap is lowered to the largest that fits on every batch. A
