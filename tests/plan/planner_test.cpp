@@ -429,9 +429,11 @@ BOOST_AUTO_TEST_CASE(the_plan_is_chosen_by_its_mean_over_the_sampled_steps) {
 }
 
 // PlannerOptions::sweep_best_again: the best shared plan swept again until
-// no section's shape changes is never slower on the batch searched, and
-// faster where a section's shape tried before another moved wins after
-// (kd_32b_to_1_5b on 8 H100, docs/planner.md).
+// no section's shape changes. Each search only gains by it on the batch
+// searched (the levers' comparison may still keep a plan within 0.1 % of
+// the fastest, plan_on): here the same where nothing moves (llava15_7b on
+// 8 H100) and faster where a section's shape tried before another moved
+// wins after (kd_32b_to_1_5b on 8 H100, docs/planner.md).
 BOOST_AUTO_TEST_CASE(sweeping_the_best_plan_again_is_never_slower) {
   for (const auto& [model, cluster, faster] :
        std::vector<std::tuple<std::string, std::string, bool>>{{"models/kd_32b_to_1_5b.sect", "configs/h100x8.toml", true},
