@@ -28,11 +28,12 @@ run: build
 test: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-# The actor tests under ThreadSanitizer (docs/runtime.md, "Checking with TSan").
+# The actor tests and the planner's threads under ThreadSanitizer
+# (docs/runtime.md, "Checking with TSan").
 test-tsan: deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMAESTRO_SANITIZE=tsan $(CMAKE_FLAGS) >/dev/null
-	@cmake --build build-tsan -j $(JOBS) --target test_actors
-	@ctest --test-dir build-tsan -R 'unit\.actors' --output-on-failure
+	@cmake --build build-tsan -j $(JOBS) --target test_actors test_plan
+	@ctest --test-dir build-tsan -R 'unit\.actors|unit\.plan\.planner_threads' --output-on-failure
 
 # The checkpoint soak (tests/faults): random SIGINT/SIGTERM/kill -9 and
 # resumes for SOAK_SECONDS; `make test` runs a 30 s version.

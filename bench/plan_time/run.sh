@@ -5,7 +5,9 @@
 # With a second build the two alternate run by run; each line then gives
 # both medians, their ratio (this build / the other) and whether the two
 # printed the same plan and results (the JSON summary, byte for byte).
-# Usage: bench/plan_time/run.sh [BUILD_DIR [OTHER_BUILD_DIR [RUNS]]]
+# THREADS=N plans on N threads (`[runtime] threads` added to a copy of each
+# cluster config; default: the configs as they are, every core).
+# Usage: [THREADS=N] bench/plan_time/run.sh [BUILD_DIR [OTHER_BUILD_DIR [RUNS]]]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -34,9 +36,16 @@ timed() {
 
 median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
-echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)  runs: $runs  build: $build${other:+  other: $other}"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)  runs: $runs  build: $build${other:+  other: $other}  threads: ${THREADS:-all cores}"
 for w in "${workloads[@]}"; do
   read -r model cluster <<< "$w"
+  if [[ -n ${THREADS:-} ]]; then
+    cp "$cluster" "$out/cluster.toml"
+    printf '\n[runtime]\nthreads = %s\n' "$THREADS" >> "$out/cluster.toml"
+    name_cluster=$cluster cluster=$out/cluster.toml
+  else
+    name_cluster=$cluster
+  fi
   args="$model --simulate --steps 1 --json --config $cluster"
   ours="" theirs="" same=yes
   for ((i = 0; i < runs; i++)); do
@@ -46,7 +55,7 @@ for w in "${workloads[@]}"; do
       cmp -s "$out/ours.json" "$out/theirs.json" || same=no
     fi
   done
-  name="$(basename "$model" .sect) on $(basename "$cluster" .toml)"
+  name="$(basename "$model" .sect) on $(basename "$name_cluster" .toml)"
   if [[ -n $other ]]; then
     a=$(echo "$ours" | median) b=$(echo "$theirs" | median)
     printf '%-32s %8.2f s  other %8.2f s  ratio %.3f  same result: %s\n' "$name" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN {print a / b}')" "$same"

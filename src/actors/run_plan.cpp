@@ -45,8 +45,10 @@ RunPlan plan_run(const SectionGraph& graph, const RuntimeConfig& config, int64_t
         "{}: [cluster] device = \"cpu\" has {} node{} and the run {} processes: each node is a process "
         "(--processes {} or 1)", config.file.empty() ? "the config" : config.file, c.nodes(),
         c.nodes() == 1 ? "" : "s", processes, c.nodes()));
+  PlannerOptions options;
+  options.threads = config.runtime.threads;
   try {
-    out.plan = plan_program(graph, c, RooflineCost(graph, c), sample);
+    out.plan = plan_program(graph, c, RooflineCost(graph, c), sample, options);
   } catch (const PlanError& e) {
     throw std::invalid_argument(fmt::format("cannot plan the run on [cluster] ({} CPU slots in {} node{}): {}", c.devices,
                                             c.nodes(), c.nodes() == 1 ? "" : "s", e.what()));
@@ -85,6 +87,8 @@ Program cpu_runnable(const Program& program) {
 }
 
 Plan plan_cpu_run(const SectionGraph& graph, int64_t slots, const Batch& sample) {
+  PlannerOptions options;
+  options.threads = slots;  // the CPU's own, before an explicit degree asks for more ranks
   bool any_auto = false;
   for (size_t s = 0; s < graph.nodes.size(); ++s) {
     const Section& sec = graph.section(int(s));
@@ -96,7 +100,7 @@ Plan plan_cpu_run(const SectionGraph& graph, int64_t slots, const Batch& sample)
   if (any_auto) {
     const Cluster cluster = cpu_cluster(slots);
     try {
-      resolved = plan_program(graph, cluster, RooflineCost(graph, cluster), sample);
+      resolved = plan_program(graph, cluster, RooflineCost(graph, cluster), sample, options);
     } catch (const PlanError& e) {
       throw std::invalid_argument(fmt::format("cannot plan the run on {} CPU slots: {}", slots, e.what()));
     }

@@ -51,6 +51,7 @@ struct Planned {
     cost = std::make_unique<RooflineCost>(graph, cluster);
     sampler = std::make_unique<Sampler>(program.data, program.train.global_batch);
     PlannerOptions options;
+    options.threads = config.runtime.threads;
     for (int64_t k = 1; k < kMemoryCheckedSteps; ++k) options.later_batches.push_back(sampler->batch(k));
     status.show(fmt::format("planning on {} devices", cluster.devices), true);
     if (status.enabled())

@@ -4,8 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
+#include <mutex>
 #include <optional>
+#include <system_error>
+#include <thread>
 #include <unordered_map>
 
 #include "plan/schedule.h"
@@ -468,12 +472,20 @@ Plan disjoint_plan(const SectionGraph& g, const Cluster& cl, const CostModel& co
 // later_batches, alive for the call) and whether the later batches' memory
 // was checked too (those are always plan_program's later_batches or
 // copies). Plain data in, one number out: the cost model and the simulator
-// keep no state between calls.
+// keep no state between calls, so steps may be simulated on several
+// threads at once (ahead, below); the memory of results is shared under a
+// mutex, and on_simulation is called under it, one call at a time.
 class StepSimulations {
  public:
   StepSimulations(const SectionGraph& g, const Cluster& cl, const CostModel& cost,
-                  std::function<void(int64_t)> on_simulation)
-      : g_(g), cl_(cl), cost_(cost), on_simulation_(std::move(on_simulation)) {}
+                  std::function<void(int64_t)> on_simulation, int64_t threads)
+      : g_(g),
+        cl_(cl),
+        cost_(cost),
+        on_simulation_(std::move(on_simulation)),
+        threads_(threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency())) {}
+
+  int64_t threads() const { return threads_; }
 
   // The simulated step of a candidate on `batch`; infinite when a device's
   // simulated peak memory (parameter state + in-flight activations,
@@ -482,11 +494,40 @@ class StepSimulations {
   // `later`: batches whose peak memory must fit too (PlannerOptions::later_batches).
   double step_s(const Plan& plan, const Batch& batch, const std::vector<Batch>& later = {}) {
     Key key{plan, &batch, !later.empty()};
-    if (auto it = seen_.find(key); it != seen_.end()) return it->second;
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = seen_.find(key); it != seen_.end()) return it->second;
+    }
     const double t = simulate_s(plan, batch, later);
-    seen_.emplace(std::move(key), t);
-    if (on_simulation_) on_simulation_(int64_t(seen_.size()));
+    std::lock_guard lock(mutex_);
+    // Another thread may have simulated the same plan meanwhile: the same number.
+    if (seen_.emplace(std::move(key), t).second && on_simulation_) on_simulation_(int64_t(seen_.size()));
     return t;
+  }
+  bool known(const Plan& plan, const Batch& batch, const std::vector<Batch>& later) {
+    std::lock_guard lock(mutex_);
+    return seen_.contains(Key{plan, &batch, !later.empty()});
+  }
+
+  // job(i) for every i < n, on up to threads() threads (this one among
+  // them); a job that throws is dropped: these are simulations run ahead of
+  // the search, which runs each again in its own order (a result it finds
+  // remembered, an error raised on its own thread).
+  void ahead(size_t n, const std::function<void(size_t)>& job) {
+    std::atomic<size_t> next = 0;
+    auto work = [&] {
+      for (size_t i; (i = next++) < n;) try {
+          job(i);
+        } catch (...) {
+        }
+    };
+    std::vector<std::jthread> helpers;
+    for (size_t h = 1; h < std::min<size_t>(n, size_t(threads_)); ++h) try {
+        helpers.emplace_back(work);
+      } catch (const std::system_error&) {  // no more threads to be had: fewer helpers
+        break;
+      }
+    work();
   }
 
  private:
@@ -527,6 +568,8 @@ class StepSimulations {
   const Cluster& cl_;
   const CostModel& cost_;
   std::function<void(int64_t)> on_simulation_;  // PlannerOptions::on_simulation
+  const int64_t threads_;
+  std::mutex mutex_;  // guards seen_
   std::unordered_map<Key, double, KeyHash> seen_;
 };
 
@@ -599,9 +642,9 @@ Plan refine_co_located(StepSimulations& sims, const SectionGraph& g, const Clust
   };
   std::vector<std::vector<char>> seen(ranked.size());
   for (size_t s = 0; s < ranked.size(); ++s) seen[s].assign(ranked[s].size(), 0);
-  auto try_shape = [&](size_t s, size_t k) {
-    if (seen[s][k]) return false;
-    seen[s][k] = 1;
+  // Section s at its k-th ranked shape in the current plan; nullopt where
+  // that is its shape already or the states do not fit a device.
+  auto candidate_of = [&](size_t s, size_t k) -> std::optional<Plan> {
     Plan candidate = plan;
     candidate.sections[s] = ranked[s][k].plan;
     // Only the states are checked before simulating: the estimate's
@@ -610,22 +653,56 @@ Plan refine_co_located(StepSimulations& sims, const SectionGraph& g, const Clust
     // frozen sections' transient ones (kd_32b_to_1_5b on 64 H100: teacher
     // micro-batch 8 and student 16 estimated at 130 GB, simulated at 77.5).
     if (same(candidate.sections[s], plan.sections[s]) || co_located_fit(ranked, candidate).weights > cl.device.memory_bytes)
-      return false;
+      return std::nullopt;
     finish_plan(candidate);
     if (raise_cap) raise_in_flight_cap(g, cl, cost, batch, candidate);
-    if (const double t = simulated_fitting_s(sims, candidate, batch, later); t < best_s) {
-      best_s = t, plan = std::move(candidate);
+    return candidate;
+  };
+  auto try_shape = [&](size_t s, size_t k) {
+    if (seen[s][k]) return false;
+    seen[s][k] = 1;
+    std::optional<Plan> candidate = candidate_of(s, k);
+    if (!candidate) return false;
+    if (const double t = simulated_fitting_s(sims, *candidate, batch, later); t < best_s) {
+      best_s = t, plan = std::move(*candidate);
       return true;
     }
     return false;
   };
+  // With several threads, the next `most` shapes that try_shape would
+  // simulate — from k on, before `end`, those `wanted` — are simulated
+  // ahead at once into `sims`; returns where the next ones start. The
+  // search then takes them one by one as before and finds each remembered,
+  // so its result is the same for any number of threads. A candidate is
+  // made of the section's shape and the others' (finish_plan and
+  // raise_in_flight_cap set the cap afresh), so it is the same plan again
+  // after another shape of that section was taken. The estimate's next
+  // best are all tried: all ahead at once. A hill climb stops at its first
+  // move: as many ahead as there are threads, so few are simulated in vain.
+  auto ahead = [&](size_t s, size_t k, size_t end, auto wanted, int64_t most) {
+    if (sims.threads() < 2) return end;
+    std::vector<Plan> next;
+    for (; k < end && int64_t(next.size()) < most; ++k)
+      if (!seen[s][k] && wanted(k))
+        if (std::optional<Plan> c = candidate_of(s, k); c && !sims.known(*c, batch, later))
+          next.push_back(std::move(*c));
+    if (next.size() > 1) sims.ahead(next.size(), [&](size_t i) { simulated_fitting_s(sims, next[i], batch, later); });
+    return k;
+  };
   for (size_t s : order) {
     // The estimate's next best, then a hill climb over neighbouring shapes.
-    for (size_t k = 0; k < ranked[s].size() && k <= size_t(alternatives); ++k) try_shape(s, k);
+    const size_t next_best = std::min(ranked[s].size(), size_t(alternatives) + 1);
+    for (size_t k = 0, ready = 0; k < next_best; ++k) {
+      if (k >= ready) ready = ahead(s, k, next_best, [](size_t) { return true; }, next_best);
+      try_shape(s, k);
+    }
     for (bool moved = alternatives > 0; moved;) {
       moved = false;
-      for (size_t k = 0; k < ranked[s].size() && !moved; ++k)
-        if (neighbour(ranked[s][k].plan, plan.sections[s])) moved = try_shape(s, k);
+      auto near = [&](size_t k) { return neighbour(ranked[s][k].plan, plan.sections[s]); };
+      for (size_t k = 0, ready = 0; k < ranked[s].size() && !moved; ++k) {
+        if (k >= ready) ready = ahead(s, k, ranked[s].size(), near, sims.threads());
+        if (near(k)) moved = try_shape(s, k);
+      }
     }
   }
   return plan;
@@ -683,16 +760,35 @@ Plan search(StepSimulations& sims, const SectionGraph& g, const Cluster& cl, con
     };
     std::optional<Plan> shared = co_located_plan(g, cl, ranked);
     if (!shared) return;
+    std::optional<Plan> even = proportional_co_located_plan(cl, ranked);
+    if (even && co_located_memory(ranked, *even) == co_located_memory(ranked, *shared)) even.reset();
+    // The spread and the first two aligned starts that fit the device, from the fastest so far.
+    auto spread_from = [&](const Plan& from) {
+      std::optional<Plan> spread = spread_plan(g, cl, ranked, from);
+      if (spread && co_located_memory(ranked, *spread) > cl.device.memory_bytes) spread.reset();
+      return spread;
+    };
+    auto aligned_from = [&](const Plan& from) {
+      std::vector<Plan> out;
+      for (Plan& aligned : aligned_plans(g, ranked, from))
+        if (out.size() < 2 && co_located_memory(ranked, aligned) <= cl.device.memory_bytes)
+          out.push_back(std::move(aligned));
+      return out;
+    };
+    // With several threads every start is simulated ahead, the spread and
+    // aligned ones from `shared` (they are made again from the fastest).
+    if (sims.threads() > 1) {
+      std::vector<Plan> starts{prepare(*shared)};
+      if (even) starts.push_back(prepare(*even));
+      if (std::optional<Plan> spread = spread_from(*shared)) starts.push_back(prepare(*spread));
+      for (Plan& aligned : aligned_from(*shared)) starts.push_back(prepare(std::move(aligned)));
+      std::erase_if(starts, [&](const Plan& p) { return sims.known(p, batch, options.later_batches); });
+      sims.ahead(starts.size(), [&](size_t i) { simulated_fitting_s(sims, starts[i], batch, options.later_batches); });
+    }
     consider(*shared);
-    if (std::optional<Plan> even = proportional_co_located_plan(cl, ranked);
-        even && co_located_memory(ranked, *even) != co_located_memory(ranked, *shared))
-      consider(*even);
-    if (std::optional<Plan> spread = spread_plan(g, cl, ranked, pass_best ? *pass_best : *shared);
-        spread && co_located_memory(ranked, *spread) <= cl.device.memory_bytes)
-      consider(*spread);
-    int aligned_left = 2;  // the first that fit the device
-    for (const Plan& aligned : aligned_plans(g, ranked, pass_best ? *pass_best : *shared))
-      if (aligned_left > 0 && co_located_memory(ranked, aligned) <= cl.device.memory_bytes) consider(aligned), --aligned_left;
+    if (even) consider(*even);
+    if (std::optional<Plan> spread = spread_from(pass_best ? *pass_best : *shared)) consider(*spread);
+    for (const Plan& aligned : aligned_from(pass_best ? *pass_best : *shared)) consider(aligned);
     // From the fastest start (or, when none fits in the simulation, the
     // first) the search may still find shapes that fit. The coordinate
     // search ends where no one section's move helps, which depends on where
@@ -872,7 +968,7 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   // planning stays fast; such a step's mix varies little between steps.
   PlannerOptions first = options;
   first.later_batches.clear();
-  StepSimulations sims(g, cl, cost, options.on_simulation);
+  StepSimulations sims(g, cl, cost, options.on_simulation, options.threads);
   std::vector<Plan> also_ran;
   Plan plan = plan_on(sims, g, cl, cost, batch, first, &also_ran);
   if (simulated_alternatives(g, batch) == 0 || options.later_batches.empty()) return plan;
@@ -897,6 +993,20 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
     if (!fit_later_batches(sims, batch, options.later_batches, p)) return std::nullopt;
     return mean_s(p);
   };
+  // With several threads, every finalist's steps are simulated ahead, at once.
+  if (sims.threads() > 1) {
+    std::vector<const Plan*> finalists{&plan};
+    for (const Plan& p : also_ran)
+      if (std::none_of(finalists.begin(), finalists.end(), [&](const Plan* q) { return *q == p; }))
+        finalists.push_back(&p);
+    std::vector<std::pair<const Plan*, const Batch*>> steps;
+    for (const Plan* p : finalists) {
+      if (!sims.known(*p, batch, {})) steps.emplace_back(p, &batch);
+      for (const Batch& b : options.later_batches)
+        if (!sims.known(*p, b, {})) steps.emplace_back(p, &b);
+    }
+    sims.ahead(steps.size(), [&](size_t i) { sims.step_s(*steps[i].first, *steps[i].second); });
+  }
   std::optional<double> best_s = fitted_mean_s(plan);
   if (!best_s) {
     also_ran.clear();

@@ -88,6 +88,11 @@ struct PlannerOptions {
   // this planning: maestro-run's status line while a large cluster plans
   // (docs/cli.md). Planning is the same with or without it.
   std::function<void(int64_t simulations)> on_simulation;
+  // Threads that simulate the search's next candidates ahead of it, in
+  // parallel (0 = every core; maestro-run passes `[runtime] threads`). The
+  // search still takes its candidates in the same order, so the plan is the
+  // same for any number of threads (docs/planner.md, "Threads").
+  int64_t threads = 0;
 };
 
 // Throws PlanError naming the section, the device kind and what ran out
