@@ -32,8 +32,8 @@ test: build
 # (docs/runtime.md, "Checking with TSan").
 test-tsan: deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMAESTRO_SANITIZE=tsan $(CMAKE_FLAGS) >/dev/null
-	@cmake --build build-tsan -j $(JOBS) --target test_actors test_plan
-	@ctest --test-dir build-tsan -R 'unit\.actors|unit\.plan\.planner_threads' --output-on-failure
+	@cmake --build build-tsan -j $(JOBS) --target test_actors test_plan_threads
+	@ctest --test-dir build-tsan -R 'unit\.actors|unit\.plan_threads' --output-on-failure
 
 # The checkpoint soak (tests/faults): random SIGINT/SIGTERM/kill -9 and
 # resumes for SOAK_SECONDS; `make test` runs a 30 s version.

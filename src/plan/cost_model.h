@@ -82,6 +82,19 @@ class CostModel {
     return activation_bytes(section, samples, plan);
   }
 
+  // A micro-batch's four costs at once, as the simulator asks for them:
+  // forward_s, backward_s (0 when frozen), activation_bytes and
+  // kept_activation_bytes, the same numbers. A cost model may share their
+  // work (RooflineCost: the samples' token counts, the stage's forward).
+  struct MicroBatchCosts {
+    double forward_s = 0, backward_s = 0;
+    int64_t activation_bytes = 0, kept_activation_bytes = 0;
+  };
+  virtual MicroBatchCosts micro_batch_costs(int section, const std::vector<const Sample*>& samples,
+                                            const SectionPlan& plan) const {
+    return {forward_s(section, samples, plan), backward_s(section, samples, plan),
+            activation_bytes(section, samples, plan), kept_activation_bytes(section, samples, plan)};
+  }
   // Device-seconds of the sample's whole work in the section (forward,
   // backward, recompute) at the cost model's peak efficiency (the device's peak FLOP rate
   // times its best GEMM efficiency): the lower bound's work term (docs/architecture.md).

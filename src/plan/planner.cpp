@@ -493,20 +493,42 @@ class StepSimulations {
   // a plan loses to any that fits.
   // `later`: batches whose peak memory must fit too (PlannerOptions::later_batches).
   double step_s(const Plan& plan, const Batch& batch, const std::vector<Batch>& later = {}) {
+    return step_below(plan, batch, later, std::numeric_limits<double>::infinity()).s;
+  }
+  // step_s, for a caller that keeps the plan only if it is faster than
+  // `cutoff`: where the busiest device's work alone takes `cutoff` or more
+  // (SimOptions::give_up_at) the step is not simulated, and `s` is that
+  // bound (at_least). The bound holds for every in-flight cap. Bounds are
+  // remembered apart from simulated steps.
+  struct Step {
+    double s;
+    bool at_least;  // s is a lower bound of the step, at least `cutoff`
+  };
+  Step step_below(const Plan& plan, const Batch& batch, const std::vector<Batch>& later, double cutoff) {
     Key key{plan, &batch, !later.empty()};
     {
       std::lock_guard lock(mutex_);
-      if (auto it = seen_.find(key); it != seen_.end()) return it->second;
+      if (auto it = seen_.find(key); it != seen_.end()) return {it->second, false};
+      if (auto it = bounds_.find(key); it != bounds_.end() && beyond(it->second, cutoff)) return {it->second, true};
     }
-    const double t = simulate_s(plan, batch, later);
+    const Step step = simulate_s(plan, batch, later, cutoff);
     std::lock_guard lock(mutex_);
+    if (step.at_least) {
+      bounds_.insert_or_assign(std::move(key), step.s);
+      return step;
+    }
     // Another thread may have simulated the same plan meanwhile: the same number.
-    if (seen_.emplace(std::move(key), t).second && on_simulation_) on_simulation_(int64_t(seen_.size()));
-    return t;
+    if (seen_.emplace(std::move(key), step.s).second && on_simulation_) on_simulation_(int64_t(seen_.size()));
+    return step;
   }
-  bool known(const Plan& plan, const Batch& batch, const std::vector<Batch>& later) {
+  // Whether step_below would simulate nothing: the step, or a bound at least `cutoff`, is remembered.
+  bool known(const Plan& plan, const Batch& batch, const std::vector<Batch>& later,
+             double cutoff = std::numeric_limits<double>::infinity()) {
     std::lock_guard lock(mutex_);
-    return seen_.contains(Key{plan, &batch, !later.empty()});
+    const Key key{plan, &batch, !later.empty()};
+    if (seen_.contains(key)) return true;
+    const auto it = bounds_.find(key);
+    return it != bounds_.end() && beyond(it->second, cutoff);
   }
 
   // job(i) for every i < n, on up to threads() threads (this one among
@@ -553,15 +575,20 @@ class StepSimulations {
     }
   };
 
-  double simulate_s(const Plan& plan, const Batch& batch, const std::vector<Batch>& later) const {
-    const SimResult r = simulate(g_, plan, wavefront_schedule(g_, plan, cost_, batch), cost_, {.lower_bound = false});
-    for (int64_t bytes : r.peak_memory_bytes)
-      if (bytes > cl_.device.memory_bytes) return std::numeric_limits<double>::infinity();
+  // SimOptions::give_up_at's test, with its margin.
+  static bool beyond(double bound, double cutoff) { return bound * (1 - 1e-9) >= cutoff; }
+
+  Step simulate_s(const Plan& plan, const Batch& batch, const std::vector<Batch>& later, double cutoff) const {
+    SimOptions options{
+        .lower_bound = false, .validate = false, .give_up_at = cutoff, .memory_limit_bytes = cl_.device.memory_bytes};
+    const SimResult r = simulate(g_, plan, wavefront_schedule(g_, plan, cost_, batch), cost_, options);
+    if (r.gave_up) return {r.iteration_s, true};
+    constexpr double kNever = std::numeric_limits<double>::infinity();
+    if (r.over_memory) return {kNever, false};
+    options.give_up_at = kNever;  // the later batches: memory only
     for (const Batch& b : later)
-      for (int64_t bytes :
-           simulate(g_, plan, wavefront_schedule(g_, plan, cost_, b), cost_, {.lower_bound = false}).peak_memory_bytes)
-        if (bytes > cl_.device.memory_bytes) return std::numeric_limits<double>::infinity();
-    return r.iteration_s;
+      if (simulate(g_, plan, wavefront_schedule(g_, plan, cost_, b), cost_, options).over_memory) return {kNever, false};
+    return {r.iteration_s, false};
   }
 
   const SectionGraph& g_;
@@ -569,8 +596,9 @@ class StepSimulations {
   const CostModel& cost_;
   std::function<void(int64_t)> on_simulation_;  // PlannerOptions::on_simulation
   const int64_t threads_;
-  std::mutex mutex_;  // guards seen_
-  std::unordered_map<Key, double, KeyHash> seen_;
+  std::mutex mutex_;  // guards seen_ and bounds_
+  std::unordered_map<Key, double, KeyHash> seen_;    // simulated steps (infinite: does not fit)
+  std::unordered_map<Key, double, KeyHash> bounds_;  // lower bounds where a step was not simulated (step_below)
 };
 
 // StepSimulations::step_s of the plan; when it does not fit, the in-flight cap is
@@ -578,26 +606,31 @@ class StepSimulations {
 // producers fewer windows ahead — and then the largest cap between that
 // and the last that did not fit is searched by bisection (kd_70b_to_8b on
 // 64 H200: 3 does not fit, 1 does, 2 fits and is 1 % faster). Infinite
-// when even cap 1 does not fit.
-double simulated_fitting_s(StepSimulations& sims, Plan& plan, const Batch& batch,
-                           const std::vector<Batch>& later = {}) {
+// when even cap 1 does not fit. For a caller that keeps the plan only if
+// it is faster than `cutoff`: where no cap can be (step_below's bound), a
+// value of at least `cutoff` is returned without simulating.
+double simulated_fitting_s(StepSimulations& sims, Plan& plan, const Batch& batch, const std::vector<Batch>& later = {},
+                           double cutoff = std::numeric_limits<double>::infinity()) {
   constexpr double kNever = std::numeric_limits<double>::infinity();
   int64_t too_many = 0;  // the smallest cap known not to fit; 0 = none
-  double t = sims.step_s(plan, batch, later);
-  while (t == kNever && plan.in_flight_cap > 1) {
+  StepSimulations::Step step = sims.step_below(plan, batch, later, cutoff);
+  while (!step.at_least && step.s == kNever && plan.in_flight_cap > 1) {
     too_many = plan.in_flight_cap;
     plan.in_flight_cap = std::max<int64_t>(1, plan.in_flight_cap / 2);
-    t = sims.step_s(plan, batch, later);
+    step = sims.step_below(plan, batch, later, cutoff);
   }
-  if (t == kNever || too_many == 0) return t;
+  double t = step.s;
+  if (step.at_least || t == kNever || too_many == 0) return t;
   for (int64_t fits = plan.in_flight_cap; too_many - fits > 1;) {
     Plan more = plan;
     more.in_flight_cap = (fits + too_many) / 2;
-    if (const double u = sims.step_s(more, batch, later); u == kNever) {
+    const StepSimulations::Step u = sims.step_below(more, batch, later, cutoff);
+    if (u.at_least) return u.s;
+    if (u.s == kNever) {
       too_many = more.in_flight_cap;
     } else {
       fits = more.in_flight_cap;
-      if (u < t) t = u, plan.in_flight_cap = fits;
+      if (u.s < t) t = u.s, plan.in_flight_cap = fits;
     }
   }
   return t;
@@ -663,7 +696,7 @@ Plan refine_co_located(StepSimulations& sims, const SectionGraph& g, const Clust
     seen[s][k] = 1;
     std::optional<Plan> candidate = candidate_of(s, k);
     if (!candidate) return false;
-    if (const double t = simulated_fitting_s(sims, *candidate, batch, later); t < best_s) {
+    if (const double t = simulated_fitting_s(sims, *candidate, batch, later, best_s); t < best_s) {
       best_s = t, plan = std::move(*candidate);
       return true;
     }
@@ -684,9 +717,12 @@ Plan refine_co_located(StepSimulations& sims, const SectionGraph& g, const Clust
     std::vector<Plan> next;
     for (; k < end && int64_t(next.size()) < most; ++k)
       if (!seen[s][k] && wanted(k))
-        if (std::optional<Plan> c = candidate_of(s, k); c && !sims.known(*c, batch, later))
+        if (std::optional<Plan> c = candidate_of(s, k); c && !sims.known(*c, batch, later, best_s))
           next.push_back(std::move(*c));
-    if (next.size() > 1) sims.ahead(next.size(), [&](size_t i) { simulated_fitting_s(sims, next[i], batch, later); });
+    // The best so far only falls: a bound beyond it now is beyond it then.
+    const double cutoff = best_s;
+    if (next.size() > 1)
+      sims.ahead(next.size(), [&](size_t i) { simulated_fitting_s(sims, next[i], batch, later, cutoff); });
     return k;
   };
   for (size_t s : order) {
@@ -751,7 +787,8 @@ Plan search(StepSimulations& sims, const SectionGraph& g, const Cluster& cl, con
     double pass_s = std::numeric_limits<double>::infinity(), runner_up_s = pass_s;
     auto consider = [&](Plan plan) {
       plan = prepare(std::move(plan));
-      if (const double t = simulated_fitting_s(sims, plan, batch, options.later_batches); t < pass_s) {
+      // Kept as the fastest or the runner-up: faster than the runner-up.
+      if (const double t = simulated_fitting_s(sims, plan, batch, options.later_batches, runner_up_s); t < pass_s) {
         if (pass_best) runner_up_s = pass_s, runner_up = std::move(pass_best);
         pass_s = t, pass_best = std::move(plan);
       } else if (t < runner_up_s && t > pass_s) {  // an equal one: most likely the same plan again
@@ -860,7 +897,7 @@ Plan search(StepSimulations& sims, const SectionGraph& g, const Cluster& cl, con
   }
   auto consider = [&](Plan plan) {
     plan = prepare(std::move(plan));
-    if (const double t = simulated_fitting_s(sims, plan, batch, options.later_batches); t < best_s)
+    if (const double t = simulated_fitting_s(sims, plan, batch, options.later_batches, best_s); t < best_s)
       best_s = t, best = std::move(plan);
   };
   if (options.disjoint_placement && wanted <= cl.devices) consider(disjoint_plan(g, cl, cost, batch, std::move(minimal)));
@@ -921,7 +958,7 @@ Plan plan_on(StepSimulations& sims, const SectionGraph& g, const Cluster& cl, co
         finish_plan(other);
         raise_in_flight_cap(g, cl, cost, batch, other);
       }
-      if (const double t = simulated_fitting_s(sims, other, batch, options.later_batches); t < best_s)
+      if (const double t = simulated_fitting_s(sims, other, batch, options.later_batches, best_s); t < best_s)
         best_s = t, plan = std::move(other);
     }
     // Host groups (a producer replica over several consumer replicas) on
@@ -930,7 +967,7 @@ Plan plan_on(StepSimulations& sims, const SectionGraph& g, const Cluster& cl, co
     if (std::any_of(hosts.begin(), hosts.end(), [](int h) { return h >= 0; })) {
       Plan off = plan;
       off.levers.host_groups = false;
-      if (const double t = simulated_fitting_s(sims, off, batch, options.later_batches); t < best_s)
+      if (const double t = simulated_fitting_s(sims, off, batch, options.later_batches, best_s); t < best_s)
         best_s = t, plan = std::move(off);
     }
   }

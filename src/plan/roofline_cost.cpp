@@ -153,15 +153,30 @@ double RooflineCost::forward_s(int s, const std::vector<const Sample*>& samples,
 }
 
 double RooflineCost::backward_s(int s, const std::vector<const Sample*>& samples, const SectionPlan& p) const {
-  const Section& section = graph_.section(s);
-  if (section.mode == Mode::Frozen) return 0.0;
+  if (graph_.section(s).mode == Mode::Frozen) return 0.0;
   const std::vector<int64_t> lens = seq_lens(s, samples);
+  return stage_backward_s(s, stage_forward_s(s, lens, p), stage_send_s(s, total(lens), p), p);
+}
+
+double RooflineCost::stage_backward_s(int s, double forward, double send, const SectionPlan& p) const {
   // Backward is twice the forward's GEMMs with the same all-reduces; the
   // recomputed layers (a share k/L of every stage's; all of a stage
   // recomputed whole) run their forward again.
-  const double fwd = stage_forward_s(s, lens, p);
+  const Section& section = graph_.section(s);
   const double recomputed = double(layers_run_again(section, p)) / double(section.model.layers());
-  return (2.0 + recomputed) * fwd + stage_send_s(s, total(lens), p);
+  return (2.0 + recomputed) * forward + send;
+}
+
+CostModel::MicroBatchCosts RooflineCost::micro_batch_costs(int s, const std::vector<const Sample*>& samples,
+                                                           const SectionPlan& p) const {
+  const std::vector<int64_t> lens = seq_lens(s, samples);
+  const double forward = stage_forward_s(s, lens, p), send = stage_send_s(s, total(lens), p);
+  MicroBatchCosts c;
+  c.forward_s = forward + send;
+  if (graph_.section(s).mode != Mode::Frozen) c.backward_s = stage_backward_s(s, forward, send, p);
+  c.activation_bytes = activation_bytes_of(s, lens, p);
+  c.kept_activation_bytes = kept_activation_bytes_of(s, lens, c.activation_bytes, p);
+  return c;
 }
 
 double RooflineCost::transfer_s(const Flow& flow, const std::vector<const Sample*>& samples, const SectionPlan& from,
@@ -215,7 +230,10 @@ int64_t RooflineCost::weights_bytes_per_device(int s, const SectionPlan& p) cons
 }
 
 int64_t RooflineCost::activation_bytes(int s, const std::vector<const Sample*>& samples, const SectionPlan& p) const {
-  const std::vector<int64_t> lens = seq_lens(s, samples);
+  return activation_bytes_of(s, seq_lens(s, samples), p);
+}
+
+int64_t RooflineCost::activation_bytes_of(int s, const std::vector<int64_t>& lens, const SectionPlan& p) const {
   if (lens.empty()) return 0;
   const Section& section = graph_.section(s);
   const Precision precision = graph_.program->train.precision;
@@ -228,12 +246,18 @@ int64_t RooflineCost::activation_bytes(int s, const std::vector<const Sample*>& 
 
 int64_t RooflineCost::kept_activation_bytes(int s, const std::vector<const Sample*>& samples,
                                             const SectionPlan& p) const {
+  const std::vector<int64_t> lens = seq_lens(s, samples);
+  return kept_activation_bytes_of(s, lens, recomputes_stage(graph_.section(s), p) ? 0 : activation_bytes_of(s, lens, p), p);
+}
+
+int64_t RooflineCost::kept_activation_bytes_of(int s, const std::vector<int64_t>& lens, int64_t all,
+                                               const SectionPlan& p) const {
   const Section& section = graph_.section(s);
-  if (!recomputes_stage(section, p)) return activation_bytes(s, samples, p);
+  if (!recomputes_stage(section, p)) return all;
   // The stage's input: one layer input, [rows, width] (tp-split like the
   // layer inputs above; a first stage's raw input counted as wide).
   const Shape sh = shape_of(section.model);
-  return total(seq_lens(s, samples)) * rows_per_token(section.model) * sh.width * element_bytes() / p.tp;
+  return total(lens) * rows_per_token(section.model) * sh.width * element_bytes() / p.tp;
 }
 
 double RooflineCost::peak_device_s(int s, const Sample& sample) const {

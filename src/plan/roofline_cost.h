@@ -41,6 +41,9 @@ class RooflineCost : public CostModel {
                            const SectionPlan& plan) const override;
   int64_t kept_activation_bytes(int section, const std::vector<const Sample*>& samples,
                                 const SectionPlan& plan) const override;
+  // The samples' token counts and the stage's forward worked out once for all four.
+  MicroBatchCosts micro_batch_costs(int section, const std::vector<const Sample*>& samples,
+                                    const SectionPlan& plan) const override;
   // At the cost model's peak: the device's FLOP rate × the efficiency
   // curve's maximum (architecture.md, "Lower bound").
   double peak_device_s(int section, const Sample& sample) const override;
@@ -68,6 +71,13 @@ class RooflineCost : public CostModel {
   double stage_forward_s(int section, const std::vector<int64_t>& lens, const SectionPlan& plan) const;
   // One stage's hand-off of its output to the next stage (pp > 1).
   double stage_send_s(int section, int64_t tokens, const SectionPlan& plan) const;
+  // backward_s from the stage's forward and hand-off (train sections).
+  double stage_backward_s(int section, double forward, double send, const SectionPlan& plan) const;
+  // activation_bytes and kept_activation_bytes from the sequence lengths
+  // (`all`: activation_bytes of the same lengths).
+  int64_t activation_bytes_of(int section, const std::vector<int64_t>& lens, const SectionPlan& plan) const;
+  int64_t kept_activation_bytes_of(int section, const std::vector<int64_t>& lens, int64_t all,
+                                   const SectionPlan& plan) const;
   int64_t element_bytes() const;
   // memory_per_device's parameter state for the plan (ZeRO-1 shards when
   // plan.shard_optimizer and dp > 1).

@@ -61,7 +61,7 @@ SectionPlan replica_plan(const SectionPlan& p, int64_t first) {
 
 SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch, const CostModel& cost,
                    const SimOptions& options) {
-  if (const auto bad = validate(g, plan, sch); !bad.empty())
+  if (const auto bad = options.validate ? validate(g, plan, sch) : std::vector<std::string>{}; !bad.empty())
     throw std::invalid_argument("simulate: invalid schedule: " + bad.front());
   const int64_t devices = plan.device_count();
   const auto edges = edge_table(g);
@@ -95,8 +95,8 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     if (!c.known) {
       pointers(sch.batch, sch.micro_batch_of(t).samples, ptrs);
       const SectionPlan& sp = plan.sections[size_t(t.section)];
-      c = {true, cost.forward_s(t.section, ptrs, sp), cost.backward_s(t.section, ptrs, sp),
-           cost.activation_bytes(t.section, ptrs, sp), cost.kept_activation_bytes(t.section, ptrs, sp)};
+      const CostModel::MicroBatchCosts m = cost.micro_batch_costs(t.section, ptrs, sp);
+      c = {true, m.forward_s, m.backward_s, m.activation_bytes, m.kept_activation_bytes};
     }
     return c;
   };
@@ -109,7 +109,45 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     int section;
     bool operator<(const MemoryDelta& o) const { return std::tie(time, bytes, first) < std::tie(o.time, o.bytes, o.first); }
   };
+  // Pending deltas, a min-heap (earliest first). Every delta is made at or
+  // after the time of the event that makes it, so once the clock passes a
+  // time the deltas before it are final: they are swept into each device's
+  // in-flight bytes as the events go, in time order, and the step stops
+  // where a device is over SimOptions::memory_limit_bytes.
   std::vector<MemoryDelta> memory;
+  auto later_delta = [](const MemoryDelta& a, const MemoryDelta& b) { return b < a; };
+  std::vector<int64_t> weights(size_t(devices), 0), current(size_t(devices), 0), peak(size_t(devices), 0);
+  for (size_t s = 0; s < g.nodes.size(); ++s) {
+    const SectionPlan& sp = plan.sections[s];
+    const int64_t w = cost.weights_bytes_per_device(int(s), sp);
+    for (int64_t d = sp.first_device; d < sp.first_device + sp.devices; ++d) weights[size_t(d)] += w;
+  }
+  // With memory_breakdown, each section's share of a device's activations, kept at its peak.
+  std::vector<std::vector<int64_t>> by_section(options.memory_breakdown ? size_t(devices) : 0,
+                                               std::vector<int64_t>(g.nodes.size(), 0));
+  if (options.memory_breakdown) r.peak_activations_by_section = by_section;
+  bool over_memory = false;
+  auto sweep = [&](double before) {
+    while (!memory.empty() && memory.front().time < before) {
+      std::pop_heap(memory.begin(), memory.end(), later_delta);
+      const MemoryDelta m = memory.back();
+      memory.pop_back();
+      for (int64_t device = m.first; device < m.last; ++device) {
+        const size_t d = size_t(device);
+        current[d] += m.bytes;
+        if (options.memory_breakdown) {
+          by_section[d][size_t(m.section)] += m.bytes;
+          if (current[d] > peak[d]) r.peak_activations_by_section[d] = by_section[d];
+        }
+        peak[d] = std::max(peak[d], current[d]);
+        over_memory = over_memory || weights[d] + peak[d] > options.memory_limit_bytes;
+      }
+    }
+  };
+  auto peaks = [&] {
+    r.peak_memory_bytes.resize(size_t(devices));
+    for (size_t d = 0; d < size_t(devices); ++d) r.peak_memory_bytes[d] = weights[d] + peak[d];
+  };
   std::map<std::tuple<int, int64_t, int, int64_t>, double> link_free;  // (from section, replica, to section, replica)
   // The tasks that wait on each task, in id order: task d's are
   // waiters[waiters_begin[d] .. waiters_begin[d + 1]).
@@ -133,6 +171,29 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
   std::vector<double> task_s(n_tasks), priority(n_tasks, 0.0);
   for (const Task& t : sch.tasks)
     task_s[size_t(t.id)] = t.kind == Task::Kind::Forward ? cost_of(t).forward_s : cost_of(t).backward_s;
+  if (options.give_up_at < std::numeric_limits<double>::infinity()) {
+    // Each device's busy time, summed in another order than the events
+    // would: hence the margin, far above the rounding of these sums.
+    std::vector<double> busy(size_t(devices), 0.0);
+    for (const Task& t : sch.tasks) {
+      const SectionPlan& sp = plan.sections[size_t(t.section)];
+      const int64_t first = stage_first_device(sp, t.replica, t.stage);
+      for (int64_t d = first; d < first + sp.tp; ++d) busy[size_t(d)] += task_s[size_t(t.id)];
+    }
+    for (size_t s = 0; s < g.nodes.size(); ++s) {
+      if (!sch.sections[s].backward) continue;
+      const SectionPlan& sp = plan.sections[s];
+      const double end_work =
+          cost.optimizer_s(int(s), sp) + (plan.levers.overlap_grad_sync ? 0.0 : cost.grad_sync_s(int(s), sp));
+      for (int64_t d = sp.first_device; d < sp.first_device + sp.devices; ++d) busy[size_t(d)] += end_work;
+    }
+    const double most = busy.empty() ? 0.0 : *std::max_element(busy.begin(), busy.end());
+    if (most * (1 - 1e-9) >= options.give_up_at) {
+      r.gave_up = true;
+      r.iteration_s = most;
+      return r;
+    }
+  }
   const bool by_priority = plan.levers.critical_path_first;
   if (by_priority) {
     for (size_t i = n_tasks; i-- > 0;) {
@@ -235,7 +296,9 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     // (train) or its own end (frozen); a stage recomputed whole drops all
     // but its input from its forward's end to its backward's start.
     auto add = [&](double time, int64_t bytes) {
-      if (bytes != 0) memory.push_back({time, bytes, first, first + sp.tp, t.section});
+      if (bytes == 0) return;
+      memory.push_back({time, bytes, first, first + sp.tp, t.section});
+      std::push_heap(memory.begin(), memory.end(), later_delta);
     };
     const MicroBatchCost& c = cost_of(t);
     if (t.kind == Task::Kind::Forward) {
@@ -268,6 +331,12 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     }
     const auto [now, kind, id] = next;
     clock = now;
+    sweep(now);
+    if (over_memory) {  // the rest of the step cannot lower a peak
+      r.over_memory = true;
+      peaks();
+      return r;
+    }
     if (kind == kDispatch) {
       const auto [lo, hi] = devices_of(sch.tasks[size_t(id)]);
       dispatch(now, lo, hi);
@@ -359,30 +428,10 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
   }
 
   // Memory: weights of every section on the device, plus the peak of its
-  // in-flight activations over time.
-  std::vector<int64_t> weights(size_t(devices), 0), current(size_t(devices), 0), peak(size_t(devices), 0);
-  for (size_t s = 0; s < g.nodes.size(); ++s) {
-    const SectionPlan& sp = plan.sections[s];
-    const int64_t w = cost.weights_bytes_per_device(int(s), sp);
-    for (int64_t d = sp.first_device; d < sp.first_device + sp.devices; ++d) weights[size_t(d)] += w;
-  }
-  std::sort(memory.begin(), memory.end());
-  // With memory_breakdown, each section's share of a device's activations, kept at its peak.
-  std::vector<std::vector<int64_t>> by_section(options.memory_breakdown ? size_t(devices) : 0,
-                                               std::vector<int64_t>(g.nodes.size(), 0));
-  if (options.memory_breakdown) r.peak_activations_by_section = by_section;
-  for (const MemoryDelta& m : memory)
-    for (int64_t device = m.first; device < m.last; ++device) {
-      const size_t d = size_t(device);
-      current[d] += m.bytes;
-      if (options.memory_breakdown) {
-        by_section[d][size_t(m.section)] += m.bytes;
-        if (current[d] > peak[d]) r.peak_activations_by_section[d] = by_section[d];
-      }
-      peak[d] = std::max(peak[d], current[d]);
-    }
-  r.peak_memory_bytes.resize(size_t(devices));
-  for (size_t d = 0; d < size_t(devices); ++d) r.peak_memory_bytes[d] = weights[d] + peak[d];
+  // in-flight activations over time (the deltas not yet swept).
+  sweep(std::numeric_limits<double>::infinity());
+  peaks();
+  r.over_memory = over_memory;
 
   r.section_utilization.resize(g.nodes.size());
   for (size_t s = 0; s < g.nodes.size(); ++s)

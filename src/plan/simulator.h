@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "graph/section_graph.h"
@@ -34,12 +35,36 @@ struct SimResult {
   // Per device, at its peak: in-flight activation bytes per section (index =
   // section), when SimOptions::memory_breakdown (diagnosis: bench_plan_probe).
   std::vector<std::vector<int64_t>> peak_activations_by_section;
+  // SimOptions::give_up_at was reached before any event: iteration_s is
+  // then the busiest device's busy time, a lower bound of the step, and
+  // nothing else is filled.
+  bool gave_up = false;
+  // A device goes over SimOptions::memory_limit_bytes. Where that is found
+  // before the step's end, the step stopped there and only
+  // peak_memory_bytes (as far as simulated, one device over the limit) is
+  // filled.
+  bool over_memory = false;
 };
 
 struct SimOptions {
   bool trace = false;             // fill SimResult::spans
   bool memory_breakdown = false;  // fill SimResult::peak_activations_by_section
   bool lower_bound = true;        // fill SimResult::lower_bound_s and utilization (else 0)
+  // Check the schedule first (validate(); std::invalid_argument when it
+  // breaks a rule). The planner's search turns it off: its candidates'
+  // schedules come straight from wavefront_schedule, whose rules the tests
+  // check, and the check was 4 % of planning time.
+  bool validate = true;
+  // When the busiest device's busy time (its tasks, its sections' grad
+  // syncs when not overlapped and optimizer steps, which never overlap on a
+  // device) is this or more, the step cannot be shorter: stop before the
+  // events (SimResult::gave_up). The bound does not depend on the plan's
+  // in-flight cap. The planner's search passes the step to beat.
+  double give_up_at = std::numeric_limits<double>::infinity();
+  // Stop as soon as a device's weights and in-flight activations exceed
+  // this (SimResult::over_memory): the planner's search, where such a step
+  // is one that does not fit (half of its simulations on internvl_26b).
+  int64_t memory_limit_bytes = std::numeric_limits<int64_t>::max();
 };
 
 SimResult simulate(const SectionGraph& graph, const Plan& plan, const Schedule& schedule, const CostModel& cost,

@@ -155,6 +155,34 @@ BOOST_AUTO_TEST_CASE(a_stage_recomputed_whole_costs_as_all_layers_and_keeps_its_
   BOOST_TEST(cost.kept_activation_bytes(0, mb, stage) < cost.activation_bytes(0, mb, all));
 }
 
+// micro_batch_costs (what the simulator asks) is the four costs asked one
+// by one, to the bit: a trained section at each recomputation level, with
+// and without pipeline stages, and a frozen one (backward 0).
+BOOST_AUTO_TEST_CASE(micro_batch_costs_are_the_four_costs_to_the_bit) {
+  Program program = load("bench/plan_calibration/llama2_7b.sect");
+  program.sections[0].recompute_auto = true;
+  for (Mode mode : {Mode::Train, Mode::Frozen}) {
+    program.sections[0].mode = mode;
+    const SectionGraph g = build_graph(program);
+    const RooflineCost cost(g, h100s(64));
+    const Sample a = text(0, 4096), b = text(1, 300), c = text(2, 1);
+    for (const std::vector<const Sample*>& mb : {std::vector<const Sample*>{&a}, {&a, &b, &c}})
+      for (int64_t pp : {1, 4})
+        for (int64_t level : {0, 1, 2, 3}) {
+          SectionPlan p{0, 8 * pp, 2, pp, 4, 1};
+          p.recompute_level = level;
+          const CostModel::MicroBatchCosts m = cost.micro_batch_costs(0, mb, p);
+          BOOST_TEST_CONTEXT("mode " << int(mode) << " samples " << mb.size() << " pp " << pp << " level " << level) {
+            BOOST_TEST(m.forward_s == cost.forward_s(0, mb, p));
+            BOOST_TEST(m.backward_s == cost.backward_s(0, mb, p));
+            BOOST_TEST(m.activation_bytes == cost.activation_bytes(0, mb, p));
+            BOOST_TEST(m.kept_activation_bytes == cost.kept_activation_bytes(0, mb, p));
+          }
+        }
+    BOOST_TEST((mode == Mode::Frozen) == (cost.micro_batch_costs(0, {&a}, SectionPlan{0, 1, 1, 1, 1, 1}).backward_s == 0.0));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(monotone_in_tokens_and_samples) {
   const Program program = load("bench/plan_calibration/llama2_7b.sect");
   const SectionGraph g = build_graph(program);

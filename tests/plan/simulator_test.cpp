@@ -292,6 +292,52 @@ BOOST_AUTO_TEST_CASE(the_lower_bound_is_optional_and_changes_nothing_else) {
   BOOST_CHECK(without.task_end_s == with.task_end_s);
 }
 
+// SimOptions::give_up_at (the planner's search: a candidate is kept only
+// when faster than the best so far). The by-hand case's busiest device is
+// busy 14.375 s (llm: 2·(3+4) + 0.375), the step 18.375 s: a step to beat
+// of 14 gives up before the events with that bound; one of 14.375 or 15 is
+// simulated whole, the same as without.
+BOOST_AUTO_TEST_CASE(give_up_at_stops_where_the_busiest_device_cannot_beat_it) {
+  TwoSections t;
+  const FixedCost cost;
+  const Schedule sch = wavefront_schedule(t.graph, t.plan, cost, t.batch);
+  const SimResult whole = simulate(t.graph, t.plan, sch, cost);
+  BOOST_CHECK(!whole.gave_up);
+  const SimResult stopped = simulate(t.graph, t.plan, sch, cost, SimOptions{.give_up_at = 14.0});
+  BOOST_CHECK(stopped.gave_up);
+  BOOST_CHECK_CLOSE(stopped.iteration_s, 14.375, 1e-9);
+  BOOST_CHECK_LE(stopped.iteration_s, whole.iteration_s);
+  for (double beat : {14.375, 15.0}) {
+    const SimResult r = simulate(t.graph, t.plan, sch, cost, SimOptions{.give_up_at = beat});
+    BOOST_CHECK(!r.gave_up);
+    BOOST_CHECK_EQUAL(r.iteration_s, whole.iteration_s);
+    BOOST_CHECK(r.task_end_s == whole.task_end_s);
+    BOOST_CHECK(r.peak_memory_bytes == whole.peak_memory_bytes);
+  }
+}
+
+// SimOptions::memory_limit_bytes: the by-hand case peaks at 210 bytes on
+// device 0 and 2,020 on device 1, where llm F1 starts at 4.5 s with F0's
+// activations still held. At a limit of 2,020 nothing changes; at 2,019 the
+// step stops there (no iteration time) with device 1 over the limit.
+BOOST_AUTO_TEST_CASE(a_memory_limit_stops_the_step_where_a_device_goes_over) {
+  TwoSections t;
+  const FixedCost cost;
+  const Schedule sch = wavefront_schedule(t.graph, t.plan, cost, t.batch);
+  const SimResult whole = simulate(t.graph, t.plan, sch, cost);
+  BOOST_CHECK(!whole.over_memory);
+  BOOST_CHECK(whole.peak_memory_bytes == (std::vector<int64_t>{210, 2020}));
+  const SimResult fits = simulate(t.graph, t.plan, sch, cost, SimOptions{.memory_limit_bytes = 2020});
+  BOOST_CHECK(!fits.over_memory);
+  BOOST_CHECK_EQUAL(fits.iteration_s, whole.iteration_s);
+  BOOST_CHECK(fits.peak_memory_bytes == whole.peak_memory_bytes);
+  const SimResult over = simulate(t.graph, t.plan, sch, cost, SimOptions{.memory_limit_bytes = 2019});
+  BOOST_CHECK(over.over_memory);
+  BOOST_REQUIRE_EQUAL(over.peak_memory_bytes.size(), 2u);
+  BOOST_CHECK_EQUAL(over.peak_memory_bytes[1], 2020);
+  BOOST_CHECK_EQUAL(over.iteration_s, 0.0);  // stopped at 4.5 s, before the step's end
+}
+
 BOOST_AUTO_TEST_CASE(chrome_trace_is_valid_json_with_one_track_per_device) {
   TwoSections t;
   FixedCost cost;

