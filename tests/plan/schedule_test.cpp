@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include "data/sampler.h"
 #include "dsl/frontend.h"
@@ -317,6 +318,46 @@ BOOST_AUTO_TEST_CASE(example_models) {
       test::TokenCost cost(g);
       check_schedule(g, plan, wavefront_schedule(g, plan, cost, batch), cost, rng);
       check_schedule(g, plan, monolithic_schedule(g, plan, batch, 4), cost, rng);
+    }
+  }
+}
+
+// The in-flight cap only gates release (Frontier): the tasks, their
+// dependencies and the micro-batches are the same at every cap. The
+// planner relies on it: a bound of a step from its tasks holds at every
+// cap (SimOptions::give_up_at, docs/planner.md "Simulations cut short").
+BOOST_AUTO_TEST_CASE(the_tasks_do_not_depend_on_the_in_flight_cap) {
+  for (const char* file : {"models/tiny_mllm.sect", "models/omni_7b.sect", "models/kd_70b_to_8b.sect"}) {
+    BOOST_TEST_CONTEXT(file) {
+      const Program p = load(file);
+      const SectionGraph g = build_graph(p);
+      Plan plan;
+      int64_t next = 0;
+      for (const Section& s : p.sections) {
+        SectionPlan sp{next, 2 * s.parallel.tp.value_or(1) * s.parallel.pp.value_or(1), s.parallel.tp.value_or(1),
+                       s.parallel.pp.value_or(1), 2, 4};
+        next += sp.devices;
+        plan.sections.push_back(sp);
+      }
+      const Batch batch = Sampler(p.data, std::min<int64_t>(p.train.global_batch, 96)).batch(1);
+      test::TokenCost cost(g);
+      plan.in_flight_cap = 1;
+      const Schedule one = wavefront_schedule(g, plan, cost, batch);
+      for (int64_t cap : {0, 2, 7}) {
+        plan.in_flight_cap = cap;
+        const Schedule other = wavefront_schedule(g, plan, cost, batch);
+        BOOST_REQUIRE_EQUAL(other.tasks.size(), one.tasks.size());
+        for (size_t k = 0; k < one.tasks.size(); ++k) {
+          const Task &a = one.tasks[k], &b = other.tasks[k];
+          BOOST_CHECK(std::tie(a.id, a.section, a.replica, a.stage, a.kind, a.micro_batch, a.deps) ==
+                      std::tie(b.id, b.section, b.replica, b.stage, b.kind, b.micro_batch, b.deps));
+        }
+        for (size_t s = 0; s < one.sections.size(); ++s) {
+          BOOST_REQUIRE_EQUAL(other.sections[s].micro_batches.size(), one.sections[s].micro_batches.size());
+          for (size_t m = 0; m < one.sections[s].micro_batches.size(); ++m)
+            BOOST_CHECK(other.sections[s].micro_batches[m].samples == one.sections[s].micro_batches[m].samples);
+        }
+      }
     }
   }
 }

@@ -58,6 +58,14 @@ struct TwoSections {
   }
 };
 
+// The same simulated step: its time, every task's start and end, and the peaks.
+void check_same_step(const SimResult& a, const SimResult& b) {
+  BOOST_CHECK_EQUAL(a.iteration_s, b.iteration_s);
+  BOOST_CHECK(a.task_start_s == b.task_start_s);
+  BOOST_CHECK(a.task_end_s == b.task_end_s);
+  BOOST_CHECK(a.peak_memory_bytes == b.peak_memory_bytes);
+}
+
 }  // namespace
 
 // Wavefront, by hand: enc F0 [0,1], F1 [1,2]; llm F0 [1.5,4.5] (transfer
@@ -286,10 +294,7 @@ BOOST_AUTO_TEST_CASE(the_lower_bound_is_optional_and_changes_nothing_else) {
   BOOST_CHECK_GT(with.utilization, 0.0);
   BOOST_CHECK_EQUAL(without.lower_bound_s, 0.0);
   BOOST_CHECK_EQUAL(without.utilization, 0.0);
-  BOOST_CHECK_EQUAL(without.iteration_s, with.iteration_s);
-  BOOST_CHECK(without.peak_memory_bytes == with.peak_memory_bytes);
-  BOOST_CHECK(without.task_start_s == with.task_start_s);
-  BOOST_CHECK(without.task_end_s == with.task_end_s);
+  check_same_step(without, with);
 }
 
 // SimOptions::give_up_at (the planner's search: a candidate is kept only
@@ -310,9 +315,7 @@ BOOST_AUTO_TEST_CASE(give_up_at_stops_where_the_busiest_device_cannot_beat_it) {
   for (double beat : {14.375, 15.0}) {
     const SimResult r = simulate(t.graph, t.plan, sch, cost, SimOptions{.give_up_at = beat});
     BOOST_CHECK(!r.gave_up);
-    BOOST_CHECK_EQUAL(r.iteration_s, whole.iteration_s);
-    BOOST_CHECK(r.task_end_s == whole.task_end_s);
-    BOOST_CHECK(r.peak_memory_bytes == whole.peak_memory_bytes);
+    check_same_step(r, whole);
   }
 }
 
@@ -329,8 +332,7 @@ BOOST_AUTO_TEST_CASE(a_memory_limit_stops_the_step_where_a_device_goes_over) {
   BOOST_CHECK(whole.peak_memory_bytes == (std::vector<int64_t>{210, 2020}));
   const SimResult fits = simulate(t.graph, t.plan, sch, cost, SimOptions{.memory_limit_bytes = 2020});
   BOOST_CHECK(!fits.over_memory);
-  BOOST_CHECK_EQUAL(fits.iteration_s, whole.iteration_s);
-  BOOST_CHECK(fits.peak_memory_bytes == whole.peak_memory_bytes);
+  check_same_step(fits, whole);
   const SimResult over = simulate(t.graph, t.plan, sch, cost, SimOptions{.memory_limit_bytes = 2019});
   BOOST_CHECK(over.over_memory);
   BOOST_REQUIRE_EQUAL(over.peak_memory_bytes.size(), 2u);
