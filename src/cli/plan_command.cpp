@@ -263,8 +263,10 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
                        peak > p.cluster.device.memory_bytes ? ": does not fit, the plan would run out of memory" : "");
     if (cli.baseline == "all")
       for (const BaselineResult& b : ladder)
-        out += b.error.empty() ? fmt::format("{:<16} {:.6g} s   maestro {:.2f}× faster{}\n", b.name, b.iteration_s,
-                                             b.iteration_s / iteration, b.config.empty() ? "" : "   " + b.config)
+        out += b.error.empty() ? fmt::format("{:<16} {:.6g} s   speedup {:.2f}×{}{}\n", b.name, b.iteration_s,
+                                             b.iteration_s / iteration,
+                                             b.iteration_s < iteration ? " (the baseline is faster)" : "",
+                                             b.config.empty() ? "" : "   " + b.config)
                                : fmt::format("{:<16} does not fit: {}\n", b.name, b.error);
     else if (baseline && !baseline->error.empty())
       out += fmt::format("{:<10} does not fit: {}\n", baseline->name, baseline->error);
