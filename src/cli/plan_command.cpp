@@ -263,7 +263,7 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
                        peak > p.cluster.device.memory_bytes ? ": does not fit, the plan would run out of memory" : "");
     if (cli.baseline == "all")
       for (const BaselineResult& b : ladder)
-        out += b.error.empty() ? fmt::format("{:<16} {:.6g} s   speedup {:.2f}×{}{}\n", b.name, b.iteration_s,
+        out += b.error.empty() ? fmt::format("{:<16} {:.6g} s   speedup {:.3f}×{}{}\n", b.name, b.iteration_s,
                                              b.iteration_s / iteration,
                                              b.iteration_s < iteration ? " (the baseline is faster)" : "",
                                              b.config.empty() ? "" : "   " + b.config)
@@ -271,7 +271,7 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
     else if (baseline && !baseline->error.empty())
       out += fmt::format("{:<10} does not fit: {}\n", baseline->name, baseline->error);
     else if (baseline)
-      out += fmt::format("{:<10} {:.6g} s{}\nspeedup    {:.2f}×\n", baseline->name, baseline->iteration_s,
+      out += fmt::format("{:<10} {:.6g} s{}\nspeedup    {:.3f}×\n", baseline->name, baseline->iteration_s,
                          baseline->config.empty() ? "" : "   " + baseline->config, baseline->iteration_s / iteration);
     // Sections whose tp or pp the program fixes (written, or the language's
     // defaults tp = 1, pp = 1), which every baseline tunes freely.
