@@ -9,6 +9,8 @@
 # headline compares the wavefront as the planner resolves it with the best
 # monolithic run found. Also printed: the scheduler actor's share of step
 # time, the final loss, and the load average before and after.
+# The copies are written to a temporary folder, so MODEL must not name
+# files relative to itself (models/tiny_mllm_files.sect does).
 # Usage: bench/train_tiny_mllm/run.sh [BUILD] [N] [MODEL]
 set -euo pipefail
 build=${1:-build}
