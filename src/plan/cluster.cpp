@@ -27,9 +27,12 @@ DeviceSpec load_device_profile(const std::string& path) {
     throw PlanError(fmt::format("{}:{}:{}: error: {}", path, e.source().begin.line, e.source().begin.column,
                                 e.description()));
   }
+  // Rates and sizes: positive and at most 1e6 (TFLOP/s, GB, GB/s), so inf,
+  // nan and values past int64 bytes are refused rather than simulated.
   auto number = [&](const char* key) {
     const std::optional<double> v = t[key].value<double>();
-    if (!v || !(*v > 0)) throw PlanError(fmt::format("{}: error: '{}' must be a positive number", path, key));
+    if (!v || !(*v > 0) || !(*v <= 1e6))
+      throw PlanError(fmt::format("{}: error: '{}' must be a positive number, at most 1e6", path, key));
     return *v;
   };
   DeviceSpec d;
@@ -41,8 +44,9 @@ DeviceSpec load_device_profile(const std::string& path) {
   d.fused_attention = t["fused_attention"].value_or(false);
   d.gemm.max = t["gemm_max_efficiency"].value_or(d.gemm.max);
   d.gemm.half_size = t["gemm_half_size"].value_or(d.gemm.half_size);
-  if (!(d.gemm.max > 0 && d.gemm.max <= 1) || !(d.gemm.half_size >= 0))
-    throw PlanError(fmt::format("{}: error: gemm_max_efficiency must be in (0, 1] and gemm_half_size >= 0", path));
+  if (!(d.gemm.max > 0 && d.gemm.max <= 1) || !(d.gemm.half_size >= 0 && d.gemm.half_size <= 1e9))
+    throw PlanError(
+        fmt::format("{}: error: gemm_max_efficiency must be in (0, 1] and gemm_half_size in [0, 1e9]", path));
   return d;
 }
 
