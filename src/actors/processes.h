@@ -139,7 +139,7 @@ struct Shutdown {
 MAESTRO_INSPECT(SectionPlan, x.first_device, x.devices, x.tp, x.pp, x.dp, x.micro_batch, x.shard_optimizer,
                 x.recompute_level)
 MAESTRO_INSPECT(ScheduleLevers, x.reorder, x.token_micro_batches, x.per_step_micro_batch, x.overlap_grad_sync,
-                x.critical_path_first, x.host_groups)
+                x.critical_path_first, x.host_groups, x.consumer_groups)
 MAESTRO_INSPECT(Plan, x.sections, x.levers, x.in_flight_cap, x.cluster_devices)
 MAESTRO_INSPECT(RunSpec, x.model_path, x.model_source, x.steps, x.shard, x.plan, x.schedule, x.stop_after, x.resume,
                 x.seed, x.threads, x.quiet, x.backend, x.gpu_selfcheck)

@@ -84,6 +84,14 @@ struct ScheduleLevers {
   // own samples by LPT, its outputs crossing to other groups. The planner
   // keeps whichever simulates faster on step 0.
   bool host_groups = true;
+  // With reorder: a producer's samples due in the same round are kept
+  // together by the consumer micro-batch that takes them (the groups
+  // largest first by their largest sample's cost), so that a consumer
+  // micro-batch waits for as few of the producer's micro-batches as the
+  // counts allow (a ViT at micro-batch 8 feeding a projector at 2). Off:
+  // largest first by each sample's own cost. The planner keeps whichever
+  // the chosen plan simulates faster over the sampled steps.
+  bool consumer_groups = false;
 
   bool operator==(const ScheduleLevers&) const = default;
 };

@@ -159,6 +159,8 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
   std::vector<std::vector<int32_t>> round(g.nodes.size(), std::vector<int32_t>(n, 0));
   // replica_of[s][i]: the replica of section s that runs sample i.
   std::vector<std::vector<int32_t>> replica_of(g.nodes.size(), std::vector<int32_t>(n, -1));
+  // mb_id[s][i]: the id of section s's micro-batch holding sample i.
+  std::vector<std::vector<int32_t>> mb_id(g.nodes.size(), std::vector<int32_t>(n, -1));
   std::vector<const Sample*> one(1);
   const std::vector<int> host = host_producers(g, plan, sch.batch);
   std::vector<bool> grouped(g.nodes.size(), false);  // s dealt its samples by host[s]'s groups
@@ -167,6 +169,8 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
     const SectionPlan& sp = plan.sections[s];
     struct Key {
       int32_t need;      // the earliest round a consumer needs the sample in
+      int64_t batch;     // that consumer's micro-batch holding it (section · n + id; -1: none)
+      double lead;       // consumer_groups: the largest cost among this replica's samples of that micro-batch
       int phase;         // 0 lead (no producer work), 1 fed, 2 tail (no producer work)
       double cost;       // forward + backward of the sample alone
       int32_t sample;
@@ -174,14 +178,14 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
     std::vector<Key> keys;
     keys.reserve(active[s].size());
     for (int32_t i : active[s]) {
-      Key k{0, 0, 0, i};
+      Key k{0, -1, 0.0, 0, 0.0, i};
       bool fed = false;
       const ModalitySet mods = samples[i].modalities;
       bool needed = false;
       for (int e : g.nodes[s].consumers)
         if (g.carries(e, mods)) {
-          const int32_t r = round[g.edges[e].to][i];
-          k.need = needed ? std::min(k.need, r) : r;
+          const int c = g.edges[e].to;
+          if (!needed || round[c][i] < k.need) k.need = round[c][i], k.batch = int64_t(c) * int64_t(n) + mb_id[c][i];
           needed = true;
         }
       for (int e : g.nodes[s].producers) fed = fed || g.carries(e, mods);
@@ -276,13 +280,23 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
         load[size_t(r)] += k.cost;
         least.push({load[size_t(r)], r});
       }
-      for (auto& mine : per_replica)
-        std::sort(mine.begin(), mine.end(), [](const Key& a, const Key& b) {
+      const bool groups = plan.levers.consumer_groups;
+      for (auto& mine : per_replica) {
+        for (Key& k : mine) k.lead = k.cost;
+        if (groups) {
+          std::map<int64_t, double> lead;  // consumer micro-batch -> its largest cost here
+          for (const Key& k : mine) lead[k.batch] = std::max(lead[k.batch], k.cost);
+          for (Key& k : mine) k.lead = lead[k.batch];
+        }
+        std::sort(mine.begin(), mine.end(), [groups](const Key& a, const Key& b) {
           if (a.need != b.need) return a.need < b.need;
           if (a.phase != b.phase) return a.phase < b.phase;
+          if (a.lead != b.lead) return a.lead > b.lead;
+          if (groups && a.batch != b.batch) return a.batch < b.batch;
           if (a.cost != b.cost) return a.cost > b.cost;
           return a.sample < b.sample;
         });
+      }
     } else {
       // Loader order, micro_batch consecutive samples to each replica in turn.
       for (size_t j = 0; j < keys.size(); ++j)
@@ -361,7 +375,7 @@ Schedule wavefront_schedule(const SectionGraph& g, const Plan& plan, const CostM
         if (c >= cut[size_t(r)].size()) continue;
         any = true;
         MicroBatch mb{int64_t(mbs.size()), r, std::move(cut[size_t(r)][c])};
-        for (int32_t i : mb.samples) round[s][i] = int32_t(c), replica_of[s][i] = int32_t(r);
+        for (int32_t i : mb.samples) round[s][i] = int32_t(c), replica_of[s][i] = int32_t(r), mb_id[s][i] = int32_t(mb.id);
         mbs.push_back(std::move(mb));
       }
       if (!any) break;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <set>
 #include <tuple>
 
 #include "data/sampler.h"
@@ -287,6 +288,9 @@ BOOST_AUTO_TEST_CASE(random_graphs_plans_and_batches) {
     BOOST_TEST_CONTEXT("trial " << trial) {
       check_schedule(g, plan, wavefront_schedule(g, plan, cost, batch), cost, rng);
       check_schedule(g, plan, monolithic_schedule(g, plan, batch, pick(rng, 1, 8)), cost, rng);
+      Plan grouped = plan;
+      grouped.levers.consumer_groups = true;
+      check_schedule(g, grouped, wavefront_schedule(g, grouped, cost, batch), cost, rng);
     }
   }
 }
@@ -566,6 +570,48 @@ BOOST_AUTO_TEST_CASE(consumers_grouped_under_a_producer_on_their_devices) {
     }
   BOOST_CHECK_LE(std::abs(group_load[0] - group_load[1]), largest);  // the groups' LPT
   for (int64_t n : used) BOOST_TEST(n > 0);
+}
+
+// ScheduleLevers::consumer_groups: tiny_mllm's vision at dp 1, micro-batch
+// 8, feeds projectors at micro-batch 2 over 8 replicas and an LLM at dp 32,
+// micro-batch 1, so every vision sample is due in the LLM's first round.
+// Off, the vision's micro-batches take its samples largest first and a
+// projector micro-batch can hold samples of both, waiting for the second;
+// on, each projector micro-batch's samples lie in one vision micro-batch.
+BOOST_AUTO_TEST_CASE(consumer_groups_keep_a_consumer_micro_batch_in_one_producer_micro_batch) {
+  const Program p = load("models/tiny_mllm.sect");
+  const SectionGraph g = build_graph(p);
+  const int vision = g.find("vision"), proj = g.find("vision_proj"), llm = g.find("llm");
+  Plan plan;
+  plan.sections.resize(g.nodes.size(), {0, 1, 1, 1, 1, 2});
+  plan.sections[size_t(vision)] = {0, 1, 1, 1, 1, 8};
+  plan.sections[size_t(proj)] = {1, 8, 1, 1, 8, 2};
+  plan.sections[size_t(llm)] = {9, 32, 1, 1, 32, 1};
+  plan.sections[size_t(g.find("audio"))] = {41, 8, 1, 1, 8, 2};
+  plan.sections[size_t(g.find("audio_proj"))] = {49, 8, 1, 1, 8, 2};
+  plan.levers.token_micro_batches = false;
+  const Batch batch = Sampler(p.data, 32).batch(0);
+  test::TokenCost cost(g);
+  // The number of projector micro-batches holding samples of more than one
+  // vision micro-batch.
+  auto straddling = [&](const Plan& pl) {
+    const Schedule sch = wavefront_schedule(g, pl, cost, batch);
+    BOOST_REQUIRE(validate(g, pl, sch).empty());
+    BOOST_REQUIRE_GT(sch.sections[size_t(vision)].micro_batches.size(), 1u);
+    std::vector<int64_t> vision_mb(batch.samples.size(), -1);
+    for (const MicroBatch& mb : sch.sections[size_t(vision)].micro_batches)
+      for (int32_t i : mb.samples) vision_mb[size_t(i)] = mb.id;
+    int64_t n = 0;
+    for (const MicroBatch& mb : sch.sections[size_t(proj)].micro_batches) {
+      std::set<int64_t> from;
+      for (int32_t i : mb.samples) from.insert(vision_mb[size_t(i)]);
+      n += from.size() > 1;
+    }
+    return n;
+  };
+  BOOST_TEST(straddling(plan) > 0);
+  plan.levers.consumer_groups = true;
+  BOOST_TEST(straddling(plan) == 0);
 }
 
 // ScheduleLevers::reorder off: loader order, micro_batch consecutive
