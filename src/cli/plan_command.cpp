@@ -154,6 +154,14 @@ std::string tp_lines(const Planned& p) {
   return out;
 }
 
+// The schedule levers the plan carries (docs/scheduler.md), on then off.
+std::string levers_line(const ScheduleLevers& levers) {
+  std::vector<std::string> on, off;
+  for (const auto& [name, set] : levers.settings()) (set ? on : off).push_back(name);
+  return fmt::format("schedule levers: on {}; off {}\n", on.empty() ? "none" : fmt::format("{}", fmt::join(on, ", ")),
+                     off.empty() ? "none" : fmt::format("{}", fmt::join(off, ", ")));
+}
+
 // With --processes N: where a real run on this machine puts each section
 // replica (the CPU run's plan, actors/run_plan.h; actors/processes.h).
 std::string placement_lines(const Program& program, const RuntimeConfig& config, int64_t processes) {
@@ -175,7 +183,8 @@ std::string placement_lines(const Program& program, const RuntimeConfig& config,
 int print_plan_command(const Program& program, const RuntimeConfig& config, const CliOptions& cli) {
   return with_plan(program, config, cli, [&](const Planned& p, StatusLine&) {
     return fmt::format("plan: {} on {}\n", program.file, cluster_line(p.cluster)) + plan_table(p) +
-           fmt::format("in-flight cap: {} micro-batches per replica\n", p.plan.in_flight_cap) + tp_lines(p) +
+           fmt::format("in-flight cap: {} micro-batches per replica\n", p.plan.in_flight_cap) +
+           levers_line(p.plan.levers) + tp_lines(p) +
            placement_lines(program, config, cli.processes);
   });
 }
@@ -315,6 +324,9 @@ int simulate_command(const Program& program, const RuntimeConfig& config, const 
         if (!p.cluster.hosts.empty())
           j["plan"][p.graph.nodes[s].name]["hosts"] = p.cluster.hosts_of(sp.first_device, sp.devices);
       }
+      j["in_flight_cap"] = p.plan.in_flight_cap;
+      j["levers"] = nlohmann::ordered_json::object();
+      for (const auto& [name, set] : p.plan.levers.settings()) j["levers"][name] = set;
       if (baseline && !baseline->error.empty()) {
         j["baseline"] = {{"name", baseline->name}, {"error", baseline->error}};
       } else if (baseline) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace maestro {
@@ -94,6 +95,18 @@ struct ScheduleLevers {
   bool consumer_groups = false;
 
   bool operator==(const ScheduleLevers&) const = default;
+
+  // Each lever by its field's name, in declaration order, with its setting
+  // (what --print plan and --simulate --json show).
+  std::vector<std::pair<const char*, bool>> settings() const {
+    return {{"reorder", reorder},
+            {"token_micro_batches", token_micro_batches},
+            {"per_step_micro_batch", per_step_micro_batch},
+            {"overlap_grad_sync", overlap_grad_sync},
+            {"critical_path_first", critical_path_first},
+            {"host_groups", host_groups},
+            {"consumer_groups", consumer_groups}};
+  }
 };
 
 struct Plan {

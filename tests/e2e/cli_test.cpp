@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include <fmt/format.h>
+
 #include "run_process.h"
 
 using namespace maestro::e2e;
@@ -159,6 +161,30 @@ BOOST_AUTO_TEST_CASE(print_plan_default_config_agrees) {
   BOOST_TEST(bare.status == 0, bare.err);
   BOOST_TEST(bare.out == with.out);
   BOOST_TEST(bare.out.find(" on 8 × h100 ") != std::string::npos, bare.out);
+}
+
+// The schedule levers the planner chose: --print plan names them on and
+// off, --simulate --json gives each with the in-flight cap; tiny_mllm on
+// 64 H100 is planned with consumer groups (docs/scheduler.md step 4).
+BOOST_AUTO_TEST_CASE(the_plans_schedule_levers_are_shown) {
+  const ProcessResult plan = maestro_run({"models/tiny_mllm.sect", "--config", "configs/h100x64.toml", "--print", "plan"});
+  BOOST_TEST_REQUIRE(plan.status == 0, plan.err);
+  std::smatch m;
+  BOOST_TEST_REQUIRE(std::regex_search(plan.out, m, std::regex("\\nschedule levers: on ([a-z_, ]+); off ([a-z_, ]+)\\n")),
+                     plan.out);
+  const std::string on = ", " + m[1].str() + ",", off = ", " + m[2].str() + ",";
+  BOOST_TEST(on.find(", consumer_groups,") != std::string::npos, plan.out);
+  BOOST_TEST(off.find(", overlap_grad_sync,") != std::string::npos, plan.out);
+  const ProcessResult sim =
+      maestro_run({"models/tiny_mllm.sect", "--config", "configs/h100x64.toml", "--simulate", "--json", "--steps", "1"});
+  BOOST_TEST_REQUIRE(sim.status == 0, sim.err);
+  const nlohmann::json j = nlohmann::json::parse(last_line(sim.out));
+  BOOST_TEST_REQUIRE(j["levers"].size() == 7u, sim.out);
+  for (const auto& [name, set] : j["levers"].items())
+    BOOST_TEST((set.get<bool>() ? on : off).find(", " + name + ",") != std::string::npos, name);
+  BOOST_TEST(plan.out.find(fmt::format("in-flight cap: {} micro-batches", j["in_flight_cap"].get<int64_t>())) !=
+                 std::string::npos,
+             plan.out);
 }
 
 // [cluster] hosts name the nodes: --print plan lists them and each
