@@ -53,11 +53,6 @@ MAESTRO_HD inline void rope_apply(float& x0, float& x1, float c, float s) {
   x0 = y0;
   x1 = y1;
 }
-MAESTRO_HD inline void rope_rotate(float& x0, float& x1, int32_t pos, double inv_freq, float sign) {
-  float c, s;
-  rope_cos_sin(pos, inv_freq, sign, c, s);
-  rope_apply(x0, x1, c, s);
-}
 
 // ---- activations --------------------------------------------------------------
 MAESTRO_HD inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -142,7 +142,9 @@ BOOST_AUTO_TEST_CASE(rotary_matches_the_cpu_backend_and_inverts) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < D / 2; ++i) {
         float* r = x.data() + (n * H + h) * D;
-        gm::rope_rotate(r[i], r[i + D / 2], pos[size_t(n)], gm::rope_inv_freq(i, D, 10000.0f), -1.0f);
+        float c, sn;
+        gm::rope_cos_sin(pos[size_t(n)], gm::rope_inv_freq(i, D, 10000.0f), -1.0f, c, sn);
+        gm::rope_apply(r[i], r[i + D / 2], c, sn);
       }
   BOOST_TEST(rel_err(x, x0) <= kF32);
 }
