@@ -136,6 +136,15 @@ void check_against_grid(const std::string& text, const std::string& cluster_toml
   BOOST_TEST_MESSAGE("planned " << planned << " s, grid " << grid << " s (" << where << ")");
 }
 
+// Steps 0-3 of the program's run: the batches maestro-run plans on
+// (step 0, then PlannerOptions::later_batches).
+std::vector<Batch> sampled_steps(const Modelled& m) {
+  const Sampler sampler(m.program.data, m.program.train.global_batch);
+  std::vector<Batch> batches;
+  for (int64_t k = 0; k < 4; ++k) batches.push_back(sampler.batch(k));
+  return batches;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(planner)
@@ -392,9 +401,7 @@ BOOST_AUTO_TEST_CASE(the_disjoint_plan_is_a_finalist_over_the_sampled_steps) {
            {"configs/h100x8.toml", {}}, {"configs/h100x64.toml", every_degree_auto}}) {
     const Modelled m("models/tiny_mllm.sect", cluster, edit);
     const auto& [g, cl, cost] = std::tie(m.g, m.cl, m.cost);
-    const Sampler sampler(m.program.data, m.program.train.global_batch);
-    std::vector<Batch> batches;
-    for (int64_t k = 0; k < 4; ++k) batches.push_back(sampler.batch(k));
+    const std::vector<Batch> batches = sampled_steps(m);
     PlannerOptions on;
     on.later_batches.assign(batches.begin() + 1, batches.end());
     PlannerOptions off = on;
@@ -429,9 +436,7 @@ BOOST_AUTO_TEST_CASE(the_disjoint_plan_is_a_finalist_over_the_sampled_steps) {
 BOOST_AUTO_TEST_CASE(consumer_groups_kept_where_faster_over_the_sampled_steps) {
   const Modelled m("models/tiny_mllm.sect", "configs/h100x64.toml");
   const auto& [g, cl, cost] = std::tie(m.g, m.cl, m.cost);
-  const Sampler sampler(m.program.data, m.program.train.global_batch);
-  std::vector<Batch> batches;
-  for (int64_t k = 0; k < 4; ++k) batches.push_back(sampler.batch(k));
+  const std::vector<Batch> batches = sampled_steps(m);
   PlannerOptions options;
   options.later_batches.assign(batches.begin() + 1, batches.end());
   const Plan plan = plan_program(g, cl, cost, batches[0], options);
@@ -478,9 +483,7 @@ BOOST_AUTO_TEST_CASE(in_flight_cap_raised_within_memory) {
 BOOST_AUTO_TEST_CASE(the_plan_is_chosen_by_its_mean_over_the_sampled_steps) {
   const Modelled m("bench/plan_simulate/omni_7b_auto.sect", "configs/h200x64.toml");
   const auto& [g, cl, cost] = std::tie(m.g, m.cl, m.cost);
-  const Sampler sampler(m.program.data, m.program.train.global_batch);
-  std::vector<Batch> batches;
-  for (int64_t k = 0; k < 4; ++k) batches.push_back(sampler.batch(k));
+  const std::vector<Batch> batches = sampled_steps(m);
   PlannerOptions options;
   options.sweep_best_again = false;
   const Plan by_step0 = plan_program(g, cl, cost, batches[0], options);
