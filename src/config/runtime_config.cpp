@@ -44,7 +44,7 @@ class Reader {
     return v->get();
   }
 
-  // A link rate in Gbit/s: positive and finite (inf would make every transfer free).
+  // A link bandwidth in GB/s: positive and finite (inf would make every transfer free).
   static constexpr double kMaxGbps = 1e6;
   double positive_number(const toml::node& node, const std::string& key) const {
     double value = 0;
