@@ -44,14 +44,17 @@ class Reader {
     return v->get();
   }
 
-  // A link bandwidth in GB/s: positive and finite (inf would make every transfer free).
-  static constexpr double kMaxGbps = 1e6;
+  // A link bandwidth in GB/s, from 1e-3 (1 MB/s: below any real link; a
+  // smaller one turns a step into 1e297 s) to 1e6 (inf would make every
+  // transfer free).
+  static constexpr double kMinGbps = 1e-3, kMaxGbps = 1e6;
   double positive_number(const toml::node& node, const std::string& key) const {
     double value = 0;
     if (const auto* i = node.as_integer()) value = double(i->get());
     else if (const auto* f = node.as_floating_point()) value = f->get();
     else fail(node.source(), fmt::format("'{}' must be a number, not {}", key, type_name(node)));
     if (!(value > 0)) fail(node.source(), fmt::format("'{}' must be positive, got {}", key, value));
+    if (value < kMinGbps) fail(node.source(), fmt::format("'{}' must be at least {}, got {}", key, kMinGbps, value));
     if (!(value <= kMaxGbps)) fail(node.source(), fmt::format("'{}' must be at most {}, got {}", key, kMaxGbps, value));
     return value;
   }

@@ -27,12 +27,13 @@ DeviceSpec load_device_profile(const std::string& path) {
     throw PlanError(fmt::format("{}:{}:{}: error: {}", path, e.source().begin.line, e.source().begin.column,
                                 e.description()));
   }
-  // Rates and sizes: positive and at most 1e6 (TFLOP/s, GB, GB/s), so inf,
-  // nan and values past int64 bytes are refused rather than simulated.
+  // Rates and sizes: from 1e-3 to 1e6 (TFLOP/s, GB, GB/s), so inf, nan,
+  // values past int64 bytes and ones that make a step last 1e297 s are
+  // refused rather than simulated.
   auto number = [&](const char* key) {
     const std::optional<double> v = t[key].value<double>();
-    if (!v || !(*v > 0) || !(*v <= 1e6))
-      throw PlanError(fmt::format("{}: error: '{}' must be a positive number, at most 1e6", path, key));
+    if (!v || !(*v >= 1e-3) || !(*v <= 1e6))
+      throw PlanError(fmt::format("{}: error: '{}' must be a number from 1e-3 to 1e6", path, key));
     return *v;
   };
   DeviceSpec d;
@@ -44,9 +45,9 @@ DeviceSpec load_device_profile(const std::string& path) {
   d.fused_attention = t["fused_attention"].value_or(false);
   d.gemm.max = t["gemm_max_efficiency"].value_or(d.gemm.max);
   d.gemm.half_size = t["gemm_half_size"].value_or(d.gemm.half_size);
-  if (!(d.gemm.max > 0 && d.gemm.max <= 1) || !(d.gemm.half_size >= 0 && d.gemm.half_size <= 1e9))
+  if (!(d.gemm.max >= 1e-3 && d.gemm.max <= 1) || !(d.gemm.half_size >= 0 && d.gemm.half_size <= 1e9))
     throw PlanError(
-        fmt::format("{}: error: gemm_max_efficiency must be in (0, 1] and gemm_half_size in [0, 1e9]", path));
+        fmt::format("{}: error: gemm_max_efficiency must be in [1e-3, 1] and gemm_half_size in [0, 1e9]", path));
   return d;
 }
 

@@ -172,6 +172,8 @@ BOOST_AUTO_TEST_CASE(wrong_types_and_ranges) {
   BOOST_TEST(e.find("gbps.toml:2:19: error: 'inter_node_gbps' must be a number") != std::string::npos, e);
   e = error_of("inf.toml", "[cluster]\ninter_node_gbps = inf\n");
   BOOST_TEST(e.find("inf.toml:2:19: error: 'inter_node_gbps' must be at most 1000000, got inf") != std::string::npos, e);
+  e = error_of("slow.toml", "[cluster]\nintra_node_gbps = 1e-300\n");
+  BOOST_TEST(e.find("slow.toml:2:19: error: 'intra_node_gbps' must be at least 0.001, got 1e-300") != std::string::npos, e);
   e = error_of("shard.toml", "[runtime]\nshard_optimizer = \"auto\"\n");
   BOOST_TEST(e.find("shard.toml:2:19: error: 'shard_optimizer' must be true or false, not a string") != std::string::npos, e);
   e = error_of("notable.toml", "runtime = 3\n");

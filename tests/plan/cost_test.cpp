@@ -92,16 +92,21 @@ BOOST_AUTO_TEST_CASE(device_profile_round_trip) {
   BOOST_TEST(make_cluster(config).device.name == "bench-cpu");
   std::ofstream(path) << "name = \"x\"\nbf16_tflops = -1\n";
   BOOST_CHECK_THROW(load_device_profile(path), PlanError);
-  // inf, nan and a memory past int64 bytes are refused, not simulated
+  // inf, nan, a memory past int64 bytes and rates that would make a step
+  // last 1e297 s are refused, not simulated
   const std::string rest = "fp32_tflops = 50\nmemory_bandwidth_gbps = 1000\n";
   for (const char* bad : {"bf16_tflops = inf\nmemory_gb = 80\n", "bf16_tflops = nan\nmemory_gb = 80\n",
                           "bf16_tflops = 100\nmemory_gb = inf\n", "bf16_tflops = 100\nmemory_gb = 1e30\n",
-                          "bf16_tflops = 100\nmemory_gb = 80\ngemm_half_size = inf\n"}) {
+                          "bf16_tflops = 100\nmemory_gb = 80\ngemm_half_size = inf\n",
+                          "bf16_tflops = 1e-300\nmemory_gb = 80\n", "bf16_tflops = 100\nmemory_gb = 1e-4\n",
+                          "bf16_tflops = 100\nmemory_gb = 80\ngemm_max_efficiency = 1e-300\n"}) {
     std::ofstream(path) << bad << rest;
     BOOST_CHECK_THROW(load_device_profile(path), PlanError);
   }
   std::ofstream(path) << "bf16_tflops = 100\nmemory_gb = 80\n" << rest;
   BOOST_TEST(load_device_profile(path).memory_bytes == int64_t(80e9));
+  std::ofstream(path) << "bf16_tflops = 1e-3\nmemory_gb = 1e-3\ngemm_max_efficiency = 1e-3\n" << rest;
+  BOOST_TEST(load_device_profile(path).gemm.max == 1e-3);
   std::filesystem::remove(path);
 }
 
