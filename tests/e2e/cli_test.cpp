@@ -336,6 +336,34 @@ BOOST_AUTO_TEST_CASE(check_every_model) {
   }
 }
 
+// The README's "language in 30 seconds" program is what a new user copies
+// first: it must pass --check as printed (its comment once showed a
+// files("...") call that the checker refuses).
+BOOST_AUTO_TEST_CASE(the_readme_program_checks) {
+  std::ifstream in("README.md");
+  const std::string readme{std::istreambuf_iterator<char>(in), {}};
+  const size_t heading = readme.find("## The language in 30 seconds");
+  BOOST_REQUIRE(heading != std::string::npos);
+  const size_t begin = readme.find("```\n", heading);
+  BOOST_REQUIRE(begin != std::string::npos);
+  const size_t end = readme.find("```", begin + 4);
+  BOOST_REQUIRE(end != std::string::npos);
+  const std::string program = readme.substr(begin + 4, end - begin - 4);
+  const ProcessResult r = maestro_run({write_temp("readme.sect", program), "--check"});
+  BOOST_TEST(r.status == 0, r.err);
+  BOOST_TEST(r.out.find("3 sections, 2 flows") != std::string::npos, r.out);
+  // the alternative its comment names checks too
+  const size_t synthetic = program.find("source = synthetic(seed: 7);");
+  const size_t files = program.find("// or files(manifest: \"train.jsonl\")");
+  BOOST_REQUIRE(synthetic != std::string::npos);
+  BOOST_REQUIRE(files != std::string::npos);
+  std::string with_files = program;
+  with_files.replace(synthetic, std::string("source = synthetic(seed: 7);").size(),
+                     "source = files(manifest: \"train.jsonl\");");  // --check does not read the manifest
+  const ProcessResult f = maestro_run({write_temp("readme_files.sect", with_files), "--check"});
+  BOOST_TEST(f.status == 0, f.err);
+}
+
 BOOST_AUTO_TEST_CASE(check_json_on_every_model) {
   for (const auto& model : files_in("models", ".sect")) {
     const ProcessResult r = maestro_run({model, "--check", "--json"});
