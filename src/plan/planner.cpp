@@ -1071,6 +1071,33 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
     if (const std::optional<double> t = fitted_mean_s(other); t && *t < *best_s * (1 - 1e-9))
       best_s = t, plan = std::move(other);
   }
+  // Each section's micro-batch, where the program leaves it auto, tried at
+  // the planner's other choices on the chosen plan (its other shapes as
+  // they are, consumer groups flipped first), and kept where the mean over
+  // the steps is lower: the search ranks on step 0 alone, where
+  // neighbouring micro-batches often tie. Consumer groups flipped again.
+  with_consumer_groups(mean_s);
+  best_s = mean_s(plan);
+  for (size_t s = 0; s < plan.sections.size(); ++s) {
+    if (g.section(int(s)).micro_batch) continue;
+    std::vector<Plan> others;
+    for (int64_t mb : kMicroBatchChoices)
+      if (mb != plan.sections[s].micro_batch) {
+        others.push_back(plan);
+        others.back().sections[s].micro_batch = mb;
+      }
+    if (sims.threads() > 1) {
+      std::vector<std::pair<const Plan*, const Batch*>> steps;
+      for (const Plan& p : others) {
+        steps.emplace_back(&p, &batch);
+        for (const Batch& b : options.later_batches) steps.emplace_back(&p, &b);
+      }
+      sims.ahead(steps.size(), [&](size_t i) { sims.step_s(*steps[i].first, *steps[i].second); });
+    }
+    for (Plan& other : others)
+      if (const std::optional<double> t = fitted_mean_s(other); t && *t < *best_s * (1 - 1e-9))
+        best_s = t, plan = std::move(other);
+  }
   with_consumer_groups(mean_s);
   return plan;
 }

@@ -145,6 +145,30 @@ std::vector<Batch> sampled_steps(const Modelled& m) {
   return batches;
 }
 
+// The plan maestro-run makes: searched on batches[0], the rest its later
+// batches (PlannerOptions::later_batches).
+Plan planned_over(const Modelled& m, const std::vector<Batch>& batches) {
+  PlannerOptions options;
+  options.later_batches.assign(batches.begin() + 1, batches.end());
+  return plan_program(m.g, m.cl, m.cost, batches[0], options);
+}
+
+// A plan's simulated step on batch b, and its mean over `batches`
+// (infinity where a device's memory is exceeded on any of them).
+double step_s(const Modelled& m, const Plan& p, const Batch& b) {
+  return simulate(m.g, p, wavefront_schedule(m.g, p, m.cost, b), m.cost).iteration_s;
+}
+double mean_s(const Modelled& m, const Plan& p, const std::vector<Batch>& batches) {
+  double sum = 0;
+  for (const Batch& b : batches) {
+    const SimResult r = simulate(m.g, p, wavefront_schedule(m.g, p, m.cost, b), m.cost);
+    if (*std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end()) > m.cl.device.memory_bytes)
+      return std::numeric_limits<double>::infinity();
+    sum += r.iteration_s;
+  }
+  return sum / double(batches.size());
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(planner)
@@ -407,18 +431,11 @@ BOOST_AUTO_TEST_CASE(the_disjoint_plan_is_a_finalist_over_the_sampled_steps) {
     PlannerOptions off = on;
     off.disjoint_placement = false;
     const Plan plan = plan_program(g, cl, cost, batches[0], on), shared = plan_program(g, cl, cost, batches[0], off);
-    auto step_s = [&](const Plan& p, const Batch& b) {
-      return simulate(g, p, wavefront_schedule(g, p, cost, b), cost).iteration_s;
-    };
-    auto mean_s = [&](const Plan& p) {
-      double sum = 0;
-      for (const Batch& b : batches) sum += step_s(p, b);
-      return sum / double(batches.size());
-    };
-    BOOST_TEST_MESSAGE("tiny_mllm on " << cluster << ": mean of 4 steps " << mean_s(plan) << " s, step 0 "
-                                       << step_s(plan, batches[0]) << " s; shared only " << mean_s(shared)
-                                       << " s, step 0 " << step_s(shared, batches[0]) << " s");
-    BOOST_TEST(mean_s(plan) < mean_s(shared) * 0.95, cluster);
+    BOOST_TEST_MESSAGE("tiny_mllm on " << cluster << ": mean of 4 steps " << mean_s(m, plan, batches)
+                                       << " s, step 0 " << step_s(m, plan, batches[0]) << " s; shared only "
+                                       << mean_s(m, shared, batches) << " s, step 0 " << step_s(m, shared, batches[0])
+                                       << " s");
+    BOOST_TEST(mean_s(m, plan, batches) < mean_s(m, shared, batches) * 0.95, cluster);
     const int llm = g.find("llm");
     BOOST_REQUIRE(llm >= 0);
     int64_t others_end = 0;
@@ -435,22 +452,41 @@ BOOST_AUTO_TEST_CASE(the_disjoint_plan_is_a_finalist_over_the_sampled_steps) {
 // projectors at micro-batch 2) the lever is on.
 BOOST_AUTO_TEST_CASE(consumer_groups_kept_where_faster_over_the_sampled_steps) {
   const Modelled m("models/tiny_mllm.sect", "configs/h100x64.toml");
-  const auto& [g, cl, cost] = std::tie(m.g, m.cl, m.cost);
   const std::vector<Batch> batches = sampled_steps(m);
-  PlannerOptions options;
-  options.later_batches.assign(batches.begin() + 1, batches.end());
-  const Plan plan = plan_program(g, cl, cost, batches[0], options);
+  const Plan plan = planned_over(m, batches);
   Plan flipped = plan;
   flipped.levers.consumer_groups = !plan.levers.consumer_groups;
-  auto mean_s = [&](const Plan& p) {
-    double sum = 0;
-    for (const Batch& b : batches) sum += simulate(g, p, wavefront_schedule(g, p, cost, b), cost).iteration_s;
-    return sum / double(batches.size());
-  };
   BOOST_TEST_MESSAGE("tiny_mllm on 64 H100: consumer_groups " << plan.levers.consumer_groups << ", mean of 4 steps "
-                                                              << mean_s(plan) << " s, flipped " << mean_s(flipped) << " s");
+                                                              << mean_s(m, plan, batches) << " s, flipped "
+                                                              << mean_s(m, flipped, batches) << " s");
   BOOST_TEST(plan.levers.consumer_groups);
-  BOOST_TEST(mean_s(plan) < mean_s(flipped));
+  BOOST_TEST(mean_s(m, plan, batches) < mean_s(m, flipped, batches));
+}
+
+// Each section's micro-batch that the program leaves auto is tried again on
+// the chosen plan at the planner's other choices and kept where the mean
+// over the sampled steps is lower (the search ranks on step 0 alone). On
+// tiny_mllm on 8 H100 no single such change that fits memory makes the
+// returned plan's mean lower; before the pass one did (the vision projector's
+// micro-batch: 0.8866 → 0.8604 ms over the four steps).
+BOOST_AUTO_TEST_CASE(micro_batches_tried_again_over_the_sampled_steps) {
+  const Modelled m("models/tiny_mllm.sect", "configs/h100x8.toml");
+  const std::vector<Batch> batches = sampled_steps(m);
+  const Plan plan = planned_over(m, batches);
+  const double planned = mean_s(m, plan, batches);
+  int tried = 0;
+  for (size_t s = 0; s < plan.sections.size(); ++s) {
+    if (m.program.sections[s].micro_batch) continue;
+    for (int64_t mb : kMicroBatchChoices) {
+      Plan other = plan;
+      other.sections[s].micro_batch = mb;
+      BOOST_TEST(mean_s(m, other, batches) >= planned * (1 - 1e-9),
+                 m.program.sections[s].name << " at micro-batch " << mb);
+      ++tried;
+    }
+  }
+  BOOST_TEST(tried > 0);
+  BOOST_TEST_MESSAGE("tiny_mllm on 8 H100: mean of 4 steps " << planned << " s");
 }
 
 // PlannerOptions::raise_in_flight_cap: omni_7b's LLM (pp 2) gets more than
