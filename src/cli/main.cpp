@@ -186,7 +186,7 @@ int run(int argc, char** argv) {
 
 }  // namespace maestro
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(MAESTRO_ASAN)  // CMakeLists.txt, MAESTRO_SANITIZE=asan (gcc or clang)
 // Under ASan (CI's second stage), LeakSanitizer checks every maestro-run at
 // exit. CAF 0.17's middleman leaves hidden helper actors (and the BASP
 // broker they hold) alive past the actor system when a run spans processes,

@@ -44,7 +44,9 @@ std::string devices_seen(int devices) {
 std::mutex g_mu;
 GpuSettings g_settings;
 std::set<int> g_checked_devices;  // devices whose self-check passed
+#if MAESTRO_HAVE_CUDA_BACKEND
 std::atomic<int> g_next_device{0};
+#endif
 
 }  // namespace
 

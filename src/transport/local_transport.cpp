@@ -220,7 +220,7 @@ TensorRef LocalTransport::allocate(std::vector<int64_t> shape, DType dtype, uint
   const auto [rid, offset] = at;
   TensorRef ref;
   ref.buffer = std::shared_ptr<Buffer>(new Buffer{data, capacity, state_->id, rid, offset, Device::Host, {}},
-                                       [state, rid, offset](Buffer* b) {
+                                       [state, rid = rid, offset = offset](Buffer* b) {  // clang 14: no capture of a binding
                                          state->give_back(rid, offset);
                                          delete b;
                                        });

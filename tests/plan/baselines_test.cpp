@@ -170,7 +170,7 @@ BOOST_AUTO_TEST_CASE(mimo_keeps_one_micro_batch_per_module) {
 // ViT at tp 1 there, recomputing its layers now keeps them.)
 BOOST_AUTO_TEST_CASE(sequential_runs_what_fits_together) {
   const Modelled m("models/internvl_20b.sect", "configs/h100x8.toml");
-  const auto& [g, cl, cost, batches] = std::tie(m.g, m.cl, m.cost, m.batches);
+  const auto& g = m.g; const auto& cl = m.cl; const auto& cost = m.cost; const auto& batches = m.batches;
   int64_t states = 0, in_flight = 0;
   for (int s = 0; s < int(g.nodes.size()); ++s) {
     const ShapeOption best = shapes_alone(g, cl, cost, s, batches[0]).front();
@@ -222,7 +222,7 @@ BOOST_AUTO_TEST_CASE(forward_twice_costs_one_more_forward) {
     pin("projector", 1, 1, 64, 2);
     pin("llm", 4, 1, 16, 1);
   });
-  const auto& [g, cost, batches] = std::tie(m.g, m.cost, m.batches);
+  const auto& g = m.g; const auto& cost = m.cost; const auto& batches = m.batches;
   Cluster cl = m.cl;
   const BaselineResult seq = sequential_baseline(g, cl, cost, batches);
   BOOST_TEST_MESSAGE("sequential: " << seq.config);
@@ -267,7 +267,7 @@ BOOST_AUTO_TEST_CASE(forward_twice_costs_one_more_forward) {
 // H100 at all: its ViT's 25 heads split over no tp > 1.
 BOOST_AUTO_TEST_CASE(mimo_colocated_modules_fit_the_device_together) {
   const Modelled m("models/kd_70b_to_8b.sect", "configs/h100x8.toml");
-  const auto& [g, cl, cost, batches] = std::tie(m.g, m.cl, m.cost, m.batches);
+  const auto& g = m.g; const auto& cl = m.cl; const auto& cost = m.cost; const auto& batches = m.batches;
   const BaselineResult mimo = tuned_mimo(g, cl, cost, batches);
   BOOST_TEST_MESSAGE("mimo: " << mimo.config);
   BOOST_REQUIRE(mimo.config.rfind("colocated: ", 0) == 0);
@@ -302,7 +302,7 @@ BOOST_AUTO_TEST_CASE(every_search_keeps_to_a_tp_the_model_splits_over) {
   const Modelled m("models/omni_whisper_7b.sect", "configs/h100x1024.toml", [](Program& p) {
     for (Section& s : p.sections) s.parallel.tp.reset(), s.parallel.pp.reset(), s.parallel.dp.reset();
   });
-  const auto& [g, cl, cost, batches] = std::tie(m.g, m.cl, m.cost, m.batches);
+  const auto& g = m.g; const auto& cl = m.cl; const auto& cost = m.cost; const auto& batches = m.batches;
   BOOST_REQUIRE(!splits_over_tp(g.section(g.find("llm")).model, 8));
   BOOST_REQUIRE(!splits_over_tp(g.section(g.find("audio")).model, 8));
   const Plan plan = plan_program(g, cl, cost, batches[0]);

@@ -424,7 +424,7 @@ BOOST_AUTO_TEST_CASE(the_disjoint_plan_is_a_finalist_over_the_sampled_steps) {
   for (const auto& [cluster, edit] : std::vector<std::pair<std::string, std::function<void(Program&)>>>{
            {"configs/h100x8.toml", {}}, {"configs/h100x64.toml", every_degree_auto}}) {
     const Modelled m("models/tiny_mllm.sect", cluster, edit);
-    const auto& [g, cl, cost] = std::tie(m.g, m.cl, m.cost);
+    const auto& g = m.g; const auto& cl = m.cl; const auto& cost = m.cost;
     const std::vector<Batch> batches = sampled_steps(m);
     PlannerOptions on;
     on.later_batches.assign(batches.begin() + 1, batches.end());
@@ -518,7 +518,7 @@ BOOST_AUTO_TEST_CASE(in_flight_cap_raised_within_memory) {
 // planned with one sweep here: the mean ranking is what is tested.
 BOOST_AUTO_TEST_CASE(the_plan_is_chosen_by_its_mean_over_the_sampled_steps) {
   const Modelled m("bench/plan_simulate/omni_7b_auto.sect", "configs/h200x64.toml");
-  const auto& [g, cl, cost] = std::tie(m.g, m.cl, m.cost);
+  const auto& g = m.g; const auto& cl = m.cl; const auto& cost = m.cost;
   const std::vector<Batch> batches = sampled_steps(m);
   PlannerOptions options;
   options.sweep_best_again = false;
@@ -548,7 +548,7 @@ BOOST_AUTO_TEST_CASE(sweeping_the_best_plan_again_is_never_slower) {
        std::vector<std::tuple<std::string, std::string, bool>>{{"models/kd_32b_to_1_5b.sect", "configs/h100x8.toml", true},
                                                                {"models/llava15_7b.sect", "configs/h100x8.toml", false}}) {
     const Modelled m(model, cluster);
-    const auto& [g, cl, cost, batches] = std::tie(m.g, m.cl, m.cost, m.batches);
+    const auto& g = m.g; const auto& cl = m.cl; const auto& cost = m.cost; const auto& batches = m.batches;
     PlannerOptions once;
     once.sweep_best_again = false;
     const Plan swept = plan_program(g, cl, cost, batches[0]), single = plan_program(g, cl, cost, batches[0], once);
@@ -564,7 +564,7 @@ BOOST_AUTO_TEST_CASE(sweeping_the_best_plan_again_is_never_slower) {
 // results not counted again; the plan is the same without it.
 BOOST_AUTO_TEST_CASE(on_simulation_counts_each_new_simulation_and_changes_nothing) {
   const Modelled m("models/llava15_7b.sect", "configs/h100x8.toml");
-  const auto& [g, cl, cost] = std::tie(m.g, m.cl, m.cost);
+  const auto& g = m.g; const auto& cl = m.cl; const auto& cost = m.cost;
   const Sampler sampler(m.program.data, m.program.train.global_batch);
   PlannerOptions options;
   options.later_batches = {sampler.batch(1)};
@@ -582,7 +582,7 @@ BOOST_AUTO_TEST_CASE(on_simulation_counts_each_new_simulation_and_changes_nothin
 // (the one that can run is tested in baselines_test).
 BOOST_AUTO_TEST_CASE(sequential_ideal_is_sum_of_sections_on_all_devices) {
   const Modelled m("models/llava15_7b.sect", "configs/h100x64.toml");
-  const auto& [g, cl, cost, batches] = std::tie(m.g, m.cl, m.cost, m.batches);
+  const auto& g = m.g; const auto& cl = m.cl; const auto& cost = m.cost; const auto& batches = m.batches;
   const BaselineResult seq = sequential_ideal_baseline(g, cl, cost, batches);
   double sum = 0;
   for (size_t s = 0; s < g.nodes.size(); ++s) {
