@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include "cpu/cpu_backend.h"
@@ -44,8 +45,10 @@ double rel(const F& a, const F& b) {
 
 // One op's inputs for the oracle and our results to compare with its outputs.
 struct OracleCase {
+  OracleCase(std::string name, std::string op, nlohmann::json params = nlohmann::json::object())
+      : name(std::move(name)), op(std::move(op)), params(std::move(params)) {}
   std::string name, op;
-  nlohmann::json params = nlohmann::json::object();
+  nlohmann::json params;
   std::vector<std::pair<std::string, F>> f32;
   std::vector<std::pair<std::string, I>> i32;
   std::map<std::string, std::vector<int64_t>> shapes;
