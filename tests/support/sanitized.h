@@ -2,8 +2,8 @@
 // TSan stages), and the workloads the planner's long sweeps leave to the
 // plain build there. Planning InternVL-20B/26B and Omni-Whisper-7B on 64
 // H100 is a search over many plans; under ASan it runs about 10x slower, and
-// three such sweeps (unit.plan.simulate_e2e, unit.plan.wavefront_vs_sequential)
-// took 2,000 s of CI's 90 minutes on 2 cores. The plain build (`make test`,
+// the two sweeps that ran them (unit.plan.simulate_e2e,
+// unit.plan.wavefront_vs_sequential) took 2,015 s of CI's 90 minutes on 2 cores. The plain build (`make test`,
 // CI's first stage) runs every workload; under a sanitizer the same code
 // paths run on every other workload and on these models' other clusters
 // (docs/runtime.md, "Checking with ASan").
