@@ -160,13 +160,15 @@ int run_model(const ModelArgs& a, bool fp32, int device) {
   return j["ok"] ? 0 : 1;
 }
 
-int run_step(const ModelArgs& a, bool fp32, AttentionPath attention, int device, int steps, int warmup) {
+int run_step(const ModelArgs& a, bool fp32, AttentionPath attention, int64_t causal_block, int device, int steps,
+             int warmup) {
   const Program program = load_transformer(a, fp32);
   const Section& section = program.sections[0];
   CudaBackendOptions o;
   o.device = device;
   o.bf16_gemm = !fp32;
   o.attention = attention;
+  o.causal_block = causal_block;
   const std::unique_ptr<Backend> gpu = make_cuda_backend(o);
   SectionModel model(section, *gpu, 1);
   const auto ids = token_ids(a);
@@ -194,6 +196,7 @@ int run_step(const ModelArgs& a, bool fp32, AttentionPath attention, int device,
   j["check"] = "step";
   j["precision"] = fp32 ? "fp32" : "bf16";
   j["attention"] = int(attention);
+  j["causal_block"] = causal_block;
   j["params"] = model.parameter_count();
   j["step_s"] = step_s;
   j["median_s"] = median;
@@ -298,12 +301,17 @@ int main(int argc, char** argv) {
   }
   step->add_option("--steps", steps);
   step->add_option("--warmup", warmup);
+  int64_t causal_block = 0;
+  step->add_option("--causal-block", causal_block,
+                   "query rows per block of a causal sequence's attention GEMMs (0: launch_plan's causal_block; "
+                   "the sequence's length or more: the whole square)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*ops) return run_ops(fp32, attention, device);
     if (*self) return run_selfcheck(device);
     if (*model) return run_model(m, fp32, device);
-    if (*step) return run_step(m, fp32, attention, device, steps, warmup);
+    if (*step) return run_step(m, fp32, attention, causal_block, device, steps, warmup);
     if (*gemm) return run_gemm(device);
     if (*copies) return run_copies(device);
   } catch (const std::exception& e) {

@@ -24,6 +24,8 @@ stub "$fake/build/tests/gpu/test_gpu" 'echo "*** No errors detected"'
 stub "$fake/build/maestro-run" '
 backend=$(grep -o "\"[a-z]*\"" "${@: -1}" | tr -d \") ; for a; do [ "$prev" = --config ] && backend=$(grep -o "\"[a-z]*\"" "$a" | tr -d \"); prev=$a; done
 l2=1.5; [ "${FALLING:-1}" = 0 ] && l2=2.5; [ "$backend" = cpu ] && [ "${AGREE:-1}" = 0 ] && l2=1.0
+case "$1" in *llm_1_3b.sect) for i in 0 1 2 3 4 5 6 7; do  # a first step of 900 ms, then 250 ms
+  echo "maestro-run: [debug] step $i done: loss 8.0, 2 samples, $([ $i = 0 ] && echo 900.0 || echo 250.0) ms (0.1 ms in the scheduler)" >&2; done;; esac
 echo "{\"backend\": \"$backend\", \"first_loss\": 2.0, \"final_loss\": $l2, \"losses\": [2.0, $l2]}"'
 stub "$fake/build/bench/bench_gpu" '
 for a; do case "$a" in
@@ -42,7 +44,8 @@ check '[ $st = 0 ]' "all stand-ins pass: status 0 ($st)"
 check 'grep -q "^## torch step: SKIP" "$fake/report.md" && grep -q "^## torch step sdpa: SKIP" "$fake/report.md"' "no torch with CUDA: both torch steps are SKIP"
 check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBLASLt peak 700.0" "$fake/report.md"' "MFU against 989 and against the measured peak, in the report"
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 16 ]' "16 steps PASS (all but build, skipped, and torch)"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 18 ]' "18 steps PASS (all but build, skipped, and torch)"
+check 'grep -q "maestro-run 16384 tokens/s (median step 250.0 ms over steps 2-7, the first 900 ms), 0.82 of the bare section loop" "$fake/report.md"' "maestro-run's steady step time against the bare loop, in the report"
 check 'grep -q "64 MiB device->host: pinned 25.0 GB/s, pageable 10.0 GB/s (2.50x); host->device: 12.5 / 12.0 GB/s" "$fake/report.md"' "the host copies, pinned against pageable, in the report"
 check 'grep -q "^## dp 2 over NCCL: SKIP" "$fake/report.md" && grep -q "^## tp 2 over NCCL: SKIP" "$fake/report.md"' "one GPU: the dp 2 and tp 2 steps are SKIP"
 check 'grep -q "^## dp 2 over processes: PASS" "$fake/report.md"' "... but dp 2 over processes runs (the staged ring on one GPU)"
@@ -66,7 +69,7 @@ check 'grep -q "PyTorch (SDPA, fused AdamW) 40000 tokens/s, maestro 20000 tokens
 
 STALL=1 STEP_TIMEOUT=2 run; st=$?
 check '[ $st = 1 ] && grep -q "^## selfcheck: FAIL" "$fake/report.md" && grep -q "stopped after --step-timeout 2 s" "$fake/report.md"' "a step that hangs is stopped at --step-timeout and FAILs ($st)"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 15 ]' "... and the steps after it still run"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 17 ]' "... and the steps after it still run"
 
 [ "$fail" = 0 ] || { echo "--- report headers:"; grep "^## " "$fake/report.md"; }
 exit $fail

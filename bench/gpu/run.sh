@@ -4,7 +4,8 @@
 #   2. the start-up self-check (fast kernels vs the reference path), timed
 #   3. every op, CUDA backend vs CPU backend: fp32 (<= 1e-5) and bf16 (~1e-2),
 #      and the tensor-core attention (5e-2)
-#   4. a transformer's loss and all gradients, CUDA vs CPU engine (fp32, bf16)
+#   4. a transformer's loss and all gradients, CUDA vs CPU engine (fp32, bf16;
+#      bf16 also with sequences of 1,500 and 3,000 tokens: tensor-core attention)
 #   5. maestro-run: tiny_mllm 3 steps, backend cuda vs cpu (fp32 losses agree)
 #   6. maestro-run: tiny_mllm and tiny_kd on cuda, the loss falls
 #   6b. tiny_mllm with its llm section at dp = 2 (gradients all-reduced
@@ -17,6 +18,8 @@
 #   7. cuBLASLt bf16 GEMM peak, then the 1.3B transformer section (layers 24,
 #      hidden 2048, heads 16, ffn 5504, vocab 32000, seq 2048, bf16):
 #      tokens/s, MFU vs 989 TFLOP/s (H100) and vs the measured GEMM peak;
+#      the same section trained by maestro-run (bench/gpu/llm_1_3b.sect:
+#      the whole runtime, its step times against the bare loop's);
 #      the same model in PyTorch (bf16 autocast) on the same GPU when
 #      $TORCH_PYTHON (default python3) has torch with CUDA, else SKIP: as
 #      our side (attention written out, plain AdamW), and at PyTorch's best
@@ -59,6 +62,9 @@ torch_py=${TORCH_PYTHON:-python3}  # a python whose torch has CUDA, for the PyTo
 big="--layers 24 --hidden 2048 --heads 16 --ffn 5504 --vocab 32000 --samples 2 --tokens 2048"
 [ "$quick" = 1 ] && big="--layers 4 --hidden 1024 --heads 8 --ffn 2816 --vocab 32000 --samples 2 --tokens 2048"
 small="--layers 2 --hidden 128 --heads 4 --ffn 384 --vocab 512 --samples 3 --tokens 40"
+# rows of 1,500 and 3,000 keys: the tensor-core attention (auto from 256 tokens in bf16) with its softmax
+# kernels for rows of up to 2,048 and 4,096 keys, which the self-check's short sequences do not reach
+long_rows="--layers 2 --hidden 128 --heads 4 --ffn 384 --vocab 512"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 cfg_dir=$(mktemp -d)
 trap 'rm -rf "$cfg_dir"' EXIT
@@ -79,6 +85,7 @@ plan=(
   "ops tensor-core attention|$bench --attention tensorcore ops"
   "model fp32|$bench --fp32 model $small"
   "model bf16|$bench model $small"
+  "model bf16 long rows|$bench model $long_rows --samples 2 --tokens 1500 && $bench model $long_rows --samples 1 --tokens 3000"
   "engine cuda vs cpu|$run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "train tiny_mllm|$run models/tiny_mllm.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
   "train tiny_kd|$run models/tiny_kd.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
@@ -88,6 +95,7 @@ plan=(
   "gemm peak|$bench gemm"
   "host copies|$bench copies"
   "transformer step|$bench step $big --steps 5 --warmup 2"
+  "maestro-run 1.3B|$run bench/gpu/llm_1_3b.sect --steps 8 --json --quiet --log-level debug --config $cfg_dir/cuda.toml"
   "torch step|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --steps 5 --warmup 2"
   "torch step sdpa|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --sdpa --fused-adamw --steps 5 --warmup 2"
   "sanitizer ops|$sanitizer --tool memcheck --error-exitcode 1 $bench --fp32 ops"
@@ -115,8 +123,12 @@ if [ "$dry" = 1 ]; then
     fi
   fi
   [ -x "$sanitizer" ] && echo "  ok  $sanitizer" || echo "  note: no compute-sanitizer here ($sanitizer): the sanitizer steps need it on the GPU machine"
-  for m in models/tiny_mllm.sect models/tiny_kd.sect; do
-    [ -f "$m" ] && echo "  ok  $m" || { echo "  MISSING $m"; fail=1; }
+  for m in models/tiny_mllm.sect models/tiny_kd.sect bench/gpu/llm_1_3b.sect; do
+    if [ -x "$run" ]; then
+      "$run" "$m" --check >/dev/null 2>&1 && echo "  ok  $m (maestro-run --check)" || { echo "  FAIL $m: maestro-run --check"; fail=1; }
+    else
+      [ -f "$m" ] && echo "  ok  $m" || { echo "  MISSING $m"; fail=1; }
+    fi
   done
   grep -q "dp = 2" "$cfg_dir/tiny_mllm_dp2.sect" && echo "  ok  tiny_mllm at dp = 2 for 'dp 2 over NCCL'" ||
     { echo "  FAIL models/tiny_mllm.sect no longer has the llm's 'parallel { dp = auto; }' that run.sh pins to 2"; fail=1; }
@@ -191,6 +203,24 @@ gemm = json.loads(sys.argv[1].splitlines()[-1]); step = json.loads(sys.argv[2].s
 tf = step["tflops"]
 print("tokens/s %.0f, model %.1f TFLOP/s, MFU %.1f%% of 989 TFLOP/s (H100 bf16), %.1f%% of the measured cuBLASLt peak %.1f TFLOP/s on %s"
       % (step["tokens_per_s"], tf, 100 * tf / 989, 100 * tf / gemm["peak_tflops"], gemm["peak_tflops"], gemm["device"]))
+PY
+      ;;
+    "maestro-run 1.3B")
+      # the runtime's step times (--log-level debug) from step 2 on, against the bare loop of "transformer step"
+      [ "$st" = 0 ] && { $py - "$quick" "${out[transformer step]}" "$log" <<'PY' || verdict=FAIL; }
+import json, re, statistics, sys
+quick, loop_log, log = sys.argv[1:4]
+run = json.loads([l for l in log.splitlines() if l.startswith("{")][-1])
+ms = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"step (\d+) done: [^\n]*?, ([\d.]+) ms \(", log)}
+steady = [ms[k] for k in sorted(ms) if k >= 2]
+assert run["backend"] == "cuda" and len(steady) >= 3, (run.get("backend"), ms)
+median = statistics.median(steady)
+tps = 2 * 2048 / (median / 1e3)  # llm_1_3b.sect: global_batch 2 of 2,048 tokens
+ratio = ""
+if quick == "0" and loop_log.strip():  # --quick times a smaller section in "transformer step"
+    ratio = ", %.2f of the bare section loop" % (tps / json.loads(loop_log.splitlines()[-1])["tokens_per_s"])
+print("maestro-run %.0f tokens/s (median step %.1f ms over steps 2-%d, the first %.0f ms)%s"
+      % (tps, median, max(ms), ms[0], ratio))
 PY
       ;;
     "host copies")

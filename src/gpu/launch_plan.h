@@ -43,11 +43,13 @@ constexpr int64_t kTensorCoreMinLength = 256;
 AttentionKernel choose_attention(AttentionPath path, bool bf16_gemm, int64_t D, int64_t longest_sequence);
 int64_t longest_sequence(const int32_t* cu_seqlens, int64_t n_seq);
 // The query-row block of a causal sequence's batched attention GEMMs
-// (gemm_plan.h, "Causal blocks"): 0 (the whole square) below 512 tokens,
+// (gemm_plan.h, "Causal blocks"): 0 (the whole square) below 2,048 tokens,
 // else about L/8 rounded up to 64 and at least kCausalBlockMin rows, so a
-// sequence of 2,048 tokens takes 8 blocks of 256 (56 % of the square's
-// multiply-adds) and each GEMM stays large enough for the tensor cores.
-constexpr int64_t kCausalBlockMin = 256;
+// sequence of 2,048 tokens takes 2 blocks of 1,024 (75 % of the square's
+// multiply-adds) and every GEMM stays large enough for the tensor cores.
+// Measured on an H200 (docs/PERFORMANCE.md §6): at 2,048 tokens blocks of
+// 1,024 rows beat 512, 512 beat the whole square, and 256 and 128 lost to it.
+constexpr int64_t kCausalBlockMin = 1024;
 int64_t causal_block(int64_t L);
 
 }  // namespace maestro

@@ -1,7 +1,8 @@
 // compare_backends (gpu/backend_compare.h), the harness of the CUDA
 // self-check and of bench/gpu's op check, run here with CPU backends: two
 // CPU backends agree on every op of every family; a backend with one op off
-// by 1e-3 is caught and named, the others still pass.
+// by 1e-3 is caught and named, the others still pass; so is a norm whose
+// bits vary from call to call.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -13,10 +14,13 @@ using namespace maestro;
 
 namespace {
 
-// The CPU backend with gelu_forward's output nudged by 1e-3 (a broken kernel).
+// The CPU backend with gelu_forward's output nudged by 1e-3 (a broken
+// kernel), or with every second sq_norm off in its last bits (a sum whose
+// order varies from call to call, as with atomics).
 class NudgedGelu final : public Backend {
  public:
-  NudgedGelu() : Backend(Device::Host), b_(make_cpu_backend(1)) {}
+  explicit NudgedGelu(bool wobbly_norm = false)
+      : Backend(Device::Host), b_(make_cpu_backend(1)), wobbly_norm_(wobbly_norm) {}
   const char* name() const override { return "nudged"; }
   void* allocate(size_t n, DType d) override { return b_->allocate(n, d); }
   double* allocate_scalars(size_t n) override { return b_->allocate_scalars(n); }
@@ -30,7 +34,10 @@ class NudgedGelu final : public Backend {
   void add(float* o, const float* a, const float* b, size_t n) override { b_->add(o, a, b, n); }
   void accumulate(float* d, const float* s, size_t n) override { b_->accumulate(d, s, n); }
   void scale(float* p, float s, size_t n) override { b_->scale(p, s, n); }
-  void sq_norm(double* o, const float* p, size_t n) override { b_->sq_norm(o, p, n); }
+  void sq_norm(double* o, const float* p, size_t n) override {
+    b_->sq_norm(o, p, n);
+    if (wobbly_norm_ && ++norms_ % 2 == 0) *o *= 1 + 1e-15;
+  }
   void embedding_forward(float* o, const int32_t* t, const float* tb, int64_t N, int64_t C) override {
     b_->embedding_forward(o, t, tb, N, C);
   }
@@ -80,7 +87,8 @@ class NudgedGelu final : public Backend {
   }
   void gelu_forward(float* o, const float* i, size_t n) override {
     b_->gelu_forward(o, i, n);
-    for (size_t k = 0; k < n; ++k) o[k] += 1e-3f;
+    if (!wobbly_norm_)
+      for (size_t k = 0; k < n; ++k) o[k] += 1e-3f;
   }
   void gelu_backward(float* di, const float* d, const float* i, size_t n) override { b_->gelu_backward(di, d, i, n); }
   void im2col_patches(float* p, const float* x, int64_t I, int64_t Ch, int64_t S, int64_t ps) override {
@@ -120,6 +128,8 @@ class NudgedGelu final : public Backend {
 
  private:
   std::unique_ptr<Backend> b_;
+  bool wobbly_norm_;
+  int norms_ = 0;
 };
 
 }  // namespace
@@ -143,6 +153,14 @@ BOOST_AUTO_TEST_CASE(a_broken_op_is_named) {
   auto cpu = make_cpu_backend(1);
   const std::vector<OpCheck> r = compare_backends(nudged, *cpu, {});
   for (const OpCheck& c : r) BOOST_TEST(c.ok() == (c.op != "gelu_forward"), c.op << " rel err " << c.rel_err);
+}
+
+BOOST_AUTO_TEST_CASE(a_norm_that_varies_from_call_to_call_is_named) {
+  NudgedGelu wobbly(true);
+  auto cpu = make_cpu_backend(1);
+  const std::vector<OpCheck> r = compare_backends(wobbly, *cpu, {});
+  for (const OpCheck& c : r) BOOST_TEST(c.ok() == (c.op != "sq_norm (repeatable)"), c.op << " rel err " << c.rel_err);
+  BOOST_TEST(std::any_of(r.begin(), r.end(), [](const OpCheck& c) { return c.op == "sq_norm (repeatable)"; }));
 }
 
 BOOST_AUTO_TEST_CASE(families_can_be_chosen) {

@@ -67,15 +67,17 @@ BOOST_AUTO_TEST_CASE(attention_kernel_choice) {
   BOOST_TEST((choose_attention(P::Auto, true, 256, 10) == K::BatchedBf16));
 }
 
-// Causal blocks: none below 512 tokens, then ~L/8 rounded up to 64, at least 256 rows.
+// Causal blocks: none below 2,048 tokens, then ~L/8 rounded up to 64, at least 1,024 rows.
 BOOST_AUTO_TEST_CASE(causal_block_sizes) {
   BOOST_TEST(causal_block(1) == 0);
+  BOOST_TEST(causal_block(1500) == 0);
   BOOST_TEST(causal_block(2 * kCausalBlockMin - 1) == 0);
   BOOST_TEST(causal_block(2 * kCausalBlockMin) == kCausalBlockMin);  // two blocks
-  BOOST_TEST(causal_block(2048) == 256);
-  BOOST_TEST(causal_block(4096) == 512);
-  BOOST_TEST(causal_block(4100) == 576);  // 513 rounded up to 64: still 8 blocks
-  for (int64_t L : {512, 777, 2048, 3000, 8192, 32768}) {
+  BOOST_TEST(causal_block(2048) == 1024);
+  BOOST_TEST(causal_block(4096) == 1024);
+  BOOST_TEST(causal_block(8192) == 1024);
+  BOOST_TEST(causal_block(8200) == 1088);  // 1,025 rounded up to 64: still 8 blocks
+  for (int64_t L : {2048, 3000, 4100, 8192, 32768}) {
     const int64_t b = causal_block(L), blocks = (L + b - 1) / b;
     BOOST_TEST(b % 64 == 0);
     BOOST_TEST(b >= kCausalBlockMin);

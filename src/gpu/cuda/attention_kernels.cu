@@ -64,6 +64,44 @@ __global__ void attention_softmax_bf16_kernel(const float* S, uint16_t* P16, flo
   if (threadIdx.x == 0) lse[(t0 + i) * H + h] = l;
 }
 
+// As attention_softmax_bf16_kernel for rows of at most kPer·kRowThreads
+// keys: the row's scores are read once into registers (max, Σ exp, then
+// P = exp·(1/Σ)), not twice with an online softmax's two exps per score.
+// Thread t holds keys t + k·kRowThreads; past the row's end x = −∞, so its
+// exp is the masked zero written up to the row's block end.
+template <int kPer>
+__global__ void attention_softmax_bf16_rows_kernel(const float* S, uint16_t* P16, float* lse, int64_t t0, int64_t L,
+                                                   int64_t H, bool causal, int64_t block) {
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x, h = r / L, i = r % L;
+  const float* row = S + r * L;
+  uint16_t* out = P16 + r * L;
+  const int64_t end = causal ? i + 1 : L, read_end = gm::attention_row_end(i, L, block);
+  float x[kPer];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t j = threadIdx.x + int64_t(k) * kRowThreads;
+    x[k] = j < end ? row[j] : -INFINITY;
+    mx = fmaxf(mx, x[k]);
+  }
+  mx = block_max(mx, shared);  // finite: every row sees at least its own key
+  float sum = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    x[k] = expf(x[k] - mx);
+    sum += x[k];
+  }
+  sum = block_sum(sum, shared);
+  const float inv = 1.0f / sum;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t j = threadIdx.x + int64_t(k) * kRowThreads;
+    if (j < read_end) out[j] = float_to_bf16(x[k] * inv);
+  }
+  if (threadIdx.x == 0) lse[(t0 + i) * H + h] = gm::softmax_lse({mx, sum});
+}
+
 // Tensor-core path, backward: one block per score row (h, i). From S
 // (scores) and dP = dO·vᵀ: P = exp(S − lse) where visible, dS = P·(dP −
 // delta), both written as bf16 (the gradient GEMMs' operands). Replaces
@@ -282,7 +320,15 @@ void launch_attention_dscores(float* dP, const float* P, const float* delta, int
 
 void launch_attention_softmax_bf16(const float* S, uint16_t* P16, float* lse, int64_t t0, int64_t L, int64_t H,
                                    bool causal, int64_t block, cudaStream_t st) {
-  attention_softmax_bf16_kernel<<<unsigned(H * L), kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
+  const auto rows = unsigned(H * L);
+  if (L <= 4 * kRowThreads)
+    attention_softmax_bf16_rows_kernel<4><<<rows, kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
+  else if (L <= 8 * kRowThreads)
+    attention_softmax_bf16_rows_kernel<8><<<rows, kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
+  else if (L <= 16 * kRowThreads)
+    attention_softmax_bf16_rows_kernel<16><<<rows, kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
+  else  // longer rows: the online softmax, two reads of the row
+    attention_softmax_bf16_kernel<<<rows, kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
 

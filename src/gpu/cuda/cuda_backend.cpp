@@ -159,8 +159,9 @@ class CudaBackend final : public Backend {
   void accumulate(float* dst, const float* src, size_t n) override { on_device(); launch_accumulate(dst, src, n, stream_); }
   void scale(float* p, float s, size_t n) override { on_device(); launch_scale(p, s, n, stream_); }
   void sq_norm(double* out, const float* p, size_t n) override {
-    zero_scalars(out, 1);
-    launch_sq_norm(out, p, n, stream_);
+    on_device();
+    auto* partial = reinterpret_cast<double*>(scratch(kNormPartials, size_t(2 * kSqNormMaxBlocks)));
+    launch_sq_norm(out, partial, p, n, stream_);
   }
 
   // ---- embedding -------------------------------------------------------------------
@@ -390,7 +391,7 @@ class CudaBackend final : public Backend {
 
  private:
   enum ScratchSlot { kScores, kDScores, kDelta, kIndices, kTiles, kBf16A, kBf16B, kBf16Dout, kQ16, kK16, kV16, kDO16,
-                     kP16, kDS16, kSlots };
+                     kP16, kDS16, kNormPartials, kSlots };
 
   // The caller's thread may have another device current (several backends
   // per process): every entry point makes ours current first.

@@ -48,12 +48,23 @@ __global__ void accumulate_kernel(float* d, const float* s, size_t n) {
 __global__ void scale_kernel(float* p, float s, size_t n) {
   MAESTRO_GRID_STRIDE(i, n) p[i] *= s;
 }
-__global__ void sq_norm_kernel(double* out, const float* p, size_t n) {
+// Σ p² in two passes, no atomics: every run (and every replica of a dp
+// group, which compare their norms bit for bit) gets the same bits.
+// Pass 1: block b's share of the grid-stride loop → partial[b].
+__global__ void sq_norm_partial_kernel(double* partial, const float* p, size_t n) {
   __shared__ double shared[32];
   double s = 0;
   MAESTRO_GRID_STRIDE(i, n) s += gm::sq(p[i]);
   s = block_sum(s, shared);
-  if (threadIdx.x == 0) atomicAdd(out, s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+// Pass 2: one block sums partial[0, blocks) in a fixed order.
+__global__ void sum_partials_kernel(double* out, const double* partial, unsigned blocks) {
+  __shared__ double shared[32];
+  double s = 0;
+  for (unsigned b = threadIdx.x; b < blocks; b += blockDim.x) s += partial[b];
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) *out = s;
 }
 
 __global__ void embedding_forward_kernel(float* out, const int32_t* tok, const float* table, int64_t N, int64_t C) {
@@ -289,9 +300,11 @@ void launch_accumulate(float* dst, const float* src, size_t n, cudaStream_t st) 
   MAESTRO_LAUNCH(accumulate_kernel, n, dst, src, n);
 }
 void launch_scale(float* p, float s, size_t n, cudaStream_t st) { MAESTRO_LAUNCH(scale_kernel, n, p, s, n); }
-void launch_sq_norm(double* out, const float* p, size_t n, cudaStream_t st) {
-  if (n == 0) return;
-  sq_norm_kernel<<<unsigned(grid_blocks(int64_t(n), kThreads, 1024)), kThreads, 0, st>>>(out, p, n);
+void launch_sq_norm(double* out, double* partial, const float* p, size_t n, cudaStream_t st) {
+  const auto grid = unsigned(grid_blocks(int64_t(n), kThreads, kSqNormMaxBlocks));
+  sq_norm_partial_kernel<<<grid, kThreads, 0, st>>>(partial, p, n);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+  sum_partials_kernel<<<1, kThreads, 0, st>>>(out, partial, grid);
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
 

@@ -18,7 +18,9 @@ void launch_convert(void* dst, DType dst_dtype, const void* src, DType src_dtype
 void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t st);
 void launch_accumulate(float* dst, const float* src, size_t n, cudaStream_t st);
 void launch_scale(float* p, float s, size_t n, cudaStream_t st);
-void launch_sq_norm(double* out, const float* p, size_t n, cudaStream_t st);  // *out must be zeroed first
+// *out = Σ p², the same bits on every call (no atomics); partial: kSqNormMaxBlocks doubles of scratch.
+constexpr int64_t kSqNormMaxBlocks = 1024;
+void launch_sq_norm(double* out, double* partial, const float* p, size_t n, cudaStream_t st);
 
 void launch_embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t N, int64_t C,
                               cudaStream_t st);
