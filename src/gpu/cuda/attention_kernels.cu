@@ -49,8 +49,13 @@ __global__ void attention_dscores_kernel(float* dP, const float* P, const float*
 }
 
 // Tensor-core path, forward: as attention_softmax_kernel, but P goes to a
-// bf16 buffer (the P·v GEMM's operand) and S is left as it was: one pass
-// over the row's scores instead of softmax in place, then a rounding pass.
+// bf16 buffer (the P·v GEMM's operand) and S is left as it was.
+// kPer > 0: rows of at most kPer·kRowThreads keys, read once into registers
+// (max, Σ exp, then P = exp·(1/Σ)); thread t holds keys t + k·kRowThreads,
+// and past the row's end x = −∞, so its exp is the masked zero written up
+// to the row's block end. kPer = 0: rows of any length, an online softmax
+// that reads the row twice (two exps per score).
+template <int kPer>
 __global__ void attention_softmax_bf16_kernel(const float* S, uint16_t* P16, float* lse, int64_t t0, int64_t L,
                                               int64_t H, bool causal, int64_t block) {
   __shared__ float shared[64];
@@ -58,48 +63,37 @@ __global__ void attention_softmax_bf16_kernel(const float* S, uint16_t* P16, flo
   const float* row = S + r * L;
   uint16_t* out = P16 + r * L;
   const int64_t end = causal ? i + 1 : L, read_end = gm::attention_row_end(i, L, block);
-  const float l = row_lse(row, end, shared);
-  for (int64_t j = threadIdx.x; j < end; j += blockDim.x) out[j] = float_to_bf16(expf(row[j] - l));
-  for (int64_t j = end + threadIdx.x; j < read_end; j += blockDim.x) out[j] = 0;  // masked: no score read
+  float l;
+  if constexpr (kPer == 0) {
+    l = row_lse(row, end, shared);
+    for (int64_t j = threadIdx.x; j < end; j += blockDim.x) out[j] = float_to_bf16(expf(row[j] - l));
+    for (int64_t j = end + threadIdx.x; j < read_end; j += blockDim.x) out[j] = 0;  // masked: no score read
+  } else {
+    float x[kPer];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int64_t j = threadIdx.x + int64_t(k) * kRowThreads;
+      x[k] = j < end ? row[j] : -INFINITY;
+      mx = fmaxf(mx, x[k]);
+    }
+    mx = block_max(mx, shared);  // finite: every row sees at least its own key
+    float sum = 0;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      x[k] = expf(x[k] - mx);
+      sum += x[k];
+    }
+    sum = block_sum(sum, shared);
+    const float inv = 1.0f / sum;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int64_t j = threadIdx.x + int64_t(k) * kRowThreads;
+      if (j < read_end) out[j] = float_to_bf16(x[k] * inv);
+    }
+    l = gm::softmax_lse({mx, sum});
+  }
   if (threadIdx.x == 0) lse[(t0 + i) * H + h] = l;
-}
-
-// As attention_softmax_bf16_kernel for rows of at most kPer·kRowThreads
-// keys: the row's scores are read once into registers (max, Σ exp, then
-// P = exp·(1/Σ)), not twice with an online softmax's two exps per score.
-// Thread t holds keys t + k·kRowThreads; past the row's end x = −∞, so its
-// exp is the masked zero written up to the row's block end.
-template <int kPer>
-__global__ void attention_softmax_bf16_rows_kernel(const float* S, uint16_t* P16, float* lse, int64_t t0, int64_t L,
-                                                   int64_t H, bool causal, int64_t block) {
-  __shared__ float shared[32];
-  const int64_t r = blockIdx.x, h = r / L, i = r % L;
-  const float* row = S + r * L;
-  uint16_t* out = P16 + r * L;
-  const int64_t end = causal ? i + 1 : L, read_end = gm::attention_row_end(i, L, block);
-  float x[kPer];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int64_t j = threadIdx.x + int64_t(k) * kRowThreads;
-    x[k] = j < end ? row[j] : -INFINITY;
-    mx = fmaxf(mx, x[k]);
-  }
-  mx = block_max(mx, shared);  // finite: every row sees at least its own key
-  float sum = 0;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    x[k] = expf(x[k] - mx);
-    sum += x[k];
-  }
-  sum = block_sum(sum, shared);
-  const float inv = 1.0f / sum;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int64_t j = threadIdx.x + int64_t(k) * kRowThreads;
-    if (j < read_end) out[j] = float_to_bf16(x[k] * inv);
-  }
-  if (threadIdx.x == 0) lse[(t0 + i) * H + h] = gm::softmax_lse({mx, sum});
 }
 
 // Tensor-core path, backward: one block per score row (h, i). From S
@@ -322,13 +316,13 @@ void launch_attention_softmax_bf16(const float* S, uint16_t* P16, float* lse, in
                                    bool causal, int64_t block, cudaStream_t st) {
   const auto rows = unsigned(H * L);
   if (L <= 4 * kRowThreads)
-    attention_softmax_bf16_rows_kernel<4><<<rows, kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
+    attention_softmax_bf16_kernel<4><<<rows, kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
   else if (L <= 8 * kRowThreads)
-    attention_softmax_bf16_rows_kernel<8><<<rows, kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
+    attention_softmax_bf16_kernel<8><<<rows, kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
   else if (L <= 16 * kRowThreads)
-    attention_softmax_bf16_rows_kernel<16><<<rows, kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
+    attention_softmax_bf16_kernel<16><<<rows, kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
   else  // longer rows: the online softmax, two reads of the row
-    attention_softmax_bf16_kernel<<<rows, kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
+    attention_softmax_bf16_kernel<0><<<rows, kRowThreads, 0, st>>>(S, P16, lse, t0, L, H, causal, block);
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
 
