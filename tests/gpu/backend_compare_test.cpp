@@ -14,13 +14,13 @@ using namespace maestro;
 
 namespace {
 
-// The CPU backend with gelu_forward's output nudged by 1e-3 (a broken
-// kernel), or with every second sq_norm off in its last bits (a sum whose
+// The CPU backend with one op nudged: gelu_forward's output by 1e-3 (a
+// broken kernel), or every second sq_norm in its last bits (a sum whose
 // order varies from call to call, as with atomics).
-class NudgedGelu final : public Backend {
+enum class Nudge { Gelu, NormBits };
+class Nudged final : public Backend {
  public:
-  explicit NudgedGelu(bool wobbly_norm = false)
-      : Backend(Device::Host), b_(make_cpu_backend(1)), wobbly_norm_(wobbly_norm) {}
+  explicit Nudged(Nudge nudge) : Backend(Device::Host), b_(make_cpu_backend(1)), nudge_(nudge) {}
   const char* name() const override { return "nudged"; }
   void* allocate(size_t n, DType d) override { return b_->allocate(n, d); }
   double* allocate_scalars(size_t n) override { return b_->allocate_scalars(n); }
@@ -36,7 +36,7 @@ class NudgedGelu final : public Backend {
   void scale(float* p, float s, size_t n) override { b_->scale(p, s, n); }
   void sq_norm(double* o, const float* p, size_t n) override {
     b_->sq_norm(o, p, n);
-    if (wobbly_norm_ && ++norms_ % 2 == 0) *o *= 1 + 1e-15;
+    if (nudge_ == Nudge::NormBits && ++norms_ % 2 == 0) *o *= 1 + 1e-15;
   }
   void embedding_forward(float* o, const int32_t* t, const float* tb, int64_t N, int64_t C) override {
     b_->embedding_forward(o, t, tb, N, C);
@@ -87,7 +87,7 @@ class NudgedGelu final : public Backend {
   }
   void gelu_forward(float* o, const float* i, size_t n) override {
     b_->gelu_forward(o, i, n);
-    if (!wobbly_norm_)
+    if (nudge_ == Nudge::Gelu)
       for (size_t k = 0; k < n; ++k) o[k] += 1e-3f;
   }
   void gelu_backward(float* di, const float* d, const float* i, size_t n) override { b_->gelu_backward(di, d, i, n); }
@@ -128,7 +128,7 @@ class NudgedGelu final : public Backend {
 
  private:
   std::unique_ptr<Backend> b_;
-  bool wobbly_norm_;
+  Nudge nudge_;
   int norms_ = 0;
 };
 
@@ -149,14 +149,14 @@ BOOST_AUTO_TEST_CASE(two_cpu_backends_agree_on_every_op) {
 }
 
 BOOST_AUTO_TEST_CASE(a_broken_op_is_named) {
-  NudgedGelu nudged;
+  Nudged nudged(Nudge::Gelu);
   auto cpu = make_cpu_backend(1);
   const std::vector<OpCheck> r = compare_backends(nudged, *cpu, {});
   for (const OpCheck& c : r) BOOST_TEST(c.ok() == (c.op != "gelu_forward"), c.op << " rel err " << c.rel_err);
 }
 
 BOOST_AUTO_TEST_CASE(a_norm_that_varies_from_call_to_call_is_named) {
-  NudgedGelu wobbly(true);
+  Nudged wobbly(Nudge::NormBits);
   auto cpu = make_cpu_backend(1);
   const std::vector<OpCheck> r = compare_backends(wobbly, *cpu, {});
   for (const OpCheck& c : r) BOOST_TEST(c.ok() == (c.op != "sq_norm (repeatable)"), c.op << " rel err " << c.rel_err);
