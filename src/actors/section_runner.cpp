@@ -360,7 +360,7 @@ double SectionRunner::group_sq_norm(double mine) {
 size_t SectionRunner::optimizer_state_bytes() const { return model_->optimizer_state_bytes(); }
 size_t SectionRunner::memory_bytes() const {
   return sizeof(float) * (size_t(model_->parameter_count()) + model_->grad_count() + model_->activation_pool_floats()) +
-         model_->optimizer_state_bytes();
+         model_->optimizer_state_bytes() + model_->bf16_copy_bytes();
 }
 size_t SectionRunner::unsharded_optimizer_state_bytes() const { return 2 * model_->grad_count() * sizeof(float); }
 bool SectionRunner::optimizer_sharded() const { return model_->optimizer_sharded(); }

@@ -101,7 +101,7 @@ class AudioEncoder final : public ModelImpl {
       a.frames = ctx.take(N * K);
       for (size_t i = 0; i < samples.size(); ++i)
         b_.copy_from_host(a.frames + g.pk.cu_seqlens[i] * K, samples[i].values.data(), (g.sample_tokens[i] * K) * sizeof(float));
-      b_.linear_forward(x0, a.frames, embed_w_.w, embed_b_.w, N, K, C);
+      b_.linear_forward(x0, a.frames, embed_w_.linear(), embed_b_.w, N, K, C);
       for (size_t i = 0; i < samples.size(); ++i)
         b_.accumulate(x0 + g.pk.cu_seqlens[i] * C, positions_, g.sample_tokens[i] * C);
     } else {
@@ -152,7 +152,7 @@ class AudioEncoder final : public ModelImpl {
       ctx.stage_dinput = {dx0, N, C};
       return none;
     }
-    b_.linear_backward(nullptr, embed_w_.g, embed_b_.g, dx0, a.frames, embed_w_.w, N, K, C);
+    b_.linear_backward(nullptr, embed_w_.g, embed_b_.g, dx0, a.frames, embed_w_.linear(), N, K, C);
     return none;
   }
 

@@ -18,7 +18,8 @@ namespace maestro {
 uint64_t splitmix64(uint64_t x);
 
 // Fills dst[t.numel()] with tensor t's initial values; full_name is
-// "<section>.<t.name>".
-void init_tensor(float* dst, const TensorShape& t, const std::string& full_name, uint64_t seed);
+// "<section>.<t.name>". A big tensor fills on up to `threads` threads
+// (0: one per core) — the same values.
+void init_tensor(float* dst, const TensorShape& t, const std::string& full_name, uint64_t seed, int threads = 0);
 
 }  // namespace maestro

@@ -73,7 +73,7 @@ class Mlp final : public ModelImpl {
       a.xs.push_back(x);
       float* z = ctx.take(N * L.out);
       const bool row = L.split == Split::Row;
-      b_.linear_forward(z, x, L.w.w, row && !adds_bias_ ? nullptr : L.b.w, N, L.in, L.out);
+      b_.linear_forward(z, x, L.w.linear(), row && !adds_bias_ ? nullptr : L.b.w, N, L.in, L.out);
       if (row) tp_->all_reduce(z, N * L.out);
       a.zs.push_back(z);
       if (l + 1 < layers_.size()) {
@@ -112,7 +112,7 @@ class Mlp final : public ModelImpl {
     for (int64_t l = int64_t(layers_.size()) - 1; l >= 0; --l) {
       const Layer& L = layers_[l];
       dx = ctx.take_zeroed(N * L.in);
-      b_.linear_backward(dx, L.w.g, L.b.g, dz, a.xs[l], L.w.w, N, L.in, L.out);
+      b_.linear_backward(dx, L.w.g, L.b.g, dz, a.xs[l], L.w.linear(), N, L.in, L.out);
       if (L.split == Split::Column) tp_->all_reduce(dx, N * L.in);
       if (l > 0) {
         dz = ctx.take_zeroed(N * L.in);

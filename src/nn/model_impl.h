@@ -83,10 +83,13 @@ struct Packing {
   }
 };
 
-// A parameter and its gradient (null in frozen mode).
+// A parameter, its gradient (null in frozen mode) and its bf16 copy (null
+// unless the backend wants one: Backend::wants_bf16_weights).
 struct Param {
   const float* w = nullptr;
   float* g = nullptr;
+  const void* w16 = nullptr;
+  LinearWeight linear() const { return {w, w16}; }  // as a linear op's weight
 };
 
 // name -> Param, over the model's flat buffers.

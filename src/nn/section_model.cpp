@@ -109,6 +109,13 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
   }
   for (const auto& t : whole_) tensors_.push_back(tp_shard_shape(section.model, t, tp_.size));
   params_ = backend_.allocate(n_params_);
+  if (backend_.wants_bf16_weights() && n_params_ > 0) {
+    for (const auto& t : tensors_) {
+      offsets16_.push_back(params16_bytes_);
+      params16_bytes_ += (size_t(t.numel()) * 2 + 255) / 256 * 256;
+    }
+    params16_ = static_cast<std::byte*>(backend_.allocate(params16_bytes_ / 2, DType::BF16));
+  }
   scalars_ = backend_.allocate_scalars(std::max<size_t>(1, section_.loss.size()));
   if (section_.mode == Mode::Train) {
     grads_ = backend_.allocate(n_params_);
@@ -136,7 +143,8 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
   for (size_t i = 0; i < tensors_.size(); ++i) index[tensors_[i].name] = i;
   ParamLookup lookup = [this, index](const std::string& name) {
     const size_t i = index.at(name);
-    return Param{params_ + offsets_[i], grads_ ? grads_ + offsets_[i] : nullptr};
+    return Param{params_ + offsets_[i], grads_ ? grads_ + offsets_[i] : nullptr,
+                 params16_ ? params16_ + offsets16_[i] : nullptr};
   };
   impl_ = std::make_unique<Impl>(backend_);
   const std::string kind = section_.model.builtin();
@@ -156,11 +164,21 @@ void SectionModel::release_buffers() {
   for (float** p : {&params_, &grads_, &adam_m_, &adam_v_})
     if (*p) backend_.release(std::exchange(*p, nullptr));
   if (scalars_) backend_.release(std::exchange(scalars_, nullptr));
+  if (params16_) backend_.release(std::exchange(params16_, nullptr));
+}
+
+void SectionModel::refresh_params16() {
+  if (!params16_ || !params16_stale_) return;
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    backend_.convert(params16_ + offsets16_[i], DType::BF16, params_ + offsets_[i], DType::F32,
+                     size_t(tensors_[i].numel()));
+  params16_stale_ = false;
 }
 
 size_t SectionModel::activation_pool_floats() const { return impl_->pool.allocated_floats(); }
 
 ForwardOutput SectionModel::forward(const std::vector<SampleInput>& samples, const StageInput* stage_input) {
+  refresh_params16();
   auto ctx = std::make_shared<ForwardContext>(backend_, impl_->pool);
   // A transformer whose logits nobody reads (TransformerSpec::logits_read:
   // a text encoder) skips its head's GEMM and its [n_text, vocab]
@@ -216,6 +234,7 @@ std::vector<std::vector<RowsView>> SectionModel::backward(ForwardContext& ctx,
                                                           std::span<const float> stage_grad) {
   if (ctx.backward_done) input_error(section_, "backward() called twice for one micro-batch");
   ctx.backward_done = true;
+  refresh_params16();
   return impl_->model->backward(ctx, output_grads, stage_grad);
 }
 
@@ -252,6 +271,7 @@ void SectionModel::adamw_step(const OptimizerSpec& opt, double lr) {
   backend_.adamw(params_ + opt_offset_, grads_ + opt_offset_, adam_m_, adam_v_, size_t(opt_count_), float(lr),
                  float(opt.beta1), float(opt.beta2), float(opt.eps), float(opt.weight_decay), adam_t_);
   if (all_gather_) all_gather_(params_, params_ + opt_offset_, size_t(n_params_));
+  params16_stale_ = true;
 }
 
 void SectionModel::shard_optimizer(int64_t offset, int64_t count, AllGather all_gather) {
@@ -338,6 +358,7 @@ void SectionModel::read_parameters(const std::string& path, const std::string& p
     if (begin < end)
       backend_.copy_from_host(dst + (begin - first), shard.data() + (begin - offsets_[i]), size_t(end - begin) * sizeof(float));
   };
+  params16_stale_ = true;
   for (size_t i = 0; i < tensors_.size(); ++i) read(full_name(prefix, whole_[i].name), i, params_);
   if (!with_optimizer) return;
   for (size_t i = 0; i < tensors_.size(); ++i) {

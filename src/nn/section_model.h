@@ -11,7 +11,11 @@
 // worker). A context must not outlive the model that made it.
 //
 // Memory: everything here is fp32 in the Backend's memory (host memory for
-// the CPU backend, device memory for a GPU one); inputs are copied in from
+// the CPU backend, device memory for a GPU one) — but for a backend with
+// bf16 GEMMs (Backend::wants_bf16_weights) the model also keeps every
+// parameter rounded to bf16, which the linear ops read instead of rounding
+// the weight on each call, refreshed before the first forward or backward
+// after any write of the parameters; inputs are copied in from
 // the host at forward, outputs and input gradients are views into the
 // context (backend memory: read them with Backend::copy_to_host), valid
 // until the context dies.
@@ -199,7 +203,13 @@ class SectionModel {
   // for the data-parallel all-reduce; null in frozen mode.
   float* grads() { return grads_; }
   size_t grad_count() const { return grads_ ? size_t(n_params_) : 0; }
-  float* params() { return params_; }  // [parameter_count()]
+  // [parameter_count()]. The caller may write through it: the bf16 copy is
+  // refreshed before the next forward or backward.
+  float* params() {
+    params16_stale_ = true;
+    return params_;
+  }
+  size_t bf16_copy_bytes() const { return params16_ ? params16_bytes_ : 0; }  // the parameters' bf16 copy
   // One torch.optim.AdamW step over every parameter at learning rate lr;
   // the step number t (bias correction) is counted here, starting at 1, and
   // saved with checkpoints. Global-norm clipping happens before, across all
@@ -247,6 +257,7 @@ class SectionModel {
   // Tensor i of `buffer` (params or a moment) whole on the host: gathered over the tp ranks (collective).
   Tensor whole_tensor(const float* buffer, size_t i) const;
   void release_buffers();
+  void refresh_params16();  // the bf16 copy from params_, when stale
 
   Section section_;
   Backend& backend_;
@@ -259,6 +270,12 @@ class SectionModel {
   int64_t n_split_ = 0;  // the first n_split_ floats are split tensors, the rest replicated (tp > 1)
   float* params_ = nullptr;  // [n_params_]
   float* grads_ = nullptr;   // [n_params_]  train only
+  // Backend::wants_bf16_weights: every tensor i rounded to bf16 at byte
+  // offset offsets16_[i] (256-byte aligned, as the GEMMs' own scratch), or null.
+  std::byte* params16_ = nullptr;  // [params16_bytes_]
+  std::vector<size_t> offsets16_;
+  size_t params16_bytes_ = 0;
+  bool params16_stale_ = true;
   float* adam_m_ = nullptr;  // [opt_count_]  train only: moments of params [opt_offset_, +opt_count_)
   float* adam_v_ = nullptr;  // [opt_count_]  train only
   int64_t opt_offset_ = 0, opt_count_ = 0;  // the whole buffer unless sharded

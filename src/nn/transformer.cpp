@@ -156,7 +156,7 @@ class Transformer final : public ModelImpl {
       b_.rmsnorm_forward(a.text_normed, a.rstd_f, a.text_in, norm_.w, Nt, C, dims_.eps);
       if (ctx.logits_wanted) {
         a.logits = ctx.take(Nt * V);
-        b_.linear_forward(a.logits, a.text_normed, head_.w, nullptr, Nt, C, V);
+        b_.linear_forward(a.logits, a.text_normed, head_.linear(), nullptr, Nt, C, V);
       }
       for (size_t i = 0; i + 1 < g.text_offsets.size(); ++i) {
         const int64_t t0 = g.text_offsets[i], nt = g.text_offsets[i + 1] - t0;
@@ -191,7 +191,7 @@ class Transformer final : public ModelImpl {
       // (none without a loss: the head is skipped), + the outputs'. [Nt, C]
       float* dnormed = ctx.take_zeroed(Nt * C);
       if (ctx.dlogits) {
-        b_.linear_backward(dnormed, head_.g, nullptr, ctx.dlogits, a.text_normed, head_.w, Nt, C, V);
+        b_.linear_backward(dnormed, head_.g, nullptr, ctx.dlogits, a.text_normed, head_.linear(), Nt, C, V);
         if (dims_.tp) dims_.tp->all_reduce(dnormed, Nt * C);  // each rank's columns' share
       }
       for (size_t i = 0; i < output_grads.size(); ++i) {

@@ -114,7 +114,7 @@ class Vit final : public ModelImpl {
       a.patches = ctx.take(I * P * K);
       b_.im2col_patches(a.patches, pixels, I, Ch, S, spec_.patch);
       float* emb = ctx.take(I * P * C);  // [I*P, C]
-      b_.linear_forward(emb, a.patches, patch_.w, nullptr, I * P, K, C);
+      b_.linear_forward(emb, a.patches, patch_.linear(), nullptr, I * P, K, C);
       // x0 per image: [class; patch embeddings] + positions.
       a.x0 = ctx.take(N * C);
       for (int64_t img = 0; img < I; ++img) {
@@ -211,7 +211,7 @@ class Vit final : public ModelImpl {
       b_.accumulate(pos_.g, dx, T * C);
       b_.copy(demb + img * P * C, dx + C, P * C);
     }
-    b_.linear_backward(nullptr, patch_.g, nullptr, demb, a.patches, patch_.w, I * P, K, C);
+    b_.linear_backward(nullptr, patch_.g, nullptr, demb, a.patches, patch_.linear(), I * P, K, C);
     return none;
   }
 

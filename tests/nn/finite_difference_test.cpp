@@ -46,17 +46,21 @@ void check_finite_differences(SectionModel& m, Objective& f) {
   int64_t offset = 0;
   const float h = 1e-3f;
   for (const auto& t : m.tensors()) {
-    float* p = m.params() + offset;
+    // Taken again before each write: a write through params() marks the
+    // parameters' bf16 copy for refresh at the next pass (section_model.h).
+    const auto tensor = [&m, at = offset] { return m.params() + at; };
     double analytic = 0;
-    std::vector<float> saved(p, p + t.numel());
+    std::vector<float> saved(tensor(), tensor() + t.numel());
     for (int64_t i = 0; i < t.numel(); ++i) analytic += std::fabs(grads[offset + i]);
     offset += t.numel();
     if (analytic < 1e-4) continue;  // k_proj.bias: exactly 0 in theory (softmax shift invariance)
+    float* p = tensor();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = saved[i] + (grads[offset - t.numel() + i] > 0 ? h : -h);
     const double plus = f(m, false);
+    p = tensor();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = saved[i] - (grads[offset - t.numel() + i] > 0 ? h : -h);
     const double minus = f(m, false);
-    std::copy(saved.begin(), saved.end(), p);
+    std::copy(saved.begin(), saved.end(), tensor());
     const double numeric = (plus - minus) / (2.0 * h);
     BOOST_CHECK_MESSAGE(std::fabs(numeric - analytic) <= 2e-2 * analytic,
                         m.section().name << " " << t.name << ": finite difference " << numeric << ", backward "

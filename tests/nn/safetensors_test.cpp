@@ -183,6 +183,12 @@ BOOST_AUTO_TEST_CASE(initialisation_is_deterministic_and_per_section) {
   for (float x : v) var += (x - mean) * (x - mean);
   BOOST_CHECK_SMALL(mean, 3e-4);
   BOOST_CHECK_CLOSE(std::sqrt(var / v.size()), 0.02, 1.0);
+  // A tensor big enough to fill on several threads gets the same values on any number of them.
+  const TensorShape big{"big", {3, (1 << 20) + 7}};
+  std::vector<float> one(size_t(big.numel())), seven(one.size());
+  init_tensor(one.data(), big, "s.big", 3, 1);
+  init_tensor(seven.data(), big, "s.big", 3, 7);
+  BOOST_CHECK(one == seven);
   // Norm weights are ones.
   SectionModel llm(make_section("llm", {"transformer", TransformerSpec{.layers = 1, .hidden = 8, .heads = 2, .kv_heads = 2,
                                                                         .ffn = 8, .vocab = 5}}),

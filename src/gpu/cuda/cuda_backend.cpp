@@ -175,22 +175,25 @@ class CudaBackend final : public Backend {
   }
 
   // ---- linear ------------------------------------------------------------------------
-  void linear_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t C,
+  // bf16 GEMMs read a weight's bf16 copy when the engine passes one (no rounding per call).
+  bool wants_bf16_weights() const override { return opt_.bf16_gemm && opt_.bf16_weight_copies; }
+  void linear_forward(float* out, const float* inp, LinearWeight w, const float* bias, int64_t N, int64_t C,
                       int64_t OC) override {
     on_device();
     if (N == 0) return;
     // out[N,OC] = inp[N,C] · w[OC,C]ᵀ (+ bias, fused as an epilogue where cuBLASLt has one)
-    const bool fused = gemm(false, true, N, OC, C, inp, C, w, C, false, out, OC, bias);
+    const bool fused = gemm(false, true, N, OC, C, inp, C, w.f32, C, false, out, OC, bias, nullptr, w.bf16);
     if (bias && !fused) launch_bias_add(out, bias, N, OC, stream_);
   }
-  void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+  void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, LinearWeight w,
                        int64_t N, int64_t C, int64_t OC) override {
     on_device();
     if (N == 0) return;
     // dout rounded to bf16 once for both GEMMs
     const void* dout16 = opt_.bf16_gemm && dinp && dw ? rounded(kBf16Dout, dout, size_t(N * OC)) : nullptr;
-    if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, true, dinp, C, nullptr, dout16);  // dinp[N,C] += dout·w
-    if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, true, dw, C, nullptr, dout16);      // dw[OC,C] += doutᵀ·inp
+    if (dinp)  // dinp[N,C] += dout·w
+      gemm(false, false, N, C, OC, dout, OC, w.f32, C, true, dinp, C, nullptr, dout16, w.bf16);
+    if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, true, dw, C, nullptr, dout16);  // dw[OC,C] += doutᵀ·inp
     if (dbias) launch_column_sum(dbias, dout, N, OC, stream_);
   }
 
@@ -480,17 +483,18 @@ class CudaBackend final : public Backend {
   }
 
   // Row-major C[M,Nc] = op(A)·op(B) (+ C when accumulate) (+ bias[Nc]) through
-  // cuBLASLt, fp32 compute; bf16 operands (rounded into scratch, or A's
-  // rounding a16 when the caller has it) when opt_.bf16_gemm. Returns whether
-  // the bias was fused.
+  // cuBLASLt, fp32 compute; bf16 operands (rounded into scratch, or the
+  // caller's rounding a16 / b16 when it has one) when opt_.bf16_gemm.
+  // Returns whether the bias was fused.
   bool gemm(bool ta, bool tb, int64_t M, int64_t Nc, int64_t K, const float* A, int64_t lda, const float* B,
-            int64_t ldb, bool accumulate, float* C, int64_t ldc, const float* bias, const void* a16 = nullptr) {
+            int64_t ldb, bool accumulate, float* C, int64_t ldc, const float* bias, const void* a16 = nullptr,
+            const void* b16 = nullptr) {
     const void *a = A, *b = B;
     cudaDataType ab = CUDA_R_32F;
     if (opt_.bf16_gemm) {
       // Operands are dense here (lda, ldb are their row lengths): round them whole.
       a = a16 ? a16 : rounded(kBf16A, A, size_t(M * K));
-      b = rounded(kBf16B, B, size_t(Nc * K));
+      b = b16 ? b16 : rounded(kBf16B, B, size_t(Nc * K));
       ab = CUDA_R_16BF;
     }
     const GemmKey key{ta, tb, M, Nc, K, lda, ldb, ldc, ab, bias != nullptr, accumulate,

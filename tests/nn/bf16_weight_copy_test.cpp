@@ -1,0 +1,116 @@
+// The parameters' bf16 copy that SectionModel keeps for a backend with bf16
+// GEMMs (Backend::wants_bf16_weights; section_model.h), on CheckedBackend,
+// which wants the copies and checks every one a linear op reads against the
+// fp32 weight, element by element. The copy stays current through optimizer
+// steps, a sharded optimizer's all-gather, checkpoint loads and writes
+// through params(); a write the model cannot see is caught — so the checks
+// can fail. Training results are the fp32 path's (CheckedBackend computes
+// from the fp32 weights; the CUDA backend's results with and without copies
+// are compared bit for bit by gpu/backend_compare.cpp).
+#include <boost/test/unit_test.hpp>
+
+#include <cstring>
+#include <filesystem>
+
+#include "cpu/cpu_backend.h"
+#include "oracle_harness.h"
+#include "support/checked_backend.h"
+
+using namespace maestro;
+using namespace maestro::test;
+
+namespace {
+
+Section llm() {
+  return make_section("llm", llama(2, 32, 4, 2, 48, 37, 16), Mode::Train, false,
+                      {{LossKind::CrossEntropy, 1.0, 1.0}});
+}
+
+// One micro-batch: forward, loss, backward; the loss.
+double train_pass(SectionModel& m, uint64_t seed) {
+  const std::vector<int32_t> tokens = random_tokens(11, seed, 37);
+  std::vector<SampleInput> in(1);
+  in[0].tokens = tokens;
+  ForwardOutput fw = m.forward(in);
+  const double loss = m.loss(*fw.context, {}, 10);
+  m.backward(*fw.context, {});
+  return loss;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(bf16_weight_copy)
+
+BOOST_AUTO_TEST_CASE(stays_current_through_steps_loads_and_writes) {
+  test_support::CheckedBackend b(1);
+  const Section sec = llm();
+  SectionModel m(sec, b, 3);
+  BOOST_TEST(m.bf16_copy_bytes() >= size_t(m.parameter_count()) * 2);
+  {  // written through params() (CheckedBackend's memory is host memory)
+    float* p = m.params();
+    for (int64_t j = 0; j < m.parameter_count(); ++j) p[j] *= 1.5f;
+  }
+  const TrainSpec train;
+  for (uint64_t step = 0; step < 3; ++step) {
+    m.zero_grads();
+    train_pass(m, step);
+    m.adamw_step(train.optimizer, 1e-2);
+  }
+  // (7 linears per layer × 2 layers + the head) × (forward + backward) × 3 steps, each copy checked current
+  const int64_t uses = b.bf16_weight_uses();
+  BOOST_TEST(uses == 15 * 2 * 3);
+
+  // A checkpoint load replaces every parameter: the next passes read the loaded ones.
+  const std::string dir = temp_dir("bf16_copy");
+  m.save(dir + "/a.safetensors", "llm");
+  const double before = train_pass(m, 9);
+  m.zero_grads();
+  train_pass(m, 1);
+  m.adamw_step(train.optimizer, 1e-2);  // moves away from the checkpoint
+  m.load(dir + "/a.safetensors", "llm");
+  BOOST_TEST(train_pass(m, 9) == before);
+  BOOST_TEST(b.bf16_weight_uses() > uses);
+  std::filesystem::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(follows_a_sharded_optimizers_all_gather) {
+  test_support::CheckedBackend b(1);
+  const Section sec = llm();
+  SectionModel m(sec, b, 3);
+  const int64_t n = m.parameter_count(), half = n / 2;
+  // This replica's shard is the first half; the "peers" move the second half
+  // (CheckedBackend's memory is host memory, so the stand-in writes it directly).
+  m.shard_optimizer(0, half, [&](float* out, const float*, size_t count) {  // in = out: offset 0
+    for (size_t j = size_t(half); j < count; ++j) out[j] *= 0.5f;
+  });
+  const TrainSpec train;
+  for (uint64_t step = 0; step < 2; ++step) {
+    m.zero_grads();
+    train_pass(m, step);
+    m.adamw_step(train.optimizer, 1e-2);
+  }
+  BOOST_TEST(b.bf16_weight_uses() > 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_write_the_model_cannot_see_is_caught) {
+  test_support::CheckedBackend b(1);
+  const Section sec = llm();
+  SectionModel m(sec, b, 3);
+  size_t q = 0;  // layer 0's query projection, a linear weight
+  while (m.tensors()[q].name != "model.layers.0.self_attn.q_proj.weight") ++q;
+  float* p = m.params() + m.offset(q);
+  train_pass(m, 1);  // refreshes the copy
+  p[0] += 1.0f;      // through a pointer taken before that pass: the model cannot know
+  BOOST_CHECK_EXCEPTION(train_pass(m, 2), std::logic_error, [](const std::logic_error& e) {
+    return std::string(e.what()).find("bf16 copy is stale") != std::string::npos;
+  });
+}
+
+BOOST_AUTO_TEST_CASE(a_backend_without_bf16_gemms_gets_no_copy) {
+  const Section sec = llm();
+  auto plain = make_cpu_backend(1);
+  SectionModel m(sec, *plain, 3);
+  BOOST_TEST(m.bf16_copy_bytes() == 0u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
