@@ -160,7 +160,7 @@ int run_model(const ModelArgs& a, bool fp32, int device) {
   return j["ok"] ? 0 : 1;
 }
 
-int run_step(const ModelArgs& a, bool fp32, AttentionPath attention, int64_t causal_block, bool weight_copies,
+int run_step(const ModelArgs& a, bool fp32, AttentionPath attention, int64_t causal_block, bool bf16_copies,
              int device, int steps, int warmup) {
   const Program program = load_transformer(a, fp32);
   const Section& section = program.sections[0];
@@ -169,7 +169,7 @@ int run_step(const ModelArgs& a, bool fp32, AttentionPath attention, int64_t cau
   o.bf16_gemm = !fp32;
   o.attention = attention;
   o.causal_block = causal_block;
-  o.bf16_weight_copies = weight_copies;
+  o.bf16_operand_copies = bf16_copies;
   const std::unique_ptr<Backend> gpu = make_cuda_backend(o);
   SectionModel model(section, *gpu, 1);
   const auto ids = token_ids(a);
@@ -198,7 +198,7 @@ int run_step(const ModelArgs& a, bool fp32, AttentionPath attention, int64_t cau
   j["precision"] = fp32 ? "fp32" : "bf16";
   j["attention"] = int(attention);
   j["causal_block"] = causal_block;
-  j["weight_copies"] = gpu->wants_bf16_weights();
+  j["bf16_copies"] = gpu->wants_bf16_operands();
   j["params"] = model.parameter_count();
   j["step_s"] = step_s;
   j["median_s"] = median;
@@ -308,15 +308,15 @@ int main(int argc, char** argv) {
                    "query rows per block of a causal sequence's attention GEMMs (0: launch_plan's causal_block; "
                    "the sequence's length or more: the whole square)")
       ->check(CLI::NonNegativeNumber);
-  bool no_weight_copies = false;
-  step->add_flag("--no-weight-copies", no_weight_copies,
-                 "bf16 GEMMs round each weight on every call instead of reading the engine's bf16 copy");
+  bool no_bf16_copies = false;
+  step->add_flag("--no-bf16-copies", no_bf16_copies,
+                 "bf16 GEMMs round every operand on each call instead of reading the engine's bf16 copies");
   CLI11_PARSE(app, argc, argv);
   try {
     if (*ops) return run_ops(fp32, attention, device);
     if (*self) return run_selfcheck(device);
     if (*model) return run_model(m, fp32, device);
-    if (*step) return run_step(m, fp32, attention, causal_block, !no_weight_copies, device, steps, warmup);
+    if (*step) return run_step(m, fp32, attention, causal_block, !no_bf16_copies, device, steps, warmup);
     if (*gemm) return run_gemm(device);
     if (*copies) return run_copies(device);
   } catch (const std::exception& e) {

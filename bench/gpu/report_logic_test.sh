@@ -31,9 +31,9 @@ stub "$fake/build/bench/bench_gpu" '
 for a; do case "$a" in
   gemm) echo "{\"check\": \"gemm\", \"peak_tflops\": 700.0, \"device\": \"stand-in\"}"; exit 0;;
   copies) echo "{\"check\": \"copies\", \"sizes\": [{\"bytes\": 67108864, \"d2h_pageable_gbs\": 10.0, \"d2h_pinned_gbs\": 25.0, \"h2d_pageable_gbs\": 12.0, \"h2d_pinned_gbs\": 12.5, \"pinned\": true}], \"ok\": true}"; exit 0;;
-  step) case " $* " in  # rounding every weight on each call: 19,000 tokens/s
-    *" --no-weight-copies "*) echo "{\"check\": \"step\", \"tokens_per_s\": 19000.0, \"tflops\": 199.5, \"weight_copies\": false}";;
-    *) echo "{\"check\": \"step\", \"tokens_per_s\": 20000.0, \"tflops\": 210.0, \"weight_copies\": true}";; esac; exit 0;;
+  step) case " $* " in  # rounding every GEMM operand on each call: 19,000 tokens/s
+    *" --no-bf16-copies "*) echo "{\"check\": \"step\", \"tokens_per_s\": 19000.0, \"tflops\": 199.5, \"bf16_copies\": false}";;
+    *) echo "{\"check\": \"step\", \"tokens_per_s\": 20000.0, \"tflops\": 210.0, \"bf16_copies\": true}";; esac; exit 0;;
   selfcheck) [ "${STALL:-0}" = 1 ] && sleep 60; echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
   ops|model) echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
 esac; done; exit 2'
@@ -45,7 +45,7 @@ run; st=$?
 check '[ $st = 0 ]' "all stand-ins pass: status 0 ($st)"
 check 'grep -q "^## torch step: SKIP" "$fake/report.md" && grep -q "^## torch step sdpa: SKIP" "$fake/report.md"' "no torch with CUDA: both torch steps are SKIP"
 check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBLASLt peak 700.0" "$fake/report.md"' "MFU against 989 and against the measured peak, in the report"
-check 'grep -q "without the weights. bf16 copies 19000 tokens/s: the copies. speed-up 1.053x" "$fake/report.md"' "the step without the weights' bf16 copies, and the copies' speed-up"
+check 'grep -q "without the engine.s bf16 copies of GEMM operands 19000 tokens/s: the copies. speed-up 1.053x" "$fake/report.md"' "the step without the bf16 copies of GEMM operands, and the copies' speed-up"
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
 check '[ $(grep -c ": PASS" "$fake/report.md") = 18 ]' "18 steps PASS (all but build, skipped, and torch)"
 check 'grep -q "maestro-run 16384 tokens/s (median step 250.0 ms over steps 2-7, the first 900 ms), 0.82 of the bare section loop" "$fake/report.md"' "maestro-run's steady step time against the bare loop, in the report"

@@ -94,7 +94,7 @@ plan=(
   "tp 2 over NCCL|$run $cfg_dir/tiny_mllm_tp2.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_tp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "gemm peak|$bench gemm"
   "host copies|$bench copies"
-  "transformer step|$bench step $big --steps 5 --warmup 2 --no-weight-copies && $bench step $big --steps 5 --warmup 2"
+  "transformer step|$bench step $big --steps 5 --warmup 2 --no-bf16-copies && $bench step $big --steps 5 --warmup 2"
   "maestro-run 1.3B|$run bench/gpu/llm_1_3b.sect --steps 8 --json --quiet --log-level debug --config $cfg_dir/cuda.toml"
   "torch step|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --steps 5 --warmup 2"
   "torch step sdpa|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --sdpa --fused-adamw --steps 5 --warmup 2"
@@ -203,10 +203,10 @@ gemm = json.loads(sys.argv[1].splitlines()[-1]); step = json.loads(sys.argv[2].s
 tf = step["tflops"]
 print("tokens/s %.0f, model %.1f TFLOP/s, MFU %.1f%% of 989 TFLOP/s (H100 bf16), %.1f%% of the measured cuBLASLt peak %.1f TFLOP/s on %s"
       % (step["tokens_per_s"], tf, 100 * tf / 989, 100 * tf / gemm["peak_tflops"], gemm["peak_tflops"], gemm["device"]))
-# the same step rounding every weight on each call (--no-weight-copies, run first)
-off = [j for j in map(json.loads, filter(lambda l: l.startswith("{"), sys.argv[2].splitlines())) if j.get("weight_copies") is False]
+# the same step rounding every GEMM operand on each call (--no-bf16-copies, run first)
+off = [j for j in map(json.loads, filter(lambda l: l.startswith("{"), sys.argv[2].splitlines())) if j.get("bf16_copies") is False]
 if off:
-    print("without the weights' bf16 copies %.0f tokens/s: the copies' speed-up %.3fx"
+    print("without the engine's bf16 copies of GEMM operands %.0f tokens/s: the copies' speed-up %.3fx"
           % (off[0]["tokens_per_s"], step["tokens_per_s"] / off[0]["tokens_per_s"]))
 PY
       ;;

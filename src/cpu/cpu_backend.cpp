@@ -127,10 +127,10 @@ class CpuBackend final : public Backend {
   }
 
   // ---- linear ---------------------------------------------------------------------
-  // fp32 GEMMs: the weights' bf16 copies are never wanted (wants_bf16_weights).
-  void linear_forward(float* out, const float* inp, LinearWeight lw, const float* bias, int64_t N, int64_t C,
+  // fp32 GEMMs: bf16 copies of the operands are never wanted (wants_bf16_operands).
+  void linear_forward(float* out, Operand in, Operand lw, const float* bias, int64_t N, int64_t C,
                       int64_t OC) override {
-    const float* w = lw.f32;
+    const float *inp = in.f32, *w = lw.f32;
     // out[N,OC] = inp[N,C] · w[OC,C]ᵀ
     gemm(false, true, N, OC, C, inp, C, w, C, 0.0f, out, OC);
     if (bias)
@@ -139,10 +139,10 @@ class CpuBackend final : public Backend {
           for (int64_t o = 0; o < OC; ++o) out[i * OC + o] += bias[o];
       });
   }
-  void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, LinearWeight lw,
-                       int64_t N, int64_t C, int64_t OC) override {
+  void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, Operand in, Operand lw, int64_t N,
+                       int64_t C, int64_t OC) override {
     if (N == 0) return;
-    const float* w = lw.f32;
+    const float *inp = in.f32, *w = lw.f32;
     // dinp[N,C] += dout[N,OC] · w[OC,C]
     if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, 1.0f, dinp, C);
     // dw[OC,C] += dout[N,OC]ᵀ · inp[N,C]

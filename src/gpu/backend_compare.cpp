@@ -166,27 +166,34 @@ void run_linear(Comparison& c) {
   c.check("linear_backward.dinp", dinp, Comparison::Kind::Gemm);
   c.check("linear_backward.dw", dw, Comparison::Kind::Gemm);
   c.check("linear_backward.dbias", db);
-  // A backend that reads a weight's bf16 copy (the engine's, nn/backend.h)
-  // must give what it gives when it rounds the weight itself: bit for bit.
-  if (!c.t_.wants_bf16_weights()) return;
+  // A backend that reads the operands' bf16 copies (the engine's, nn/backend.h)
+  // must give what it gives when it rounds them itself: bit for bit.
+  if (!c.t_.wants_bf16_operands()) return;
   Backend& t = c.t_;
-  void* w16 = t.allocate(size_t(OC * C), DType::BF16);
+  void *inp16 = t.allocate(size_t(N * C), DType::BF16), *w16 = t.allocate(size_t(OC * C), DType::BF16);
+  t.convert(inp16, DType::BF16, inp.on_t, DType::F32, size_t(N * C));
   t.convert(w16, DType::BF16, w.on_t, DType::F32, size_t(OC * C));
-  const Vec dinp0 = c.randn(size_t(N * C));
-  auto outputs = [&](LinearWeight lw) {
-    Vec o(size_t(N * OC)), d(size_t(N * C));
-    t.linear_forward(out.on_t, inp.on_t, lw, bias.on_t, N, C, OC);
-    t.copy_from_host(dinp.on_t, dinp0.data(), d.size() * sizeof(float));
-    t.linear_backward(dinp.on_t, nullptr, nullptr, dout.on_t, inp.on_t, lw, N, C, OC);
-    t.copy_to_host(o.data(), out.on_t, o.size() * sizeof(float));
-    t.copy_to_host(d.data(), dinp.on_t, d.size() * sizeof(float));
-    return std::pair{o, d};
+  const Vec dinp0 = c.randn(size_t(N * C)), dw0 = c.randn(size_t(OC * C));
+  struct Outputs {
+    Vec out, dinp, dw;
   };
-  const auto [o_rounding, d_rounding] = outputs(w.on_t);
-  const auto [o_copy, d_copy] = outputs(LinearWeight{w.on_t, w16});
+  auto outputs = [&](Operand x, Operand lw) {
+    Outputs r{Vec(size_t(N * OC)), Vec(dinp0.size()), Vec(dw0.size())};
+    t.linear_forward(out.on_t, x, lw, bias.on_t, N, C, OC);
+    t.copy_from_host(dinp.on_t, dinp0.data(), dinp0.size() * sizeof(float));
+    t.copy_from_host(dw.on_t, dw0.data(), dw0.size() * sizeof(float));
+    t.linear_backward(dinp.on_t, dw.on_t, nullptr, dout.on_t, x, lw, N, C, OC);
+    t.copy_to_host(r.out.data(), out.on_t, r.out.size() * sizeof(float));
+    t.copy_to_host(r.dinp.data(), dinp.on_t, r.dinp.size() * sizeof(float));
+    t.copy_to_host(r.dw.data(), dw.on_t, r.dw.size() * sizeof(float));
+    return r;
+  };
+  const Outputs rounding = outputs(inp.on_t, w.on_t), copies = outputs({inp.on_t, inp16}, {w.on_t, w16});
+  t.release(inp16);
   t.release(w16);
-  c.results_.push_back({"linear_forward (bf16 weight copy)", rel_err(o_copy, o_rounding), 0.0});
-  c.results_.push_back({"linear_backward.dinp (bf16 weight copy)", rel_err(d_copy, d_rounding), 0.0});
+  c.results_.push_back({"linear_forward (bf16 copies)", rel_err(copies.out, rounding.out), 0.0});
+  c.results_.push_back({"linear_backward.dinp (bf16 copies)", rel_err(copies.dinp, rounding.dinp), 0.0});
+  c.results_.push_back({"linear_backward.dw (bf16 copies)", rel_err(copies.dw, rounding.dw), 0.0});
 }
 
 void run_norms(Comparison& c) {

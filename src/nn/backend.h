@@ -36,14 +36,16 @@
 
 namespace maestro {
 
-// A linear layer's weight [OC,C]: fp32, and, when the caller keeps one, its
-// rounding to bf16 [OC,C] (round to nearest even, nn/dtype.h) — exactly
-// what a backend with bf16 GEMMs would round w.f32 to, so passing it
+// A linear op's input or weight: fp32, and, when the caller keeps one, its
+// rounding to bf16 (round to nearest even, nn/dtype.h; same shape, dense) —
+// exactly what a backend with bf16 GEMMs would round f32 to, so passing it
 // changes no result, only saves the rounding. The caller guarantees it is
-// current (SectionModel refreshes it after every write of the parameters);
-// a backend that does not want it (wants_bf16_weights()) never reads it.
-struct LinearWeight {
-  LinearWeight(const float* f32_, const void* bf16_ = nullptr) : f32(f32_), bf16(bf16_) {}  // NOLINT: implicit
+// current (SectionModel refreshes the parameters' copy after every write of
+// them; a layer rounds an activation once, after writing it, for all its
+// uses); a backend that does not want copies (wants_bf16_operands) never
+// reads them.
+struct Operand {
+  Operand(const float* f32_, const void* bf16_ = nullptr) : f32(f32_), bf16(bf16_) {}  // NOLINT: implicit
   const float* f32;
   const void* bf16;
 };
@@ -86,16 +88,18 @@ class Backend {
   virtual void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C) = 0;
 
   // ---- linear: out = inp · wᵀ + bias ------------------------------------
-  // Whether the linear ops read a weight's bf16 copy (LinearWeight::bf16)
-  // when the caller passes one, instead of rounding w.f32 on every call: a
-  // backend with bf16 GEMMs. The engine then keeps one (section_model.h).
-  virtual bool wants_bf16_weights() const { return false; }
+  // Whether the linear ops read the bf16 copies of their operands
+  // (Operand::bf16) when the caller passes them, instead of rounding the
+  // fp32 values on every call: a backend with bf16 GEMMs. The engine then
+  // keeps copies of the weights (section_model.h) and of the decoder
+  // layers' linear inputs (decoder_block.h).
+  virtual bool wants_bf16_operands() const { return false; }
   // out[N,OC], inp[N,C], w[OC,C] (PyTorch nn.Linear layout), bias[OC] or null
-  virtual void linear_forward(float* out, const float* inp, LinearWeight w, const float* bias, int64_t N, int64_t C,
+  virtual void linear_forward(float* out, Operand inp, Operand w, const float* bias, int64_t N, int64_t C,
                               int64_t OC) = 0;
   // dinp[N,C] += dout·w, dw[OC,C] += doutᵀ·inp, dbias[OC] += Σ_rows dout; each may be null
-  virtual void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                               LinearWeight w, int64_t N, int64_t C, int64_t OC) = 0;
+  virtual void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, Operand inp, Operand w,
+                               int64_t N, int64_t C, int64_t OC) = 0;
 
   // ---- norms ------------------------------------------------------------
   // RMSNorm: out = inp / sqrt(mean(inp²) + eps) * w.  out,inp[N,C], w[C], rstd[N] (saved)

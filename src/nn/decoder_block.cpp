@@ -6,7 +6,8 @@ namespace maestro {
 DecoderActs DecoderActs::take(ForwardContext& ctx, const DecoderDims& d, int64_t N) {
   const size_t nc = N * d.C, nq = N * d.H * d.D, nkv = N * d.KV * d.D, nf = N * d.F;
   return {ctx.take(N), ctx.take(nc), ctx.take(nq), ctx.take(nkv), ctx.take(nkv), ctx.take(nq), ctx.take(N * d.H),
-          ctx.take(nc), ctx.take(N), ctx.take(nc), ctx.take(nf), ctx.take(nf), ctx.take(nf)};
+          ctx.take(nc), ctx.take(N), ctx.take(nc), ctx.take(nf), ctx.take(nf), ctx.take(nf),
+          ctx.take_bf16(nc), ctx.take_bf16(nq), ctx.take_bf16(nc), ctx.take_bf16(nf)};
 }
 
 DecoderScratch DecoderScratch::take(ForwardContext& ctx, const DecoderDims& d, int64_t N) {
@@ -19,20 +20,22 @@ void decoder_forward(Backend& b, const DecoderDims& d, const DecoderWeights& w, 
                      DecoderActs& a, float* out, const float* x, float* tmp) {
   const int64_t N = pk.tokens(), C = d.C, QD = d.H * d.D, KVD = d.KV * d.D, F = d.F;
   b.rmsnorm_forward(a.n1, a.rstd1, x, w.n1.w, N, C, d.eps);
-  b.linear_forward(a.q, a.n1, w.q.linear(), nullptr, N, C, QD);
-  b.linear_forward(a.k, a.n1, w.k.linear(), nullptr, N, C, KVD);
-  b.linear_forward(a.v, a.n1, w.v.linear(), nullptr, N, C, KVD);
+  const Operand n1 = rounded_once(b, a.n1, a.n1_16, size_t(N * C));
+  b.linear_forward(a.q, n1, w.q.linear(), nullptr, N, C, QD);
+  b.linear_forward(a.k, n1, w.k.linear(), nullptr, N, C, KVD);
+  b.linear_forward(a.v, n1, w.v.linear(), nullptr, N, C, KVD);
   b.rope_forward(a.q, pk.pos.data(), N, d.H, d.D, d.theta);
   b.rope_forward(a.k, pk.pos.data(), N, d.KV, d.D, d.theta);
   b.attention_forward(a.att, a.lse, a.q, a.k, a.v, pk.cu_seqlens.data(), pk.n_seq(), N, d.H, d.KV, d.D, d.causal);
-  b.linear_forward(tmp, a.att, w.o.linear(), nullptr, N, QD, C);
+  b.linear_forward(tmp, rounded_once(b, a.att, a.att_16, size_t(N * QD)), w.o.linear(), nullptr, N, QD, C);
   if (d.tp) d.tp->all_reduce(tmp, N * C);
   b.add(a.mid, x, tmp, N * C);
   b.rmsnorm_forward(a.n2, a.rstd2, a.mid, w.n2.w, N, C, d.eps);
-  b.linear_forward(a.gate, a.n2, w.gate.linear(), nullptr, N, C, F);
-  b.linear_forward(a.up, a.n2, w.up.linear(), nullptr, N, C, F);
+  const Operand n2 = rounded_once(b, a.n2, a.n2_16, size_t(N * C));
+  b.linear_forward(a.gate, n2, w.gate.linear(), nullptr, N, C, F);
+  b.linear_forward(a.up, n2, w.up.linear(), nullptr, N, C, F);
   b.swiglu_forward(a.act, a.gate, a.up, N * F);
-  b.linear_forward(tmp, a.act, w.down.linear(), nullptr, N, F, C);
+  b.linear_forward(tmp, rounded_once(b, a.act, a.act_16, size_t(N * F)), w.down.linear(), nullptr, N, F, C);
   if (d.tp) d.tp->all_reduce(tmp, N * C);
   b.add(out, a.mid, tmp, N * C);
 }
@@ -43,18 +46,18 @@ void decoder_backward(Backend& b, const DecoderDims& d, const DecoderWeights& w,
   // MLP: x_out = x_mid + down(act)
   b.copy(s.dmid, dout, N * C);
   b.zero(s.dact, N * F);
-  b.linear_backward(s.dact, w.down.g, nullptr, dout, a.act, w.down.linear(), N, F, C);
+  b.linear_backward(s.dact, w.down.g, nullptr, dout, {a.act, a.act_16}, w.down.linear(), N, F, C);
   b.zero(s.dgate, N * F);
   b.zero(s.dup, N * F);
   b.swiglu_backward(s.dgate, s.dup, s.dact, a.gate, a.up, N * F);
   b.zero(s.dn, N * C);
-  b.linear_backward(s.dn, w.gate.g, nullptr, s.dgate, a.n2, w.gate.linear(), N, C, F);
-  b.linear_backward(s.dn, w.up.g, nullptr, s.dup, a.n2, w.up.linear(), N, C, F);
+  b.linear_backward(s.dn, w.gate.g, nullptr, s.dgate, {a.n2, a.n2_16}, w.gate.linear(), N, C, F);
+  b.linear_backward(s.dn, w.up.g, nullptr, s.dup, {a.n2, a.n2_16}, w.up.linear(), N, C, F);
   if (d.tp) d.tp->all_reduce(s.dn, N * C);
   b.rmsnorm_backward(s.dmid, w.n2.g, s.dn, a.mid, w.n2.w, a.rstd2, N, C);
   // attention: x_mid = x + o(att)
   b.zero(s.datt, N * QD);
-  b.linear_backward(s.datt, w.o.g, nullptr, s.dmid, a.att, w.o.linear(), N, QD, C);
+  b.linear_backward(s.datt, w.o.g, nullptr, s.dmid, {a.att, a.att_16}, w.o.linear(), N, QD, C);
   b.zero(s.dq, N * QD);
   b.zero(s.dk, N * KVD);
   b.zero(s.dv, N * KVD);
@@ -63,9 +66,9 @@ void decoder_backward(Backend& b, const DecoderDims& d, const DecoderWeights& w,
   b.rope_backward(s.dq, pk.pos.data(), N, d.H, d.D, d.theta);
   b.rope_backward(s.dk, pk.pos.data(), N, d.KV, d.D, d.theta);
   b.zero(s.dn, N * C);
-  b.linear_backward(s.dn, w.q.g, nullptr, s.dq, a.n1, w.q.linear(), N, C, QD);
-  b.linear_backward(s.dn, w.k.g, nullptr, s.dk, a.n1, w.k.linear(), N, C, KVD);
-  b.linear_backward(s.dn, w.v.g, nullptr, s.dv, a.n1, w.v.linear(), N, C, KVD);
+  b.linear_backward(s.dn, w.q.g, nullptr, s.dq, {a.n1, a.n1_16}, w.q.linear(), N, C, QD);
+  b.linear_backward(s.dn, w.k.g, nullptr, s.dk, {a.n1, a.n1_16}, w.k.linear(), N, C, KVD);
+  b.linear_backward(s.dn, w.v.g, nullptr, s.dv, {a.n1, a.n1_16}, w.v.linear(), N, C, KVD);
   if (d.tp) d.tp->all_reduce(s.dn, N * C);
   b.copy(dx, s.dmid, N * C);
   b.rmsnorm_backward(dx, w.n1.g, s.dn, x, w.n1.w, a.rstd1, N, C);

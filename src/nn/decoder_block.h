@@ -39,6 +39,9 @@ struct DecoderActs {
   float* gate;   // [N, F]
   float* up;     // [N, F]
   float* act;    // [N, F]       silu(gate) * up
+  // The linears' inputs n1, att, n2, act rounded to bf16 once, for the
+  // forward's and the backward's GEMMs; null unless the backend wants them.
+  void *n1_16, *att_16, *n2_16, *act_16;  // [N, C], [N, H*D], [N, C], [N, F]
   static DecoderActs take(ForwardContext& ctx, const DecoderDims& d, int64_t N);
 };
 

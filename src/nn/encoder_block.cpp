@@ -7,7 +7,8 @@ namespace maestro {
 EncoderActs EncoderActs::take(ForwardContext& ctx, const EncoderDims& d, int64_t N) {
   const size_t nc = N * d.C, nq = N * d.H * d.D, nf = N * d.F;
   return {ctx.take(N),  ctx.take(N),         ctx.take(nc), ctx.take(nq), ctx.take(nq), ctx.take(nq), ctx.take(nq),
-          ctx.take(N * d.H), ctx.take(nc), ctx.take(N), ctx.take(N),   ctx.take(nc), ctx.take(nf), ctx.take(nf)};
+          ctx.take(N * d.H), ctx.take(nc), ctx.take(N), ctx.take(N),   ctx.take(nc), ctx.take(nf), ctx.take(nf),
+          ctx.take_bf16(nc), ctx.take_bf16(nq), ctx.take_bf16(nc), ctx.take_bf16(nf)};
 }
 
 EncoderScratch EncoderScratch::take(ForwardContext& ctx, const EncoderDims& d, int64_t N) {
@@ -20,17 +21,20 @@ void encoder_forward(Backend& b, const EncoderDims& d, const EncoderWeights& w, 
                      EncoderActs& a, float* out, const float* x, float* tmp) {
   const int64_t N = pk.tokens(), C = d.C, QD = d.H * d.D, F = d.F;
   b.layernorm_forward(a.ln1, a.mean1, a.rstd1, x, w.ln1_w.w, w.ln1_b.w, N, C, d.eps);
-  b.linear_forward(a.q, a.ln1, w.q_w.linear(), w.q_b.w, N, C, QD);
-  b.linear_forward(a.k, a.ln1, w.k_w.linear(), w.k_b.w, N, C, QD);
-  b.linear_forward(a.v, a.ln1, w.v_w.linear(), w.v_b.w, N, C, QD);
+  const Operand ln1 = rounded_once(b, a.ln1, a.ln1_16, size_t(N * C));
+  b.linear_forward(a.q, ln1, w.q_w.linear(), w.q_b.w, N, C, QD);
+  b.linear_forward(a.k, ln1, w.k_w.linear(), w.k_b.w, N, C, QD);
+  b.linear_forward(a.v, ln1, w.v_w.linear(), w.v_b.w, N, C, QD);
   b.attention_forward(a.att, a.lse, a.q, a.k, a.v, pk.cu_seqlens.data(), pk.n_seq(), N, d.H, d.H, d.D, false);
-  b.linear_forward(tmp, a.att, w.o_w.linear(), d.adds_replicated_bias ? w.o_b.w : nullptr, N, QD, C);
+  b.linear_forward(tmp, rounded_once(b, a.att, a.att_16, size_t(N * QD)), w.o_w.linear(),
+                   d.adds_replicated_bias ? w.o_b.w : nullptr, N, QD, C);
   if (d.tp) d.tp->all_reduce(tmp, N * C);
   b.add(a.mid, x, tmp, N * C);
   b.layernorm_forward(a.ln2, a.mean2, a.rstd2, a.mid, w.ln2_w.w, w.ln2_b.w, N, C, d.eps);
-  b.linear_forward(a.h, a.ln2, w.fc1_w.linear(), w.fc1_b.w, N, C, F);
+  b.linear_forward(a.h, rounded_once(b, a.ln2, a.ln2_16, size_t(N * C)), w.fc1_w.linear(), w.fc1_b.w, N, C, F);
   b.gelu_forward(a.g, a.h, N * F);
-  b.linear_forward(tmp, a.g, w.fc2_w.linear(), d.adds_replicated_bias ? w.fc2_b.w : nullptr, N, F, C);
+  b.linear_forward(tmp, rounded_once(b, a.g, a.g_16, size_t(N * F)), w.fc2_w.linear(),
+                   d.adds_replicated_bias ? w.fc2_b.w : nullptr, N, F, C);
   if (d.tp) d.tp->all_reduce(tmp, N * C);
   b.add(out, a.mid, tmp, N * C);
 }
@@ -41,25 +45,25 @@ void encoder_backward(Backend& b, const EncoderDims& d, const EncoderWeights& w,
   // MLP: x_out = x_mid + fc2(gelu(fc1(ln2(x_mid))))
   b.copy(s.dmid, dout, N * C);
   b.zero(s.dg, N * F);
-  b.linear_backward(s.dg, w.fc2_w.g, w.fc2_b.g, dout, a.g, w.fc2_w.linear(), N, F, C);
+  b.linear_backward(s.dg, w.fc2_w.g, w.fc2_b.g, dout, {a.g, a.g_16}, w.fc2_w.linear(), N, F, C);
   b.zero(s.dh, N * F);
   b.gelu_backward(s.dh, s.dg, a.h, N * F);
   b.zero(s.dln, N * C);
-  b.linear_backward(s.dln, w.fc1_w.g, w.fc1_b.g, s.dh, a.ln2, w.fc1_w.linear(), N, C, F);
+  b.linear_backward(s.dln, w.fc1_w.g, w.fc1_b.g, s.dh, {a.ln2, a.ln2_16}, w.fc1_w.linear(), N, C, F);
   if (d.tp) d.tp->all_reduce(s.dln, N * C);
   b.layernorm_backward(s.dmid, w.ln2_w.g, w.ln2_b.g, s.dln, a.mid, w.ln2_w.w, a.mean2, a.rstd2, N, C);
   // attention: x_mid = x + out(att)
   b.zero(s.datt, N * QD);
-  b.linear_backward(s.datt, w.o_w.g, w.o_b.g, s.dmid, a.att, w.o_w.linear(), N, QD, C);
+  b.linear_backward(s.datt, w.o_w.g, w.o_b.g, s.dmid, {a.att, a.att_16}, w.o_w.linear(), N, QD, C);
   b.zero(s.dq, N * QD);
   b.zero(s.dk, N * QD);
   b.zero(s.dv, N * QD);
   b.attention_backward(s.dq, s.dk, s.dv, s.datt, a.att, a.lse, a.q, a.k, a.v, pk.cu_seqlens.data(), pk.n_seq(), N,
                        d.H, d.H, d.D, false);
   b.zero(s.dln, N * C);
-  b.linear_backward(s.dln, w.q_w.g, w.q_b.g, s.dq, a.ln1, w.q_w.linear(), N, C, QD);
-  b.linear_backward(s.dln, w.k_w.g, w.k_b.g, s.dk, a.ln1, w.k_w.linear(), N, C, QD);
-  b.linear_backward(s.dln, w.v_w.g, w.v_b.g, s.dv, a.ln1, w.v_w.linear(), N, C, QD);
+  b.linear_backward(s.dln, w.q_w.g, w.q_b.g, s.dq, {a.ln1, a.ln1_16}, w.q_w.linear(), N, C, QD);
+  b.linear_backward(s.dln, w.k_w.g, w.k_b.g, s.dk, {a.ln1, a.ln1_16}, w.k_w.linear(), N, C, QD);
+  b.linear_backward(s.dln, w.v_w.g, w.v_b.g, s.dv, {a.ln1, a.ln1_16}, w.v_w.linear(), N, C, QD);
   if (d.tp) d.tp->all_reduce(s.dln, N * C);
   b.copy(dx, s.dmid, N * C);
   b.layernorm_backward(dx, w.ln1_w.g, w.ln1_b.g, s.dln, x, w.ln1_w.w, a.mean1, a.rstd1, N, C);

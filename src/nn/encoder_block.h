@@ -39,6 +39,9 @@ struct EncoderActs {
   float* ln2;            // [N, C]
   float* h;              // [N, F]   fc1 output
   float* g;              // [N, F]   gelu(h)
+  // The linears' inputs ln1, att, ln2, g rounded to bf16 once, for the
+  // forward's and the backward's GEMMs; null unless the backend wants them.
+  void *ln1_16, *att_16, *ln2_16, *g_16;  // [N, C], [N, H*D], [N, C], [N, F]
   static EncoderActs take(ForwardContext& ctx, const EncoderDims& d, int64_t N);
 };
 

@@ -42,6 +42,9 @@ struct ForwardContext {
     buffers.push_back(p);
     return p;
   }
+  // A pooled buffer for n bf16 values when the backend wants bf16 copies of
+  // linear operands (Backend::wants_bf16_operands), else null.
+  void* take_bf16(size_t n) { return backend.wants_bf16_operands() ? static_cast<void*>(take((n + 1) / 2)) : nullptr; }
   float* take_zeroed(size_t n) {
     float* p = take(n);
     backend.zero(p, n);
@@ -83,13 +86,20 @@ struct Packing {
   }
 };
 
+// x[n], just written, as a linear op's input for all its uses: rounded
+// once into x16 when there is one (ForwardContext::take_bf16).
+inline Operand rounded_once(Backend& b, const float* x, void* x16, size_t n) {
+  if (x16) b.convert(x16, DType::BF16, x, DType::F32, n);
+  return {x, x16};
+}
+
 // A parameter, its gradient (null in frozen mode) and its bf16 copy (null
-// unless the backend wants one: Backend::wants_bf16_weights).
+// unless the backend wants one: Backend::wants_bf16_operands).
 struct Param {
   const float* w = nullptr;
   float* g = nullptr;
   const void* w16 = nullptr;
-  LinearWeight linear() const { return {w, w16}; }  // as a linear op's weight
+  Operand linear() const { return {w, w16}; }  // as a linear op's weight
 };
 
 // name -> Param, over the model's flat buffers.

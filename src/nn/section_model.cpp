@@ -109,7 +109,7 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
   }
   for (const auto& t : whole_) tensors_.push_back(tp_shard_shape(section.model, t, tp_.size));
   params_ = backend_.allocate(n_params_);
-  if (backend_.wants_bf16_weights() && n_params_ > 0) {
+  if (backend_.wants_bf16_operands() && n_params_ > 0) {
     for (const auto& t : tensors_) {
       offsets16_.push_back(params16_bytes_);
       params16_bytes_ += (size_t(t.numel()) * 2 + 255) / 256 * 256;

@@ -12,7 +12,7 @@
 //
 // Memory: everything here is fp32 in the Backend's memory (host memory for
 // the CPU backend, device memory for a GPU one) — but for a backend with
-// bf16 GEMMs (Backend::wants_bf16_weights) the model also keeps every
+// bf16 GEMMs (Backend::wants_bf16_operands) the model also keeps every
 // parameter rounded to bf16, which the linear ops read instead of rounding
 // the weight on each call, refreshed before the first forward or backward
 // after any write of the parameters; inputs are copied in from
@@ -270,7 +270,7 @@ class SectionModel {
   int64_t n_split_ = 0;  // the first n_split_ floats are split tensors, the rest replicated (tp > 1)
   float* params_ = nullptr;  // [n_params_]
   float* grads_ = nullptr;   // [n_params_]  train only
-  // Backend::wants_bf16_weights: every tensor i rounded to bf16 at byte
+  // Backend::wants_bf16_operands: every tensor i rounded to bf16 at byte
   // offset offsets16_[i] (256-byte aligned, as the GEMMs' own scratch), or null.
   std::byte* params16_ = nullptr;  // [params16_bytes_]
   std::vector<size_t> offsets16_;

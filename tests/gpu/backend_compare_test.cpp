@@ -17,9 +17,9 @@ namespace {
 
 // The CPU backend with one op nudged: gelu_forward's output by 1e-3 (a
 // broken kernel), every second sq_norm in its last bits (a sum whose
-// order varies from call to call, as with atomics), or a linear op given a
-// weight's bf16 copy (a backend that wants them) computing from the copy —
-// not what it computes when it gets none.
+// order varies from call to call, as with atomics), or a linear op given
+// its operands' bf16 copies (a backend that wants them) computing from the
+// copies — not what it computes when it gets none.
 enum class Nudge { Gelu, NormBits, Bf16Copy };
 class Nudged final : public Backend {
  public:
@@ -47,14 +47,13 @@ class Nudged final : public Backend {
   void embedding_backward(float* d, const float* o, const int32_t* t, int64_t N, int64_t C) override {
     b_->embedding_backward(d, o, t, N, C);
   }
-  bool wants_bf16_weights() const override { return nudge_ == Nudge::Bf16Copy; }
-  void linear_forward(float* o, const float* i, LinearWeight w, const float* b, int64_t N, int64_t C,
-                      int64_t OC) override {
-    b_->linear_forward(o, i, widened(w, OC * C), b, N, C, OC);
+  bool wants_bf16_operands() const override { return nudge_ == Nudge::Bf16Copy; }
+  void linear_forward(float* o, Operand i, Operand w, const float* b, int64_t N, int64_t C, int64_t OC) override {
+    b_->linear_forward(o, widened(i, N * C, 0), widened(w, OC * C, 1), b, N, C, OC);
   }
-  void linear_backward(float* di, float* dw, float* db, const float* d, const float* i, LinearWeight w, int64_t N,
-                       int64_t C, int64_t OC) override {
-    b_->linear_backward(di, dw, db, d, i, widened(w, OC * C), N, C, OC);
+  void linear_backward(float* di, float* dw, float* db, const float* d, Operand i, Operand w, int64_t N, int64_t C,
+                       int64_t OC) override {
+    b_->linear_backward(di, dw, db, d, widened(i, N * C, 0), widened(w, OC * C, 1), N, C, OC);
   }
   void rmsnorm_forward(float* o, float* r, const float* i, const float* w, int64_t N, int64_t C, float e) override {
     b_->rmsnorm_forward(o, r, i, w, N, C, e);
@@ -132,15 +131,15 @@ class Nudged final : public Backend {
   int threads() const override { return 1; }
 
  private:
-  // The copy's values back in fp32 when there is one, else the fp32 weight.
-  const float* widened(LinearWeight w, int64_t n) {
-    if (!w.bf16) return w.f32;
-    wide_.resize(size_t(n));
-    b_->convert(wide_.data(), DType::F32, w.bf16, DType::BF16, size_t(n));
-    return wide_.data();
+  // An operand's copy back in fp32 (into wide_[slot]) when there is one, else its fp32 values.
+  const float* widened(Operand x, int64_t n, int slot) {
+    if (!x.bf16) return x.f32;
+    wide_[slot].resize(size_t(n));
+    b_->convert(wide_[slot].data(), DType::F32, x.bf16, DType::BF16, size_t(n));
+    return wide_[slot].data();
   }
   std::unique_ptr<Backend> b_;
-  std::vector<float> wide_;
+  std::vector<float> wide_[2];
   Nudge nudge_;
   int norms_ = 0;
 };
@@ -176,22 +175,23 @@ BOOST_AUTO_TEST_CASE(a_norm_that_varies_from_call_to_call_is_named) {
   BOOST_TEST(std::any_of(r.begin(), r.end(), [](const OpCheck& c) { return c.op == "sq_norm (repeatable)"; }));
 }
 
-BOOST_AUTO_TEST_CASE(a_backend_reading_weight_copies_must_match_its_own_rounding) {
+BOOST_AUTO_TEST_CASE(a_backend_reading_bf16_copies_must_match_its_own_rounding) {
   auto cpu = make_cpu_backend(1);
   const auto named = [](const std::vector<OpCheck>& r, const std::string& op) {
     return std::any_of(r.begin(), r.end(), [&](const OpCheck& c) { return c.op == op; });
   };
-  BOOST_TEST(!named(compare_backends(*cpu, *cpu, {}), "linear_forward (bf16 weight copy)"));  // wants none
+  BOOST_TEST(!named(compare_backends(*cpu, *cpu, {}), "linear_forward (bf16 copies)"));  // wants none
   test_support::CheckedBackend checked(1);  // wants them, computes in fp32 either way
   std::vector<OpCheck> r = compare_backends(checked, *cpu, {});
   for (const OpCheck& c : r) BOOST_TEST(c.ok(), c.op << " rel err " << c.rel_err);
-  BOOST_TEST(named(r, "linear_forward (bf16 weight copy)"));
-  BOOST_TEST(named(r, "linear_backward.dinp (bf16 weight copy)"));
-  BOOST_TEST(checked.bf16_weight_uses() == 2);
+  BOOST_TEST(named(r, "linear_forward (bf16 copies)"));
+  BOOST_TEST(named(r, "linear_backward.dinp (bf16 copies)"));
+  BOOST_TEST(named(r, "linear_backward.dw (bf16 copies)"));
+  BOOST_TEST(checked.bf16_copy_uses() == 4);  // the input and the weight, forward and backward
   Nudged from_copy(Nudge::Bf16Copy);
   r = compare_backends(from_copy, *cpu, {});
   for (const OpCheck& c : r)
-    BOOST_TEST(c.ok() == !c.op.ends_with("(bf16 weight copy)"), c.op << " rel err " << c.rel_err);
+    BOOST_TEST(c.ok() == !c.op.ends_with("(bf16 copies)"), c.op << " rel err " << c.rel_err);
 }
 
 BOOST_AUTO_TEST_CASE(families_can_be_chosen) {

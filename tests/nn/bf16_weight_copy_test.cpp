@@ -1,5 +1,5 @@
 // The parameters' bf16 copy that SectionModel keeps for a backend with bf16
-// GEMMs (Backend::wants_bf16_weights; section_model.h), on CheckedBackend,
+// GEMMs (Backend::wants_bf16_operands; section_model.h), on CheckedBackend,
 // which wants the copies and checks every one a linear op reads against the
 // fp32 weight, element by element. The copy stays current through optimizer
 // steps, a sharded optimizer's all-gather, checkpoint loads and writes
@@ -56,9 +56,10 @@ BOOST_AUTO_TEST_CASE(stays_current_through_steps_loads_and_writes) {
     train_pass(m, step);
     m.adamw_step(train.optimizer, 1e-2);
   }
-  // (7 linears per layer × 2 layers + the head) × (forward + backward) × 3 steps, each copy checked current
-  const int64_t uses = b.bf16_weight_uses();
-  BOOST_TEST(uses == 15 * 2 * 3);
+  // Copies checked current: (the weights of 7 linears per layer × 2 layers
+  // and the head, and the 14 layers' inputs) × (forward + backward) × 3 steps.
+  const int64_t uses = b.bf16_copy_uses();
+  BOOST_TEST(uses == (15 + 14) * 2 * 3);
 
   // A checkpoint load replaces every parameter: the next passes read the loaded ones.
   const std::string dir = temp_dir("bf16_copy");
@@ -69,7 +70,7 @@ BOOST_AUTO_TEST_CASE(stays_current_through_steps_loads_and_writes) {
   m.adamw_step(train.optimizer, 1e-2);  // moves away from the checkpoint
   m.load(dir + "/a.safetensors", "llm");
   BOOST_TEST(train_pass(m, 9) == before);
-  BOOST_TEST(b.bf16_weight_uses() > uses);
+  BOOST_TEST(b.bf16_copy_uses() > uses);
   std::filesystem::remove_all(dir);
 }
 
@@ -89,7 +90,7 @@ BOOST_AUTO_TEST_CASE(follows_a_sharded_optimizers_all_gather) {
     train_pass(m, step);
     m.adamw_step(train.optimizer, 1e-2);
   }
-  BOOST_TEST(b.bf16_weight_uses() > 0);
+  BOOST_TEST(b.bf16_copy_uses() > 0);
 }
 
 BOOST_AUTO_TEST_CASE(a_write_the_model_cannot_see_is_caught) {
@@ -102,7 +103,7 @@ BOOST_AUTO_TEST_CASE(a_write_the_model_cannot_see_is_caught) {
   train_pass(m, 1);  // refreshes the copy
   p[0] += 1.0f;      // through a pointer taken before that pass: the model cannot know
   BOOST_CHECK_EXCEPTION(train_pass(m, 2), std::logic_error, [](const std::logic_error& e) {
-    return std::string(e.what()).find("bf16 copy is stale") != std::string::npos;
+    return std::string(e.what()).find("the bf16 copy of 'w' is stale") != std::string::npos;
   });
 }
 

@@ -10,11 +10,11 @@
 // that class of bug on the CPU. Gradient outputs may be null (not wanted),
 // as nn/backend.h allows.
 //
-// It also wants the weights' bf16 copies (Backend::wants_bf16_weights), as
-// a backend with bf16 GEMMs does, and checks each one a linear op gets
-// against the fp32 weight element by element — a stale copy (parameters
-// written without the engine refreshing it) throws std::logic_error naming
-// the op — then computes in fp32 from the fp32 weight, like the CPU backend.
+// It also wants the linear operands' bf16 copies (Backend::wants_bf16_operands),
+// as a backend with bf16 GEMMs does, and checks each one a linear op gets
+// against its fp32 values element by element — a stale copy (parameters or
+// an activation written after it was made) throws std::logic_error naming
+// the op and operand — then computes in fp32, like the CPU backend.
 #pragma once
 
 #include <algorithm>
@@ -80,23 +80,24 @@ class CheckedBackend final : public Backend {
     host("embedding_backward", "tokens", t);
     b_->embedding_backward(d, o, t, N, C);
   }
-  bool wants_bf16_weights() const override { return true; }
-  void linear_forward(float* o, const float* i, LinearWeight w, const float* b, int64_t N, int64_t C,
-                      int64_t OC) override {
-    f("linear_forward", "out", o, N * OC), f("linear_forward", "inp", i, N * C), f("linear_forward", "w", w.f32, OC * C);
-    opt("linear_forward", "bias", b, OC), copy16("linear_forward", w, OC * C);
-    b_->linear_forward(o, i, w.f32, b, N, C, OC);
+  bool wants_bf16_operands() const override { return true; }
+  void linear_forward(float* o, Operand i, Operand w, const float* b, int64_t N, int64_t C, int64_t OC) override {
+    f("linear_forward", "out", o, N * OC), f("linear_forward", "inp", i.f32, N * C);
+    f("linear_forward", "w", w.f32, OC * C), opt("linear_forward", "bias", b, OC);
+    copy16("linear_forward", "inp", i, N * C), copy16("linear_forward", "w", w, OC * C);
+    b_->linear_forward(o, i.f32, w.f32, b, N, C, OC);
   }
-  void linear_backward(float* di, float* dw, float* db, const float* d, const float* i, LinearWeight w, int64_t N,
-                       int64_t C, int64_t OC) override {
+  void linear_backward(float* di, float* dw, float* db, const float* d, Operand i, Operand w, int64_t N, int64_t C,
+                       int64_t OC) override {
     opt("linear_backward", "dinp", di, N * C), opt("linear_backward", "dw", dw, OC * C);
     opt("linear_backward", "dbias", db, OC), f("linear_backward", "dout", d, N * OC);
-    opt("linear_backward", "inp", i, N * C), opt("linear_backward", "w", w.f32, OC * C);
-    if (di) copy16("linear_backward", w, OC * C);  // read by the dinp GEMM only
-    b_->linear_backward(di, dw, db, d, i, w.f32, N, C, OC);
+    opt("linear_backward", "inp", i.f32, N * C), opt("linear_backward", "w", w.f32, OC * C);
+    if (dw) copy16("linear_backward", "inp", i, N * C);  // read by the dw GEMM only
+    if (di) copy16("linear_backward", "w", w, OC * C);   // read by the dinp GEMM only
+    b_->linear_backward(di, dw, db, d, i.f32, w.f32, N, C, OC);
   }
-  // Linear ops that got a weight's bf16 copy (each checked current).
-  int64_t bf16_weight_uses() const { return bf16_weight_uses_; }
+  // Operands that linear ops got with a bf16 copy (each checked current).
+  int64_t bf16_copy_uses() const { return bf16_copy_uses_; }
   void rmsnorm_forward(float* o, float* r, const float* i, const float* w, int64_t N, int64_t C, float e) override {
     f("rmsnorm_forward", "out", o, N * C), f("rmsnorm_forward", "rstd", r, N), f("rmsnorm_forward", "inp", i, N * C);
     f("rmsnorm_forward", "w", w, C);
@@ -243,16 +244,16 @@ class CheckedBackend final : public Backend {
   void opt(const char* op, const char* arg, const void* p, int64_t floats) const {
     if (p) f(op, arg, p, floats);
   }
-  // A weight's bf16 copy, when given: backend memory, each element w.f32 rounded.
-  void copy16(const char* op, LinearWeight w, int64_t n) {
-    if (!w.bf16) return;
-    dev(op, "w.bf16", w.bf16, size_t(n) * 2);
-    const auto* c = static_cast<const uint16_t*>(w.bf16);
+  // An operand's bf16 copy, when given: backend memory, each element x.f32 rounded.
+  void copy16(const char* op, const char* arg, Operand x, int64_t n) {
+    if (!x.bf16) return;
+    dev(op, (std::string(arg) + ".bf16").c_str(), x.bf16, size_t(n) * 2);
+    const auto* c = static_cast<const uint16_t*>(x.bf16);
     for (int64_t k = 0; k < n; ++k)
-      if (c[k] != float_to_bf16(w.f32[k]))
-        throw std::logic_error(std::string(op) + ": the weight's bf16 copy is stale (element " + std::to_string(k) +
-                               ")");
-    ++bf16_weight_uses_;
+      if (c[k] != float_to_bf16(x.f32[k]))
+        throw std::logic_error(std::string(op) + ": the bf16 copy of '" + arg + "' is stale (element " +
+                               std::to_string(k) + ")");
+    ++bf16_copy_uses_;
   }
   // Host memory: not inside any block of this backend.
   void host(const char* op, const char* arg, const void* p) const {
@@ -265,7 +266,7 @@ class CheckedBackend final : public Backend {
   std::unique_ptr<Backend> b_;
   mutable std::mutex mu_;  // the activation pool may release from another thread
   std::map<const char*, size_t> blocks_;  // base -> bytes
-  int64_t bf16_weight_uses_ = 0;
+  int64_t bf16_copy_uses_ = 0;
 };
 
 }  // namespace maestro::test_support

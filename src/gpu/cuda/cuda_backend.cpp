@@ -175,25 +175,26 @@ class CudaBackend final : public Backend {
   }
 
   // ---- linear ------------------------------------------------------------------------
-  // bf16 GEMMs read a weight's bf16 copy when the engine passes one (no rounding per call).
-  bool wants_bf16_weights() const override { return opt_.bf16_gemm && opt_.bf16_weight_copies; }
-  void linear_forward(float* out, const float* inp, LinearWeight w, const float* bias, int64_t N, int64_t C,
+  // bf16 GEMMs read the operands' bf16 copies when the engine passes them (no rounding per call).
+  bool wants_bf16_operands() const override { return opt_.bf16_gemm && opt_.bf16_operand_copies; }
+  void linear_forward(float* out, Operand inp, Operand w, const float* bias, int64_t N, int64_t C,
                       int64_t OC) override {
     on_device();
     if (N == 0) return;
     // out[N,OC] = inp[N,C] · w[OC,C]ᵀ (+ bias, fused as an epilogue where cuBLASLt has one)
-    const bool fused = gemm(false, true, N, OC, C, inp, C, w.f32, C, false, out, OC, bias, nullptr, w.bf16);
+    const bool fused = gemm(false, true, N, OC, C, inp.f32, C, w.f32, C, false, out, OC, bias, inp.bf16, w.bf16);
     if (bias && !fused) launch_bias_add(out, bias, N, OC, stream_);
   }
-  void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, LinearWeight w,
-                       int64_t N, int64_t C, int64_t OC) override {
+  void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, Operand inp, Operand w, int64_t N,
+                       int64_t C, int64_t OC) override {
     on_device();
     if (N == 0) return;
     // dout rounded to bf16 once for both GEMMs
     const void* dout16 = opt_.bf16_gemm && dinp && dw ? rounded(kBf16Dout, dout, size_t(N * OC)) : nullptr;
     if (dinp)  // dinp[N,C] += dout·w
       gemm(false, false, N, C, OC, dout, OC, w.f32, C, true, dinp, C, nullptr, dout16, w.bf16);
-    if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, true, dw, C, nullptr, dout16);  // dw[OC,C] += doutᵀ·inp
+    if (dw)  // dw[OC,C] += doutᵀ·inp
+      gemm(true, false, OC, C, N, dout, OC, inp.f32, C, true, dw, C, nullptr, dout16, inp.bf16);
     if (dbias) launch_column_sum(dbias, dout, N, OC, stream_);
   }
 

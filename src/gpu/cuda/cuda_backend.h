@@ -31,10 +31,11 @@ namespace maestro {
 struct CudaBackendOptions {
   int device = 0;
   bool bf16_gemm = true;
-  // With bf16 GEMMs: want the engine's bf16 copies of the weights
-  // (Backend::wants_bf16_weights); off, every linear op rounds its weight
-  // (bench_gpu step --no-weight-copies, the A/B of bench/gpu/run.sh).
-  bool bf16_weight_copies = true;
+  // With bf16 GEMMs: want the engine's bf16 copies of linear operands
+  // (Backend::wants_bf16_operands); off, every linear op rounds its input
+  // and weight itself (bench_gpu step --no-bf16-copies, the A/B of
+  // bench/gpu/run.sh).
+  bool bf16_operand_copies = true;
   AttentionPath attention = AttentionPath::Auto;
   size_t min_segment_bytes = size_t(1) << 30;  // the arena grows by at least this much
   // Query-row block of a causal sequence's batched attention GEMMs
