@@ -74,6 +74,22 @@ BOOST_AUTO_TEST_CASE(stays_current_through_steps_loads_and_writes) {
   std::filesystem::remove_all(dir);
 }
 
+BOOST_AUTO_TEST_CASE(refreshes_in_one_convert_when_every_tensor_is_a_multiple_of_128) {
+  test_support::CheckedBackend b(1);
+  const Section sec = make_section("llm", llama(1, 128, 4, 2, 256, 64, 16), Mode::Train, false,
+                                   {{LossKind::CrossEntropy, 1.0, 1.0}});
+  SectionModel m(sec, b, 3);
+  BOOST_TEST(m.bf16_copy_bytes() == size_t(m.parameter_count()) * 2);  // no gaps
+  const int64_t before = b.converts();
+  const std::vector<int32_t> tokens = random_tokens(11, 1, 64);
+  std::vector<SampleInput> in(1);
+  in[0].tokens = tokens;
+  m.forward(in);
+  // the parameters' refresh, then the layer's four inputs
+  BOOST_TEST(b.converts() - before == 1 + 4);
+  BOOST_TEST(b.bf16_copy_uses() == 7 + 7 + 1);  // the layer's inputs and weights, the head's weight
+}
+
 BOOST_AUTO_TEST_CASE(follows_a_sharded_optimizers_all_gather) {
   test_support::CheckedBackend b(1);
   const Section sec = llm();

@@ -56,6 +56,7 @@ class CheckedBackend final : public Backend {
   }
   void convert(void* d, DType dd, const void* s, DType sd, size_t n) override {
     dev("convert", "dst", d, n * dtype_size(dd)), dev("convert", "src", s, n * dtype_size(sd));
+    ++converts_;
     b_->convert(d, dd, s, sd, n);
   }
   void zero(float* p, size_t n) override { f("zero", "p", p, n), b_->zero(p, n); }
@@ -98,6 +99,7 @@ class CheckedBackend final : public Backend {
   }
   // Operands that linear ops got with a bf16 copy (each checked current).
   int64_t bf16_copy_uses() const { return bf16_copy_uses_; }
+  int64_t converts() const { return converts_; }  // convert() calls
   void rmsnorm_forward(float* o, float* r, const float* i, const float* w, int64_t N, int64_t C, float e) override {
     f("rmsnorm_forward", "out", o, N * C), f("rmsnorm_forward", "rstd", r, N), f("rmsnorm_forward", "inp", i, N * C);
     f("rmsnorm_forward", "w", w, C);
@@ -266,7 +268,7 @@ class CheckedBackend final : public Backend {
   std::unique_ptr<Backend> b_;
   mutable std::mutex mu_;  // the activation pool may release from another thread
   std::map<const char*, size_t> blocks_;  // base -> bytes
-  int64_t bf16_copy_uses_ = 0;
+  int64_t bf16_copy_uses_ = 0, converts_ = 0;
 };
 
 }  // namespace maestro::test_support
