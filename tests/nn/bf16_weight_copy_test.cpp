@@ -1,7 +1,8 @@
-// The parameters' bf16 copy that SectionModel keeps for a backend with bf16
-// GEMMs (Backend::wants_bf16_operands; section_model.h), on CheckedBackend,
-// which wants the copies and checks every one a linear op reads against the
-// fp32 weight, element by element. The copy stays current through optimizer
+// The bf16 copies of linear operands the engine keeps for a backend with
+// bf16 GEMMs (Backend::wants_bf16_operands; docs/engine.md) — the
+// parameters' (section_model.h) and the layers' inputs — on CheckedBackend,
+// which wants the copies and checks every one a linear op reads against its
+// fp32 values, element by element. The parameters' copy stays current through optimizer
 // steps, a sharded optimizer's all-gather, checkpoint loads and writes
 // through params(); a write the model cannot see is caught — so the checks
 // can fail. Training results are the fp32 path's (CheckedBackend computes
@@ -56,8 +57,8 @@ BOOST_AUTO_TEST_CASE(stays_current_through_steps_loads_and_writes) {
     train_pass(m, step);
     m.adamw_step(train.optimizer, 1e-2);
   }
-  // Copies checked current: (the weights of 7 linears per layer × 2 layers
-  // and the head, and the 14 layers' inputs) × (forward + backward) × 3 steps.
+  // Copies checked current: (15 weights — 7 linears per layer × 2 layers
+  // and the head — and 14 inputs, 7 per layer) × (forward + backward) × 3 steps.
   const int64_t uses = b.bf16_copy_uses();
   BOOST_TEST(uses == (15 + 14) * 2 * 3);
 
