@@ -22,6 +22,9 @@ namespace {
 constexpr int64_t kElementGrain = 1 << 14;  // elements per chunk of an elementwise kernel
 constexpr int64_t kReduceBlock = 1 << 12;   // elements per partial of a reduction (fixed: thread-count free)
 
+// g[i] += x, or g[i] = x when g is overwritten (nn/backend.h's Grad).
+inline void put(Grad g, int64_t i, float x) { g.p[i] = g.add ? g.p[i] + x : x; }
+
 // Rows per chunk so that a chunk holds about kElementGrain elements.
 int64_t row_grain(int64_t C) { return std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, C)); }
 
@@ -139,12 +142,12 @@ class CpuBackend final : public Backend {
           for (int64_t o = 0; o < OC; ++o) out[i * OC + o] += bias[o];
       });
   }
-  void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, Operand in, Operand lw, int64_t N,
+  void linear_backward(Grad dinp, float* dw, float* dbias, const float* dout, Operand in, Operand lw, int64_t N,
                        int64_t C, int64_t OC) override {
     if (N == 0) return;
     const float *inp = in.f32, *w = lw.f32;
-    // dinp[N,C] += dout[N,OC] · w[OC,C]
-    if (dinp) gemm(false, false, N, C, OC, dout, OC, w, C, 1.0f, dinp, C);
+    // dinp[N,C] += (or =) dout[N,OC] · w[OC,C]
+    if (dinp.p) gemm(false, false, N, C, OC, dout, OC, w, C, dinp.add ? 1.0f : 0.0f, dinp.p, C);
     // dw[OC,C] += dout[N,OC]ᵀ · inp[N,C]
     if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
     // dbias[OC] += Σ_rows dout, each column summing its rows in order
@@ -359,13 +362,13 @@ class CpuBackend final : public Backend {
     });
   }
   // silu'(g) = σ(g)·(1 + g·(1 − σ(g)))
-  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+  void swiglu_backward(Grad dgate, Grad dup, const float* dout, const float* gate, const float* up,
                        size_t n) override {
     pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const float g = gate[i], sg = 1.0f / (1.0f + std::exp(-g));
-        if (dgate) dgate[i] += dout[i] * up[i] * sg * (1.0f + g * (1.0f - sg));
-        if (dup) dup[i] += dout[i] * g * sg;
+        if (dgate.p) put(dgate, i, dout[i] * up[i] * sg * (1.0f + g * (1.0f - sg)));
+        if (dup.p) put(dup, i, dout[i] * g * sg);
       }
     });
   }
@@ -377,13 +380,23 @@ class CpuBackend final : public Backend {
       }
     });
   }
-  void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) override {
+  void gelu_backward(Grad dinp, const float* dout, const float* inp, size_t n) override {
     pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const float x = inp[i], u = kGeluScale * (x + 0.044715f * x * x * x), t = std::tanh(u);
         const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+        put(dinp, i, dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du));
       }
+    });
+  }
+  void relu_forward(float* out, const float* inp, size_t n) override {
+    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = std::max(inp[i], 0.0f);
+    });
+  }
+  void relu_backward(Grad dinp, const float* dout, const float* inp, size_t n) override {
+    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) put(dinp, i, inp[i] > 0.0f ? dout[i] : 0.0f);
     });
   }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <stdexcept>
 
@@ -67,6 +68,13 @@ class Comparison {
     t_.copy_to_host(&a, on_t, sizeof(double));
     r_.copy_to_host(&b, on_r, sizeof(double));
     results_.push_back({op, std::abs(a - b) / std::max(std::abs(b), 1e-30), o_.tolerance});
+  }
+  // Fills a buffer with NaN on both sides: the output of an op that is to
+  // overwrite it (nn/backend.h's Grad), so an op that reads it shows NaN.
+  void poison(const Twin& x) {
+    const Vec nan(x.n, std::numeric_limits<float>::quiet_NaN());
+    t_.copy_from_host(x.on_t, nan.data(), x.n * sizeof(float));
+    r_.copy_from_host(x.on_r, nan.data(), x.n * sizeof(float));
   }
   // Runs f(backend, buffer of that backend...) on both sides.
   template <class F>
@@ -140,6 +148,23 @@ void run_elementwise(Comparison& c) {
   c.check("gelu_forward", out);
   c.both([&](Backend& be, bool is_t) { be.gelu_backward(ON(dg), ON(g), ON(a), n); });
   c.check("gelu_backward", dg);
+  c.both([&](Backend& be, bool is_t) { be.relu_forward(ON(out), ON(a), n); });
+  c.check("relu_forward", out);
+  c.both([&](Backend& be, bool is_t) { be.relu_backward(ON(dg), ON(g), ON(a), n); });
+  c.check("relu_backward", dg);
+  // The same gradients overwritten: the outputs' old contents (NaN) never read.
+  c.poison(dg), c.poison(du);
+  c.both([&](Backend& be, bool is_t) {
+    be.swiglu_backward(Grad::overwrite(ON(dg)), Grad::overwrite(ON(du)), ON(g), ON(a), ON(b), n);
+  });
+  c.check("swiglu_backward.dgate (overwrite)", dg);
+  c.check("swiglu_backward.dup (overwrite)", du);
+  c.poison(dg);
+  c.both([&](Backend& be, bool is_t) { be.gelu_backward(Grad::overwrite(ON(dg)), ON(g), ON(a), n); });
+  c.check("gelu_backward (overwrite)", dg);
+  c.poison(dg);
+  c.both([&](Backend& be, bool is_t) { be.relu_backward(Grad::overwrite(ON(dg)), ON(g), ON(a), n); });
+  c.check("relu_backward (overwrite)", dg);
 }
 
 void run_embedding(Comparison& c) {
@@ -166,6 +191,11 @@ void run_linear(Comparison& c) {
   c.check("linear_backward.dinp", dinp, Comparison::Kind::Gemm);
   c.check("linear_backward.dw", dw, Comparison::Kind::Gemm);
   c.check("linear_backward.dbias", db);
+  c.poison(dinp);
+  c.both([&](Backend& be, bool is_t) {
+    be.linear_backward(Grad::overwrite(ON(dinp)), nullptr, nullptr, ON(dout), ON(inp), ON(w), N, C, OC);
+  });
+  c.check("linear_backward.dinp (overwrite)", dinp, Comparison::Kind::Gemm);
   // A backend that reads the operands' bf16 copies (the engine's, nn/backend.h)
   // must give what it gives when it rounds them itself: bit for bit.
   if (!c.t_.wants_bf16_operands()) return;

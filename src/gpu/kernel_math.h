@@ -63,6 +63,11 @@ MAESTRO_HD inline float swiglu_dgate(float dout, float gate, float up) {
   return dout * up * (s + gate * s * (1.0f - s));
 }
 MAESTRO_HD inline float swiglu_dup(float dout, float gate) { return dout * gate * sigmoid(gate); }
+// max(x, 0), NaN passed on as torch.relu does; its gradient, times dout
+MAESTRO_HD inline float relu(float x) { return x < 0.0f ? 0.0f : x; }
+MAESTRO_HD inline float relu_grad(float dout, float x) { return x > 0.0f ? dout : 0.0f; }
+// g += x, or g = x (never reading g) for an overwritten gradient (nn/backend.h's Grad)
+MAESTRO_HD inline void put_grad(float& g, float x, bool add) { g = add ? g + x : x; }
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/π)
 MAESTRO_HD inline float gelu(float x) { return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))); }

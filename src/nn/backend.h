@@ -17,9 +17,11 @@
 // Every compute op works on fp32 row-major buffers; every buffer's shape is
 // in the comment. Forward ops write (=) their outputs; backward ops
 // ACCUMULATE (+=) into every gradient they produce, llm.c style, so a
-// caller zeroes a gradient buffer once and several uses sum into it. A
-// gradient pointer may be null when that gradient is not wanted (frozen
-// weights, raw inputs).
+// caller zeroes a gradient buffer once and several uses sum into it —
+// except where an op takes a Grad (below) and the caller passes
+// Grad::overwrite for the use that writes a buffer first. A gradient
+// pointer may be null when that gradient is not wanted (frozen weights,
+// raw inputs).
 //
 // Packed variable-length sequences: N tokens of n_seq sequences laid end to
 // end, sequence s occupying rows [cu_seqlens[s], cu_seqlens[s+1]) — no
@@ -48,6 +50,22 @@ struct Operand {
   Operand(const float* f32_, const void* bf16_ = nullptr) : f32(f32_), bf16(bf16_) {}  // NOLINT: implicit
   const float* f32;
   const void* bf16;
+};
+
+// A gradient output an op either adds to (the default, from a plain
+// pointer) or overwrites (=): then the op never reads the buffer, which
+// spares the caller a zeroing pass and the op a read of those zeros (on a
+// GPU the GEMM runs with beta = 0). The decoder's backward writes most of
+// its scratch gradients this way (decoder_block.cpp).
+struct Grad {
+  Grad(float* p_) : p(p_) {}  // NOLINT: implicit; accumulates
+  static Grad overwrite(float* p) {
+    Grad g(p);
+    g.add = false;
+    return g;
+  }
+  float* p;
+  bool add = true;
 };
 
 class Backend {
@@ -97,8 +115,9 @@ class Backend {
   // out[N,OC], inp[N,C], w[OC,C] (PyTorch nn.Linear layout), bias[OC] or null
   virtual void linear_forward(float* out, Operand inp, Operand w, const float* bias, int64_t N, int64_t C,
                               int64_t OC) = 0;
-  // dinp[N,C] += dout·w, dw[OC,C] += doutᵀ·inp, dbias[OC] += Σ_rows dout; each may be null
-  virtual void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, Operand inp, Operand w,
+  // dinp[N,C] += dout·w (= when overwritten), dw[OC,C] += doutᵀ·inp, dbias[OC] += Σ_rows dout;
+  // each may be null
+  virtual void linear_backward(Grad dinp, float* dw, float* dbias, const float* dout, Operand inp, Operand w,
                                int64_t N, int64_t C, int64_t OC) = 0;
 
   // ---- norms ------------------------------------------------------------
@@ -137,11 +156,15 @@ class Backend {
   // ---- activations --------------------------------------------------------
   // out[n] = silu(gate[n]) * up[n]
   virtual void swiglu_forward(float* out, const float* gate, const float* up, size_t n) = 0;
-  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+  // dgate[n], dup[n] += (or =) their gradients; either may be null
+  virtual void swiglu_backward(Grad dgate, Grad dup, const float* dout, const float* gate, const float* up,
                                size_t n) = 0;
   // out[n] = gelu_tanh(inp[n]) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))
   virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
-  virtual void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) = 0;
+  virtual void gelu_backward(Grad dinp, const float* dout, const float* inp, size_t n) = 0;
+  // out[n] = max(inp[n], 0); dinp[n] += dout[n] where inp[n] > 0
+  virtual void relu_forward(float* out, const float* inp, size_t n) = 0;
+  virtual void relu_backward(Grad dinp, const float* dout, const float* inp, size_t n) = 0;
 
   // ---- patches ------------------------------------------------------------
   // pixels[I,Ch,S,S] -> patches[I*(S/p)², Ch*p*p], patch-major (row, column),

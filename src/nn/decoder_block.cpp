@@ -44,20 +44,17 @@ void decoder_backward(Backend& b, const DecoderDims& d, const DecoderWeights& w,
                       const DecoderActs& a, DecoderScratch& s, float* dx, const float* dout, const float* x) {
   const int64_t N = pk.tokens(), C = d.C, QD = d.H * d.D, KVD = d.KV * d.D, F = d.F;
   // MLP: x_out = x_mid + down(act)
+  // The first write of each scratch gradient overwrites it (Grad::overwrite):
+  // no zeroing pass, and the GEMM or kernel reads no zeros.
   b.copy(s.dmid, dout, N * C);
-  b.zero(s.dact, N * F);
-  b.linear_backward(s.dact, w.down.g, nullptr, dout, {a.act, a.act_16}, w.down.linear(), N, F, C);
-  b.zero(s.dgate, N * F);
-  b.zero(s.dup, N * F);
-  b.swiglu_backward(s.dgate, s.dup, s.dact, a.gate, a.up, N * F);
-  b.zero(s.dn, N * C);
-  b.linear_backward(s.dn, w.gate.g, nullptr, s.dgate, {a.n2, a.n2_16}, w.gate.linear(), N, C, F);
+  b.linear_backward(Grad::overwrite(s.dact), w.down.g, nullptr, dout, {a.act, a.act_16}, w.down.linear(), N, F, C);
+  b.swiglu_backward(Grad::overwrite(s.dgate), Grad::overwrite(s.dup), s.dact, a.gate, a.up, N * F);
+  b.linear_backward(Grad::overwrite(s.dn), w.gate.g, nullptr, s.dgate, {a.n2, a.n2_16}, w.gate.linear(), N, C, F);
   b.linear_backward(s.dn, w.up.g, nullptr, s.dup, {a.n2, a.n2_16}, w.up.linear(), N, C, F);
   if (d.tp) d.tp->all_reduce(s.dn, N * C);
   b.rmsnorm_backward(s.dmid, w.n2.g, s.dn, a.mid, w.n2.w, a.rstd2, N, C);
   // attention: x_mid = x + o(att)
-  b.zero(s.datt, N * QD);
-  b.linear_backward(s.datt, w.o.g, nullptr, s.dmid, {a.att, a.att_16}, w.o.linear(), N, QD, C);
+  b.linear_backward(Grad::overwrite(s.datt), w.o.g, nullptr, s.dmid, {a.att, a.att_16}, w.o.linear(), N, QD, C);
   b.zero(s.dq, N * QD);
   b.zero(s.dk, N * KVD);
   b.zero(s.dv, N * KVD);
@@ -65,8 +62,7 @@ void decoder_backward(Backend& b, const DecoderDims& d, const DecoderWeights& w,
                        d.H, d.KV, d.D, d.causal);
   b.rope_backward(s.dq, pk.pos.data(), N, d.H, d.D, d.theta);
   b.rope_backward(s.dk, pk.pos.data(), N, d.KV, d.D, d.theta);
-  b.zero(s.dn, N * C);
-  b.linear_backward(s.dn, w.q.g, nullptr, s.dq, {a.n1, a.n1_16}, w.q.linear(), N, C, QD);
+  b.linear_backward(Grad::overwrite(s.dn), w.q.g, nullptr, s.dq, {a.n1, a.n1_16}, w.q.linear(), N, C, QD);
   b.linear_backward(s.dn, w.k.g, nullptr, s.dk, {a.n1, a.n1_16}, w.k.linear(), N, C, KVD);
   b.linear_backward(s.dn, w.v.g, nullptr, s.dv, {a.n1, a.n1_16}, w.v.linear(), N, C, KVD);
   if (d.tp) d.tp->all_reduce(s.dn, N * C);

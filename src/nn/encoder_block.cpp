@@ -44,24 +44,20 @@ void encoder_backward(Backend& b, const EncoderDims& d, const EncoderWeights& w,
   const int64_t N = pk.tokens(), C = d.C, QD = d.H * d.D, F = d.F;
   // MLP: x_out = x_mid + fc2(gelu(fc1(ln2(x_mid))))
   b.copy(s.dmid, dout, N * C);
-  b.zero(s.dg, N * F);
-  b.linear_backward(s.dg, w.fc2_w.g, w.fc2_b.g, dout, {a.g, a.g_16}, w.fc2_w.linear(), N, F, C);
-  b.zero(s.dh, N * F);
-  b.gelu_backward(s.dh, s.dg, a.h, N * F);
-  b.zero(s.dln, N * C);
-  b.linear_backward(s.dln, w.fc1_w.g, w.fc1_b.g, s.dh, {a.ln2, a.ln2_16}, w.fc1_w.linear(), N, C, F);
+  // The first write of each scratch gradient overwrites it (Grad::overwrite).
+  b.linear_backward(Grad::overwrite(s.dg), w.fc2_w.g, w.fc2_b.g, dout, {a.g, a.g_16}, w.fc2_w.linear(), N, F, C);
+  b.gelu_backward(Grad::overwrite(s.dh), s.dg, a.h, N * F);
+  b.linear_backward(Grad::overwrite(s.dln), w.fc1_w.g, w.fc1_b.g, s.dh, {a.ln2, a.ln2_16}, w.fc1_w.linear(), N, C, F);
   if (d.tp) d.tp->all_reduce(s.dln, N * C);
   b.layernorm_backward(s.dmid, w.ln2_w.g, w.ln2_b.g, s.dln, a.mid, w.ln2_w.w, a.mean2, a.rstd2, N, C);
   // attention: x_mid = x + out(att)
-  b.zero(s.datt, N * QD);
-  b.linear_backward(s.datt, w.o_w.g, w.o_b.g, s.dmid, {a.att, a.att_16}, w.o_w.linear(), N, QD, C);
+  b.linear_backward(Grad::overwrite(s.datt), w.o_w.g, w.o_b.g, s.dmid, {a.att, a.att_16}, w.o_w.linear(), N, QD, C);
   b.zero(s.dq, N * QD);
   b.zero(s.dk, N * QD);
   b.zero(s.dv, N * QD);
   b.attention_backward(s.dq, s.dk, s.dv, s.datt, a.att, a.lse, a.q, a.k, a.v, pk.cu_seqlens.data(), pk.n_seq(), N,
                        d.H, d.H, d.D, false);
-  b.zero(s.dln, N * C);
-  b.linear_backward(s.dln, w.q_w.g, w.q_b.g, s.dq, {a.ln1, a.ln1_16}, w.q_w.linear(), N, C, QD);
+  b.linear_backward(Grad::overwrite(s.dln), w.q_w.g, w.q_b.g, s.dq, {a.ln1, a.ln1_16}, w.q_w.linear(), N, C, QD);
   b.linear_backward(s.dln, w.k_w.g, w.k_b.g, s.dk, {a.ln1, a.ln1_16}, w.k_w.linear(), N, C, QD);
   b.linear_backward(s.dln, w.v_w.g, w.v_b.g, s.dv, {a.ln1, a.ln1_16}, w.v_w.linear(), N, C, QD);
   if (d.tp) d.tp->all_reduce(s.dln, N * C);

@@ -111,11 +111,11 @@ class Mlp final : public ModelImpl {
     float* dx = nullptr;
     for (int64_t l = int64_t(layers_.size()) - 1; l >= 0; --l) {
       const Layer& L = layers_[l];
-      dx = ctx.take_zeroed(N * L.in);
-      b_.linear_backward(dx, L.w.g, L.b.g, dz, a.xs[l], L.w.linear(), N, L.in, L.out);
+      dx = ctx.take(N * L.in);
+      b_.linear_backward(Grad::overwrite(dx), L.w.g, L.b.g, dz, a.xs[l], L.w.linear(), N, L.in, L.out);
       if (L.split == Split::Column) tp_->all_reduce(dx, N * L.in);
       if (l > 0) {
-        dz = ctx.take_zeroed(N * L.in);
+        dz = ctx.take(N * L.in);
         act_backward(dz, dx, a.zs[l - 1], N * L.in);
       }
     }
@@ -136,8 +136,7 @@ class Mlp final : public ModelImpl {
     Split split;
   };
 
-  // out[n] = act(z[n]).  relu is a loop over the buffer (the CPU backend's
-  // memory is host memory; backend.h has no relu op).
+  // out[n] = act(z[n])
   void act_forward(float* out, const float* z, size_t n) {
     switch (spec_.act) {
       case Activation::Gelu: b_.gelu_forward(out, z, n); break;
@@ -145,22 +144,18 @@ class Mlp final : public ModelImpl {
         for (size_t r = 0; r < n; r += ones_capacity_)
           b_.swiglu_forward(out + r, z + r, ones_, std::min(ones_capacity_, n - r));
         break;
-      case Activation::Relu:
-        for (size_t i = 0; i < n; ++i) out[i] = std::max(z[i], 0.0f);
-        break;
+      case Activation::Relu: b_.relu_forward(out, z, n); break;
     }
   }
-  // dz[n] += dout[n] · act'(z[n])
+  // dz[n] = dout[n] · act'(z[n])   (overwritten)
   void act_backward(float* dz, const float* dout, const float* z, size_t n) {
     switch (spec_.act) {
-      case Activation::Gelu: b_.gelu_backward(dz, dout, z, n); break;
+      case Activation::Gelu: b_.gelu_backward(Grad::overwrite(dz), dout, z, n); break;
       case Activation::Silu:
         for (size_t r = 0; r < n; r += ones_capacity_)
-          b_.swiglu_backward(dz + r, nullptr, dout + r, z + r, ones_, std::min(ones_capacity_, n - r));
+          b_.swiglu_backward(Grad::overwrite(dz + r), nullptr, dout + r, z + r, ones_, std::min(ones_capacity_, n - r));
         break;
-      case Activation::Relu:
-        for (size_t i = 0; i < n; ++i) dz[i] += z[i] > 0 ? dout[i] : 0.0f;
-        break;
+      case Activation::Relu: b_.relu_backward(Grad::overwrite(dz), dout, z, n); break;
     }
   }
 

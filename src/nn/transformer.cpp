@@ -189,9 +189,9 @@ class Transformer final : public ModelImpl {
     if (part_.last) {
       // d(final-normed text rows) = the head's, from the loss's gradient
       // (none without a loss: the head is skipped), + the outputs'. [Nt, C]
-      float* dnormed = ctx.take_zeroed(Nt * C);
+      float* dnormed = ctx.dlogits ? ctx.take(Nt * C) : ctx.take_zeroed(Nt * C);
       if (ctx.dlogits) {
-        b_.linear_backward(dnormed, head_.g, nullptr, ctx.dlogits, a.text_normed, head_.linear(), Nt, C, V);
+        b_.linear_backward(Grad::overwrite(dnormed), head_.g, nullptr, ctx.dlogits, a.text_normed, head_.linear(), Nt, C, V);
         if (dims_.tp) dims_.tp->all_reduce(dnormed, Nt * C);  // each rank's columns' share
       }
       for (size_t i = 0; i < output_grads.size(); ++i) {

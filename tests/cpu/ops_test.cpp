@@ -470,6 +470,40 @@ BOOST_AUTO_TEST_CASE(null_gradients_skipped) {
   BOOST_TEST(kl > 0.0);
 }
 
+// A gradient passed as Grad::overwrite is written (=), its old contents
+// (NaN here) never read: the result is what accumulating into zeros gives,
+// bit for bit. relu against its definition.
+BOOST_AUTO_TEST_CASE(overwritten_gradients_and_relu) {
+  auto be = make_cpu_backend(2);
+  const int64_t N = 9, C = 7, OC = 5;
+  const size_t n = size_t(N * C);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  F x = random(n, 1), u = random(n, 2), dy = random(n, 3), w = random(OC * C, 4), dz = random(N * OC, 5);
+  x[0] = 0.0f;  // relu's kink: no gradient, as in PyTorch
+  F acc(n), over(n, nan), acc2(n), over2(n, nan);
+  be->linear_backward(acc.data(), nullptr, nullptr, dz.data(), x.data(), w.data(), N, C, OC);
+  be->linear_backward(Grad::overwrite(over.data()), nullptr, nullptr, dz.data(), x.data(), w.data(), N, C, OC);
+  BOOST_TEST(acc == over);
+  std::fill(acc.begin(), acc.end(), 0.0f), std::fill(over.begin(), over.end(), nan);
+  be->swiglu_backward(acc.data(), acc2.data(), dy.data(), x.data(), u.data(), n);
+  be->swiglu_backward(Grad::overwrite(over.data()), Grad::overwrite(over2.data()), dy.data(), x.data(), u.data(), n);
+  BOOST_TEST(acc == over);
+  BOOST_TEST(acc2 == over2);
+  std::fill(acc.begin(), acc.end(), 0.0f), std::fill(over.begin(), over.end(), nan);
+  be->gelu_backward(acc.data(), dy.data(), x.data(), n);
+  be->gelu_backward(Grad::overwrite(over.data()), dy.data(), x.data(), n);
+  BOOST_TEST(acc == over);
+  F y(n), dr(n, 1.0f), dr_over(n, nan);
+  be->relu_forward(y.data(), x.data(), n);
+  be->relu_backward(dr.data(), dy.data(), x.data(), n);  // += onto ones
+  be->relu_backward(Grad::overwrite(dr_over.data()), dy.data(), x.data(), n);
+  for (size_t i = 0; i < n; ++i) {
+    BOOST_TEST(y[i] == (x[i] > 0 ? x[i] : 0.0f));
+    BOOST_TEST(dr_over[i] == (x[i] > 0 ? dy[i] : 0.0f));
+    BOOST_TEST(dr[i] == 1.0f + dr_over[i]);
+  }
+}
+
 // bf16 storage: F32 -> BF16 rounds to nearest even on the backend, BF16 ->
 // F32 is exact, and the bits agree with the per-element function (nn/dtype.h)
 // whatever the chunking of the pool.

@@ -2,7 +2,8 @@
 // self-check and of bench/gpu's op check, run here with CPU backends: two
 // CPU backends agree on every op of every family; a backend with one op off
 // by 1e-3 is caught and named, the others still pass; so is a norm whose
-// bits vary from call to call.
+// bits vary from call to call, and one that reads a gradient it is to
+// overwrite.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -19,8 +20,9 @@ namespace {
 // broken kernel), every second sq_norm in its last bits (a sum whose
 // order varies from call to call, as with atomics), or a linear op given
 // its operands' bf16 copies (a backend that wants them) computing from the
-// copies — not what it computes when it gets none.
-enum class Nudge { Gelu, NormBits, Bf16Copy };
+// copies — not what it computes when it gets none — or a gradient it is
+// to overwrite (nn/backend.h's Grad) added to instead, old contents read.
+enum class Nudge { Gelu, NormBits, Bf16Copy, OverwriteAdds };
 class Nudged final : public Backend {
  public:
   explicit Nudged(Nudge nudge) : Backend(Device::Host), b_(make_cpu_backend(1)), nudge_(nudge) {}
@@ -51,9 +53,9 @@ class Nudged final : public Backend {
   void linear_forward(float* o, Operand i, Operand w, const float* b, int64_t N, int64_t C, int64_t OC) override {
     b_->linear_forward(o, widened(i, N * C, 0), widened(w, OC * C, 1), b, N, C, OC);
   }
-  void linear_backward(float* di, float* dw, float* db, const float* d, Operand i, Operand w, int64_t N, int64_t C,
+  void linear_backward(Grad di, float* dw, float* db, const float* d, Operand i, Operand w, int64_t N, int64_t C,
                        int64_t OC) override {
-    b_->linear_backward(di, dw, db, d, widened(i, N * C, 0), widened(w, OC * C, 1), N, C, OC);
+    b_->linear_backward(adds(di), dw, db, d, widened(i, N * C, 0), widened(w, OC * C, 1), N, C, OC);
   }
   void rmsnorm_forward(float* o, float* r, const float* i, const float* w, int64_t N, int64_t C, float e) override {
     b_->rmsnorm_forward(o, r, i, w, N, C, e);
@@ -86,15 +88,17 @@ class Nudged final : public Backend {
     b_->attention_backward(dq, dk, dv, d, o, l, q, k, v, cu, ns, N, H, KV, D, c);
   }
   void swiglu_forward(float* o, const float* g, const float* u, size_t n) override { b_->swiglu_forward(o, g, u, n); }
-  void swiglu_backward(float* dg, float* du, const float* d, const float* g, const float* u, size_t n) override {
-    b_->swiglu_backward(dg, du, d, g, u, n);
+  void swiglu_backward(Grad dg, Grad du, const float* d, const float* g, const float* u, size_t n) override {
+    b_->swiglu_backward(adds(dg), adds(du), d, g, u, n);
   }
   void gelu_forward(float* o, const float* i, size_t n) override {
     b_->gelu_forward(o, i, n);
     if (nudge_ == Nudge::Gelu)
       for (size_t k = 0; k < n; ++k) o[k] += 1e-3f;
   }
-  void gelu_backward(float* di, const float* d, const float* i, size_t n) override { b_->gelu_backward(di, d, i, n); }
+  void gelu_backward(Grad di, const float* d, const float* i, size_t n) override { b_->gelu_backward(adds(di), d, i, n); }
+  void relu_forward(float* o, const float* i, size_t n) override { b_->relu_forward(o, i, n); }
+  void relu_backward(Grad di, const float* d, const float* i, size_t n) override { b_->relu_backward(adds(di), d, i, n); }
   void im2col_patches(float* p, const float* x, int64_t I, int64_t Ch, int64_t S, int64_t ps) override {
     b_->im2col_patches(p, x, I, Ch, S, ps);
   }
@@ -131,6 +135,7 @@ class Nudged final : public Backend {
   int threads() const override { return 1; }
 
  private:
+  Grad adds(Grad g) const { return nudge_ == Nudge::OverwriteAdds ? Grad(g.p) : g; }
   // An operand's copy back in fp32 (into wide_[slot]) when there is one, else its fp32 values.
   const float* widened(Operand x, int64_t n, int slot) {
     if (!x.bf16) return x.f32;
@@ -192,6 +197,18 @@ BOOST_AUTO_TEST_CASE(a_backend_reading_bf16_copies_must_match_its_own_rounding) 
   r = compare_backends(from_copy, *cpu, {});
   for (const OpCheck& c : r)
     BOOST_TEST(c.ok() == !c.op.ends_with("(bf16 copies)"), c.op << " rel err " << c.rel_err);
+}
+
+BOOST_AUTO_TEST_CASE(a_gradient_added_to_where_it_is_to_be_overwritten_is_named) {
+  Nudged adds(Nudge::OverwriteAdds);
+  auto cpu = make_cpu_backend(1);
+  const std::vector<OpCheck> r = compare_backends(adds, *cpu, {});
+  int overwritten = 0;
+  for (const OpCheck& c : r) {
+    BOOST_TEST(c.ok() == !c.op.ends_with("(overwrite)"), c.op << " rel err " << c.rel_err);
+    overwritten += c.op.ends_with("(overwrite)");
+  }
+  BOOST_TEST(overwritten == 5);  // linear dinp, swiglu dgate and dup, gelu, relu
 }
 
 BOOST_AUTO_TEST_CASE(families_can_be_chosen) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -171,6 +172,31 @@ BOOST_AUTO_TEST_CASE(activations_match_the_reference_in_double) {
   BOOST_TEST(rel_err(du, ref_du) <= kF32);
   BOOST_TEST(rel_err(ge, ref_gelu) <= kF32);
   BOOST_TEST(rel_err(dge, ref_dgelu) <= kF32);
+}
+
+// relu and the overwrite-or-add of a gradient (nn/backend.h's Grad), as the
+// kernels apply them, against the CPU backend: the same bits.
+BOOST_AUTO_TEST_CASE(relu_and_overwritten_gradients_match_the_cpu_backend) {
+  const size_t n = 1000;
+  Vec x = randn(n, 12), dout = randn(n, 13), acc = randn(n, 14);
+  x[0] = 0.0f, x[1] = std::numeric_limits<float>::quiet_NaN();  // the kink; NaN passed on
+  auto cpu = make_cpu_backend(1);
+  Vec cpu_y(n), cpu_acc = acc, cpu_over(n, 7.0f);
+  cpu->relu_forward(cpu_y.data(), x.data(), n);
+  cpu->relu_backward(cpu_acc.data(), dout.data(), x.data(), n);
+  cpu->relu_backward(Grad::overwrite(cpu_over.data()), dout.data(), x.data(), n);
+  Vec y(n), over(n, 7.0f);
+  for (size_t i = 0; i < n; ++i) {
+    y[i] = gm::relu(x[i]);
+    gm::put_grad(acc[i], gm::relu_grad(dout[i], x[i]), true);
+    gm::put_grad(over[i], gm::relu_grad(dout[i], x[i]), false);
+  }
+  BOOST_TEST(std::isnan(y[1]));
+  BOOST_TEST(std::isnan(cpu_y[1]));
+  y[1] = cpu_y[1] = 0.0f;
+  BOOST_TEST(y == cpu_y, boost::test_tools::per_element());
+  BOOST_TEST(acc == cpu_acc, boost::test_tools::per_element());
+  BOOST_TEST(over == cpu_over, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(softmax_state_merges_in_any_tree) {

@@ -15,10 +15,13 @@
 // against its fp32 values element by element — a stale copy (parameters or
 // an activation written after it was made) throws std::logic_error naming
 // the op and operand — then computes in fp32, like the CPU backend.
+// A gradient an op is to overwrite (nn/backend.h's Grad) is filled with NaN
+// before the op runs, so a read of its old contents shows in the results.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -88,18 +91,19 @@ class CheckedBackend final : public Backend {
     copy16("linear_forward", "inp", i, N * C), copy16("linear_forward", "w", w, OC * C);
     b_->linear_forward(o, i.f32, w.f32, b, N, C, OC);
   }
-  void linear_backward(float* di, float* dw, float* db, const float* d, Operand i, Operand w, int64_t N, int64_t C,
+  void linear_backward(Grad di, float* dw, float* db, const float* d, Operand i, Operand w, int64_t N, int64_t C,
                        int64_t OC) override {
-    opt("linear_backward", "dinp", di, N * C), opt("linear_backward", "dw", dw, OC * C);
+    grad("linear_backward", "dinp", di, N * C), opt("linear_backward", "dw", dw, OC * C);
     opt("linear_backward", "dbias", db, OC), f("linear_backward", "dout", d, N * OC);
     opt("linear_backward", "inp", i.f32, N * C), opt("linear_backward", "w", w.f32, OC * C);
     if (dw) copy16("linear_backward", "inp", i, N * C);  // read by the dw GEMM only
-    if (di) copy16("linear_backward", "w", w, OC * C);   // read by the dinp GEMM only
+    if (di.p) copy16("linear_backward", "w", w, OC * C);  // read by the dinp GEMM only
     b_->linear_backward(di, dw, db, d, i.f32, w.f32, N, C, OC);
   }
   // Operands that linear ops got with a bf16 copy (each checked current).
   int64_t bf16_copy_uses() const { return bf16_copy_uses_; }
   int64_t converts() const { return converts_; }  // convert() calls
+  int64_t overwrites() const { return overwrites_; }  // gradient outputs handed over to be overwritten
   void rmsnorm_forward(float* o, float* r, const float* i, const float* w, int64_t N, int64_t C, float e) override {
     f("rmsnorm_forward", "out", o, N * C), f("rmsnorm_forward", "rstd", r, N), f("rmsnorm_forward", "inp", i, N * C);
     f("rmsnorm_forward", "w", w, C);
@@ -152,17 +156,25 @@ class CheckedBackend final : public Backend {
     f("swiglu_forward", "out", o, n), f("swiglu_forward", "gate", g, n), f("swiglu_forward", "up", u, n);
     b_->swiglu_forward(o, g, u, n);
   }
-  void swiglu_backward(float* dg, float* du, const float* d, const float* g, const float* u, size_t n) override {
-    opt("swiglu_backward", "dgate", dg, int64_t(n)), opt("swiglu_backward", "dup", du, int64_t(n)), f("swiglu_backward", "dout", d, n);
+  void swiglu_backward(Grad dg, Grad du, const float* d, const float* g, const float* u, size_t n) override {
+    grad("swiglu_backward", "dgate", dg, int64_t(n)), grad("swiglu_backward", "dup", du, int64_t(n));
+    f("swiglu_backward", "dout", d, n);
     f("swiglu_backward", "gate", g, n), f("swiglu_backward", "up", u, n);
     b_->swiglu_backward(dg, du, d, g, u, n);
   }
   void gelu_forward(float* o, const float* i, size_t n) override {
     f("gelu_forward", "out", o, n), f("gelu_forward", "inp", i, n), b_->gelu_forward(o, i, n);
   }
-  void gelu_backward(float* di, const float* d, const float* i, size_t n) override {
-    opt("gelu_backward", "dinp", di, int64_t(n)), f("gelu_backward", "dout", d, n), f("gelu_backward", "inp", i, n);
+  void gelu_backward(Grad di, const float* d, const float* i, size_t n) override {
+    grad("gelu_backward", "dinp", di, int64_t(n)), f("gelu_backward", "dout", d, n), f("gelu_backward", "inp", i, n);
     b_->gelu_backward(di, d, i, n);
+  }
+  void relu_forward(float* o, const float* i, size_t n) override {
+    f("relu_forward", "out", o, n), f("relu_forward", "inp", i, n), b_->relu_forward(o, i, n);
+  }
+  void relu_backward(Grad di, const float* d, const float* i, size_t n) override {
+    grad("relu_backward", "dinp", di, int64_t(n)), f("relu_backward", "dout", d, n), f("relu_backward", "inp", i, n);
+    b_->relu_backward(di, d, i, n);
   }
   void im2col_patches(float* p, const float* x, int64_t I, int64_t Ch, int64_t S, int64_t ps) override {
     f("im2col_patches", "patches", p, I * Ch * (S / ps) * (S / ps) * ps * ps), f("im2col_patches", "pixels", x, I * Ch * S * S);
@@ -246,6 +258,15 @@ class CheckedBackend final : public Backend {
   void opt(const char* op, const char* arg, const void* p, int64_t floats) const {
     if (p) f(op, arg, p, floats);
   }
+  // A gradient output; one the op overwrites is filled with NaN first, so an
+  // op that reads it after all (or a caller that relies on what it held)
+  // shows NaN in the results.
+  void grad(const char* op, const char* arg, Grad g, int64_t floats) {
+    opt(op, arg, g.p, floats);
+    if (!g.p || g.add) return;
+    std::fill_n(g.p, floats, std::numeric_limits<float>::quiet_NaN());
+    ++overwrites_;
+  }
   // An operand's bf16 copy, when given: backend memory, each element x.f32 rounded.
   void copy16(const char* op, const char* arg, Operand x, int64_t n) {
     if (!x.bf16) return;
@@ -268,7 +289,7 @@ class CheckedBackend final : public Backend {
   std::unique_ptr<Backend> b_;
   mutable std::mutex mu_;  // the activation pool may release from another thread
   std::map<const char*, size_t> blocks_;  // base -> bytes
-  int64_t bf16_copy_uses_ = 0, converts_ = 0;
+  int64_t bf16_copy_uses_ = 0, converts_ = 0, overwrites_ = 0;
 };
 
 }  // namespace maestro::test_support

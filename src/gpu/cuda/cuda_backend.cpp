@@ -185,14 +185,14 @@ class CudaBackend final : public Backend {
     const bool fused = gemm(false, true, N, OC, C, inp.f32, C, w.f32, C, false, out, OC, bias, inp.bf16, w.bf16);
     if (bias && !fused) launch_bias_add(out, bias, N, OC, stream_);
   }
-  void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, Operand inp, Operand w, int64_t N,
+  void linear_backward(Grad dinp, float* dw, float* dbias, const float* dout, Operand inp, Operand w, int64_t N,
                        int64_t C, int64_t OC) override {
     on_device();
     if (N == 0) return;
     // dout rounded to bf16 once for both GEMMs
-    const void* dout16 = opt_.bf16_gemm && dinp && dw ? rounded(kBf16Dout, dout, size_t(N * OC)) : nullptr;
-    if (dinp)  // dinp[N,C] += dout·w
-      gemm(false, false, N, C, OC, dout, OC, w.f32, C, true, dinp, C, nullptr, dout16, w.bf16);
+    const void* dout16 = opt_.bf16_gemm && dinp.p && dw ? rounded(kBf16Dout, dout, size_t(N * OC)) : nullptr;
+    if (dinp.p)  // dinp[N,C] += (or =) dout·w
+      gemm(false, false, N, C, OC, dout, OC, w.f32, C, dinp.add, dinp.p, C, nullptr, dout16, w.bf16);
     if (dw)  // dw[OC,C] += doutᵀ·inp
       gemm(true, false, OC, C, N, dout, OC, inp.f32, C, true, dw, C, nullptr, dout16, inp.bf16);
     if (dbias) launch_column_sum(dbias, dout, N, OC, stream_);
@@ -231,15 +231,20 @@ class CudaBackend final : public Backend {
     on_device();
     launch_swiglu_forward(out, gate, up, n, stream_);
   }
-  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+  void swiglu_backward(Grad dgate, Grad dup, const float* dout, const float* gate, const float* up,
                        size_t n) override {
     on_device();
-    launch_swiglu_backward(dgate, dup, dout, gate, up, n, stream_);
+    launch_swiglu_backward(dgate.p, dgate.add, dup.p, dup.add, dout, gate, up, n, stream_);
   }
   void gelu_forward(float* out, const float* inp, size_t n) override { on_device(); launch_gelu_forward(out, inp, n, stream_); }
-  void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) override {
+  void gelu_backward(Grad dinp, const float* dout, const float* inp, size_t n) override {
     on_device();
-    launch_gelu_backward(dinp, dout, inp, n, stream_);
+    launch_gelu_backward(dinp.p, dinp.add, dout, inp, n, stream_);
+  }
+  void relu_forward(float* out, const float* inp, size_t n) override { on_device(); launch_relu_forward(out, inp, n, stream_); }
+  void relu_backward(Grad dinp, const float* dout, const float* inp, size_t n) override {
+    on_device();
+    launch_relu_backward(dinp.p, dinp.add, dout, inp, n, stream_);
   }
   void im2col_patches(float* patches, const float* pixels, int64_t I, int64_t Ch, int64_t S, int64_t p) override {
     on_device();

@@ -185,18 +185,24 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int64_t N, int64_t H, 
 __global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up, size_t n) {
   MAESTRO_GRID_STRIDE(i, n) out[i] = gm::swiglu(gate[i], up[i]);
 }
-__global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
-                                       size_t n) {
+__global__ void swiglu_backward_kernel(float* dgate, bool add_dgate, float* dup, bool add_dup, const float* dout,
+                                       const float* gate, const float* up, size_t n) {
   MAESTRO_GRID_STRIDE(i, n) {
-    if (dgate) dgate[i] += gm::swiglu_dgate(dout[i], gate[i], up[i]);
-    if (dup) dup[i] += gm::swiglu_dup(dout[i], gate[i]);
+    if (dgate) gm::put_grad(dgate[i], gm::swiglu_dgate(dout[i], gate[i], up[i]), add_dgate);
+    if (dup) gm::put_grad(dup[i], gm::swiglu_dup(dout[i], gate[i]), add_dup);
   }
 }
 __global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
   MAESTRO_GRID_STRIDE(i, n) out[i] = gm::gelu(inp[i]);
 }
-__global__ void gelu_backward_kernel(float* dinp, const float* dout, const float* inp, size_t n) {
-  MAESTRO_GRID_STRIDE(i, n) dinp[i] += gm::gelu_grad(dout[i], inp[i]);
+__global__ void gelu_backward_kernel(float* dinp, bool add, const float* dout, const float* inp, size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) gm::put_grad(dinp[i], gm::gelu_grad(dout[i], inp[i]), add);
+}
+__global__ void relu_forward_kernel(float* out, const float* inp, size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) out[i] = gm::relu(inp[i]);
+}
+__global__ void relu_backward_kernel(float* dinp, bool add, const float* dout, const float* inp, size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) gm::put_grad(dinp[i], gm::relu_grad(dout[i], inp[i]), add);
 }
 // One thread per element of patches[I*g², Ch*p*p].
 __global__ void im2col_kernel(float* patches, const float* pixels, int64_t I, int64_t Ch, int64_t S, int64_t p) {
@@ -361,15 +367,21 @@ void launch_rope(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, 
 void launch_swiglu_forward(float* out, const float* gate, const float* up, size_t n, cudaStream_t st) {
   MAESTRO_LAUNCH(swiglu_forward_kernel, n, out, gate, up, n);
 }
-void launch_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n,
-                            cudaStream_t st) {
-  MAESTRO_LAUNCH(swiglu_backward_kernel, n, dgate, dup, dout, gate, up, n);
+void launch_swiglu_backward(float* dgate, bool add_dgate, float* dup, bool add_dup, const float* dout,
+                            const float* gate, const float* up, size_t n, cudaStream_t st) {
+  MAESTRO_LAUNCH(swiglu_backward_kernel, n, dgate, add_dgate, dup, add_dup, dout, gate, up, n);
 }
 void launch_gelu_forward(float* out, const float* inp, size_t n, cudaStream_t st) {
   MAESTRO_LAUNCH(gelu_forward_kernel, n, out, inp, n);
 }
-void launch_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, cudaStream_t st) {
-  MAESTRO_LAUNCH(gelu_backward_kernel, n, dinp, dout, inp, n);
+void launch_gelu_backward(float* dinp, bool add, const float* dout, const float* inp, size_t n, cudaStream_t st) {
+  MAESTRO_LAUNCH(gelu_backward_kernel, n, dinp, add, dout, inp, n);
+}
+void launch_relu_forward(float* out, const float* inp, size_t n, cudaStream_t st) {
+  MAESTRO_LAUNCH(relu_forward_kernel, n, out, inp, n);
+}
+void launch_relu_backward(float* dinp, bool add, const float* dout, const float* inp, size_t n, cudaStream_t st) {
+  MAESTRO_LAUNCH(relu_backward_kernel, n, dinp, add, dout, inp, n);
 }
 void launch_im2col_patches(float* patches, const float* pixels, int64_t I, int64_t Ch, int64_t S, int64_t p,
                            cudaStream_t st) {

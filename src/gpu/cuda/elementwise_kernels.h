@@ -41,10 +41,13 @@ void launch_layernorm_backward(float* dinp, float* dw, float* db, const float* d
 void launch_rope(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign,
                  cudaStream_t st);
 void launch_swiglu_forward(float* out, const float* gate, const float* up, size_t n, cudaStream_t st);
-void launch_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n,
-                            cudaStream_t st);
+// Backward kernels: `add` false overwrites the gradient (nn/backend.h's Grad).
+void launch_swiglu_backward(float* dgate, bool add_dgate, float* dup, bool add_dup, const float* dout,
+                            const float* gate, const float* up, size_t n, cudaStream_t st);
 void launch_gelu_forward(float* out, const float* inp, size_t n, cudaStream_t st);
-void launch_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, cudaStream_t st);
+void launch_gelu_backward(float* dinp, bool add, const float* dout, const float* inp, size_t n, cudaStream_t st);
+void launch_relu_forward(float* out, const float* inp, size_t n, cudaStream_t st);
+void launch_relu_backward(float* dinp, bool add, const float* dout, const float* inp, size_t n, cudaStream_t st);
 void launch_im2col_patches(float* patches, const float* pixels, int64_t I, int64_t Ch, int64_t S, int64_t p,
                            cudaStream_t st);
 
