@@ -335,8 +335,7 @@ SectionRunner::StepScalars SectionRunner::reduce_grads_rank() {
 
 void SectionRunner::apply(double scale, double lr) {
   if (!model_->grads()) throw std::logic_error("an optimizer step on a frozen section");
-  if (scale != 1.0) model_->scale_grads(float(scale));
-  model_->adamw_step(program_.train.optimizer, lr);
+  model_->adamw_step(program_.train.optimizer, lr, float(scale));  // clipping inside the step
   model_->zero_grads();
 }
 

@@ -86,7 +86,7 @@ class SectionRunner {
     double grad_sq_norm = 0;
   };
   StepScalars reduce_grads();
-  // grads *= scale; AdamW step at lr; grads = 0.
+  // AdamW step at lr on the gradients times scale (clipping); grads = 0.
   void apply(double scale, double lr);
 
   // Parameters + AdamW state, under the section prefix. Sharded optimizer:

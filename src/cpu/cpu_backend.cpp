@@ -551,15 +551,16 @@ class CpuBackend final : public Backend {
 
   // ---- optimizer ------------------------------------------------------------------------------
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
-             float weight_decay, int64_t t) override {
+             float weight_decay, int64_t t, float grad_scale) override {
     const float c1 = float(1.0 - std::pow(double(beta1), double(t)));
     const float c2 = float(1.0 - std::pow(double(beta2), double(t)));
     const float decay = 1.0f - lr * weight_decay;
     pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
+        const float gi = g[i] * grad_scale;  // the bits of a separate g *= grad_scale pass
         p[i] *= decay;
-        m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
-        v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+        m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+        v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         p[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
       }
     });

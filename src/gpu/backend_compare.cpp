@@ -354,11 +354,19 @@ void run_adamw(Comparison& c) {
   for (float& x : v0) x = std::abs(x);
   Twin p(c.t_, c.r_, c.randn(n)), g(c.t_, c.r_, c.randn(n)), m(c.t_, c.r_, c.randn(n, 0.1f)), v(c.t_, c.r_, v0);
   c.both([&](Backend& be, bool is_t) {
-    be.adamw(ON(p), ON(g), ON(m), ON(v), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    be.adamw(ON(p), ON(g), ON(m), ON(v), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
   });
   c.check("adamw.p", p);
   c.check("adamw.m", m);
   c.check("adamw.v", v);
+  // with a clipping coefficient
+  c.both([&](Backend& be, bool is_t) {
+    be.adamw(ON(p), ON(g), ON(m), ON(v), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 0.37f);
+  });
+  c.check("adamw(grad_scale).p", p);
+  c.check("adamw(grad_scale).m", m);
+  c.check("adamw(grad_scale).v", v);
+  c.check("adamw(grad_scale).g", g);  // not written
 }
 
 const std::vector<std::pair<std::string, void (*)(Comparison&)>>& families() {

@@ -147,12 +147,21 @@ MAESTRO_HD inline float attention_dscore(float p, float dp, float delta) { retur
 struct AdamWStep {
   float lr, beta1, beta2, eps, decay;  // decay = 1 − lr·weight_decay
   float c1, c2;                        // bias corrections 1 − β^t (fp64 pow, like the CPU backend)
+  float grad_scale;                    // the gradient is g·grad_scale (clipping)
 };
-inline AdamWStep adamw_step(float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t) {
-  return {lr, beta1, beta2, eps, 1.0f - lr * weight_decay, float(1.0 - pow(double(beta1), double(t))),
-          float(1.0 - pow(double(beta2), double(t)))};
+inline AdamWStep adamw_step(float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                            float grad_scale) {
+  return {lr,
+          beta1,
+          beta2,
+          eps,
+          1.0f - lr * weight_decay,
+          float(1.0 - pow(double(beta1), double(t))),
+          float(1.0 - pow(double(beta2), double(t))),
+          grad_scale};
 }
 MAESTRO_HD inline void adamw_update(float& p, float g, float& m, float& v, const AdamWStep& s) {
+  g *= s.grad_scale;
   p *= s.decay;
   m = s.beta1 * m + (1.0f - s.beta1) * g;
   v = s.beta2 * v + (1.0f - s.beta2) * g * g;

@@ -220,11 +220,12 @@ class Backend {
   virtual void masked_row_sum(double* out, const float* rows, const int32_t* targets, int64_t N);
 
   // ---- optimizer ----------------------------------------------------------
-  // torch.optim.AdamW on n parameters: p -= lr·wd·p; m = b1 m + (1-b1) g;
-  // v = b2 v + (1-b2) g²; p -= lr · (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps).
-  // t >= 1 is the step number.
+  // torch.optim.AdamW on n parameters, the gradient being g·grad_scale (a
+  // clipping coefficient, applied in the same pass; g is not written):
+  // p -= lr·wd·p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²;
+  // p -= lr · (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps). t >= 1 is the step number.
   virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                     float eps, float weight_decay, int64_t t) = 0;
+                     float eps, float weight_decay, int64_t t, float grad_scale) = 0;
 
   // Threads for the non-GEMM kernels and the BLAS (0 = all cores).
   virtual void set_threads(int threads) = 0;

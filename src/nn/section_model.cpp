@@ -267,15 +267,11 @@ double SectionModel::grad_sq_norm() {
   return host;
 }
 
-void SectionModel::scale_grads(float f) {
-  if (grads_) backend_.scale(grads_ + opt_offset_, f, size_t(opt_count_));
-}
-
-void SectionModel::adamw_step(const OptimizerSpec& opt, double lr) {
+void SectionModel::adamw_step(const OptimizerSpec& opt, double lr, float grad_scale) {
   if (!grads_) input_error(section_, "an optimizer step on a frozen section");
   ++adam_t_;
   backend_.adamw(params_ + opt_offset_, grads_ + opt_offset_, adam_m_, adam_v_, size_t(opt_count_), float(lr),
-                 float(opt.beta1), float(opt.beta2), float(opt.eps), float(opt.weight_decay), adam_t_);
+                 float(opt.beta1), float(opt.beta2), float(opt.eps), float(opt.weight_decay), adam_t_, grad_scale);
   if (all_gather_) all_gather_(params_, params_ + opt_offset_, size_t(n_params_));
   params16_stale_ = true;
 }

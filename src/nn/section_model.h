@@ -197,7 +197,6 @@ class SectionModel {
   // tensors on rank 0 only — so the sum of the ranks' shares is the model's.
   void grad_sq_norm(double* out);
   double grad_sq_norm();  // the whole model's (shares summed over the ranks), waited for (tests and tools)
-  void scale_grads(float f);   // g *= f
   // The flat gradient buffer, [parameter_count()] in model_tensors order
   // (tensor parallel: the split tensors first, then the replicated ones),
   // for the data-parallel all-reduce; null in frozen mode.
@@ -212,10 +211,11 @@ class SectionModel {
   size_t bf16_copy_bytes() const { return params16_ ? params16_bytes_ : 0; }  // the parameters' bf16 copy
   // One torch.optim.AdamW step over every parameter at learning rate lr;
   // the step number t (bias correction) is counted here, starting at 1, and
-  // saved with checkpoints. Global-norm clipping happens before, across all
-  // sections, by the runtime: norm = sqrt(Σ_sections grad_sq_norm()), then
-  // scale_grads(min(1, clip / (norm + 1e-6))).
-  void adamw_step(const OptimizerSpec& opt, double lr);
+  // saved with checkpoints. Global-norm clipping is the runtime's, across
+  // all sections: norm = sqrt(Σ_sections grad_sq_norm()), and the step takes
+  // the gradient times grad_scale = min(1, clip / (norm + 1e-6)), in the
+  // same pass over the parameters (the gradients are not written).
+  void adamw_step(const OptimizerSpec& opt, double lr, float grad_scale = 1.0f);
   int64_t adamw_steps() const { return adam_t_; }
 
   // ---- ZeRO-1: a sharded optimizer (docs/runtime.md, "Sharded optimizer") --
@@ -224,7 +224,7 @@ class SectionModel {
   using AllGather = std::function<void(float* out, const float* in, size_t n)>;
   // From now on this replica keeps the AdamW moments of the flat buffer's
   // [offset, offset + count) only (its shard; the rest is freed) and:
-  // scale_grads()/grad_sq_norm() act on that range of the gradients (which
+  // grad_sq_norm() acts on that range of the gradients (which
   // the caller has reduced there); adamw_step() updates that range of the
   // parameters, then all_gathers the parameters; load() reads that slice of
   // the moments; save() all_gathers the moments and writes them whole (so

@@ -301,12 +301,23 @@ BOOST_AUTO_TEST_CASE(adamw_three_steps) {
   for (int64_t t = 1; t <= 3; ++t) {
     F g = random(n, uint32_t(10 + t));
     Dv G = wide(g);
-    be->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    be->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f);
     ref::adamw(P.data(), G.data(), M.data(), V.data(), n, 1e-2, 0.9, 0.95, 1e-8, 0.1, t);
   }
   BOOST_TEST(rel(p, P) < kTol);
   BOOST_TEST(rel(m, M) < kTol);
   BOOST_TEST(rel(v, V) < kTol);
+  // A clipping coefficient applied inside the step: the bits of scaling the
+  // gradient first, and the gradient left as it was.
+  F g = random(n, 20), g_scaled = g, p2 = p, m2 = m, v2 = v;
+  const F g0 = g;
+  be->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 0.37f);
+  be->scale(g_scaled.data(), 0.37f, n);
+  be->adamw(p2.data(), g_scaled.data(), m2.data(), v2.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 1.0f);
+  BOOST_TEST(p == p2);
+  BOOST_TEST(m == m2);
+  BOOST_TEST(v == v2);
+  BOOST_TEST(g == g0);
 }
 
 BOOST_AUTO_TEST_CASE(elementwise_and_norm) {
@@ -387,7 +398,8 @@ BOOST_AUTO_TEST_CASE(thread_count_independence) {
     b.accumulate(sum.data(), dy.data(), n);
     b.scale(sum.data(), 0.3f, n);
     F p = random(n, 13), m(n), vv(n);
-    for (int64_t t = 1; t <= 2; ++t) b.adamw(p.data(), dx.data(), m.data(), vv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    for (int64_t t = 1; t <= 2; ++t)
+      b.adamw(p.data(), dx.data(), m.data(), vv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f);
     F px = random(4 * 3 * 16 * 16, 14), patches(4 * 16 * 48);
     b.im2col_patches(patches.data(), px.data(), 4, 3, 16, 4);
     std::vector<F> all{y,   dx,  dw,   dt,  o,   lse,  dq,   dk,   dv,  dl,  lin, dwl, dbl, og,  lg,  dqg, dkg, dvg,

@@ -128,8 +128,8 @@ class Nudged final : public Backend {
   }
   void masked_row_sum(double* o, const float* r, const int32_t* t, int64_t N) override { b_->masked_row_sum(o, r, t, N); }
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2, float e, float wd,
-             int64_t t) override {
-    b_->adamw(p, g, m, v, n, lr, b1, b2, e, wd, t);
+             int64_t t, float gs) override {
+    b_->adamw(p, g, m, v, n, lr, b1, b2, e, wd, t, gs);
   }
   void set_threads(int) override {}
   int threads() const override { return 1; }

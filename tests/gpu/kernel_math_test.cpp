@@ -366,10 +366,10 @@ BOOST_AUTO_TEST_CASE(adamw_norm_and_bf16_match_the_cpu_backend) {
   for (float& x : v) x = std::abs(x);
   const Vec g = randn(n, 15);
   Vec cp = p, cm = m, cv = v;
-  const gm::AdamWStep s = gm::adamw_step(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+  const gm::AdamWStep s = gm::adamw_step(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7, 0.37f);
   for (size_t i = 0; i < n; ++i) gm::adamw_update(p[i], g[i], m[i], v[i], s);
   Cpu cpu;
-  cpu.b->adamw(cp.data(), g.data(), cm.data(), cv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+  cpu.b->adamw(cp.data(), g.data(), cm.data(), cv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7, 0.37f);
   BOOST_TEST(rel_err(p, cp) <= kF32);
   BOOST_TEST(rel_err(m, cm) <= kF32);
   BOOST_TEST(rel_err(v, cv) <= kF32);

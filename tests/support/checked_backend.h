@@ -222,9 +222,9 @@ class CheckedBackend final : public Backend {
     b_->masked_row_sum(o, r, t, N);
   }
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2, float e, float wd,
-             int64_t t) override {
+             int64_t t, float gs) override {
     f("adamw", "p", p, n), f("adamw", "g", g, n), f("adamw", "m", m, n), f("adamw", "v", v, n);
-    b_->adamw(p, g, m, v, n, lr, b1, b2, e, wd, t);
+    b_->adamw(p, g, m, v, n, lr, b1, b2, e, wd, t, gs);
   }
   void set_threads(int t) override { b_->set_threads(t); }
   int threads() const override { return b_->threads(); }
