@@ -12,7 +12,7 @@ DecoderActs DecoderActs::take(ForwardContext& ctx, const DecoderDims& d, int64_t
 
 DecoderScratch DecoderScratch::take(ForwardContext& ctx, const DecoderDims& d, int64_t N) {
   const size_t nc = N * d.C, nq = N * d.H * d.D, nkv = N * d.KV * d.D, nf = N * d.F;
-  return {ctx.take(nc), ctx.take(nc), ctx.take(nq), ctx.take(nq), ctx.take(nkv), ctx.take(nkv),
+  return {ctx.take(nc), ctx.take(nq), ctx.take(nq), ctx.take(nkv), ctx.take(nkv),
           ctx.take(nf), ctx.take(nf), ctx.take(nf), ctx.take(nc)};
 }
 
@@ -41,20 +41,19 @@ void decoder_forward(Backend& b, const DecoderDims& d, const DecoderWeights& w, 
 }
 
 void decoder_backward(Backend& b, const DecoderDims& d, const DecoderWeights& w, const Packing& pk,
-                      const DecoderActs& a, DecoderScratch& s, float* dx, const float* dout, const float* x) {
+                      const DecoderActs& a, DecoderScratch& s, float* dres, const float* x) {
   const int64_t N = pk.tokens(), C = d.C, QD = d.H * d.D, KVD = d.KV * d.D, F = d.F;
-  // MLP: x_out = x_mid + down(act)
+  // MLP: x_out = x_mid + down(act); dres = d(x_out) here, d(x_mid) after norm 2.
   // The first write of each scratch gradient overwrites it (Grad::overwrite):
   // no zeroing pass, and the GEMM or kernel reads no zeros.
-  b.copy(s.dmid, dout, N * C);
-  b.linear_backward(Grad::overwrite(s.dact), w.down.g, nullptr, dout, {a.act, a.act_16}, w.down.linear(), N, F, C);
+  b.linear_backward(Grad::overwrite(s.dact), w.down.g, nullptr, dres, {a.act, a.act_16}, w.down.linear(), N, F, C);
   b.swiglu_backward(Grad::overwrite(s.dgate), Grad::overwrite(s.dup), s.dact, a.gate, a.up, N * F);
   b.linear_backward(Grad::overwrite(s.dn), w.gate.g, nullptr, s.dgate, {a.n2, a.n2_16}, w.gate.linear(), N, C, F);
   b.linear_backward(s.dn, w.up.g, nullptr, s.dup, {a.n2, a.n2_16}, w.up.linear(), N, C, F);
   if (d.tp) d.tp->all_reduce(s.dn, N * C);
-  b.rmsnorm_backward(s.dmid, w.n2.g, s.dn, a.mid, w.n2.w, a.rstd2, N, C);
-  // attention: x_mid = x + o(att)
-  b.linear_backward(Grad::overwrite(s.datt), w.o.g, nullptr, s.dmid, {a.att, a.att_16}, w.o.linear(), N, QD, C);
+  b.rmsnorm_backward(dres, w.n2.g, s.dn, a.mid, w.n2.w, a.rstd2, N, C);
+  // attention: x_mid = x + o(att); dres = d(x) after norm 1.
+  b.linear_backward(Grad::overwrite(s.datt), w.o.g, nullptr, dres, {a.att, a.att_16}, w.o.linear(), N, QD, C);
   b.zero(s.dq, N * QD);
   b.zero(s.dk, N * KVD);
   b.zero(s.dv, N * KVD);
@@ -66,8 +65,7 @@ void decoder_backward(Backend& b, const DecoderDims& d, const DecoderWeights& w,
   b.linear_backward(s.dn, w.k.g, nullptr, s.dk, {a.n1, a.n1_16}, w.k.linear(), N, C, KVD);
   b.linear_backward(s.dn, w.v.g, nullptr, s.dv, {a.n1, a.n1_16}, w.v.linear(), N, C, KVD);
   if (d.tp) d.tp->all_reduce(s.dn, N * C);
-  b.copy(dx, s.dmid, N * C);
-  b.rmsnorm_backward(dx, w.n1.g, s.dn, x, w.n1.w, a.rstd1, N, C);
+  b.rmsnorm_backward(dres, w.n1.g, s.dn, x, w.n1.w, a.rstd1, N, C);
 }
 
 }  // namespace maestro

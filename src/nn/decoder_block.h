@@ -47,7 +47,7 @@ struct DecoderActs {
 
 // Scratch of one backward pass, shared by all layers.
 struct DecoderScratch {
-  float *dmid, *dn, *datt, *dq, *dk, *dv;  // [N, C] ×2, [N, H*D] ×2, [N, KV*D] ×2
+  float *dn, *datt, *dq, *dk, *dv;  // [N, C], [N, H*D] ×2, [N, KV*D] ×2
   float *dact, *dgate, *dup;               // [N, F] ×3
   float* tmp;                              // [N, C]   forward: o / down projection output
   static DecoderScratch take(ForwardContext& ctx, const DecoderDims& d, int64_t N);
@@ -56,9 +56,10 @@ struct DecoderScratch {
 // out[N, C] from x[N, C]; tmp[N, C] is scratch.
 void decoder_forward(Backend& b, const DecoderDims& d, const DecoderWeights& w, const Packing& pk,
                      DecoderActs& a, float* out, const float* x, float* tmp);
-// dx[N, C] = the gradient of x (written, not accumulated) from dout[N, C];
-// parameter gradients +=.
+// The residual stream's gradient d[N, C] in place: the gradient of the
+// layer's output on entry, of its input x on return (each norm's share is
+// added to it, so it is never copied); parameter gradients +=.
 void decoder_backward(Backend& b, const DecoderDims& d, const DecoderWeights& w, const Packing& pk,
-                      const DecoderActs& a, DecoderScratch& s, float* dx, const float* dout, const float* x);
+                      const DecoderActs& a, DecoderScratch& s, float* dres, const float* x);
 
 }  // namespace maestro

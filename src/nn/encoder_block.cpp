@@ -13,8 +13,8 @@ EncoderActs EncoderActs::take(ForwardContext& ctx, const EncoderDims& d, int64_t
 
 EncoderScratch EncoderScratch::take(ForwardContext& ctx, const EncoderDims& d, int64_t N) {
   const size_t nc = N * d.C, nq = N * d.H * d.D, nf = N * d.F;
-  return {ctx.take(nc), ctx.take(nc), ctx.take(nq), ctx.take(nq), ctx.take(nq),
-          ctx.take(nq), ctx.take(nf), ctx.take(nf), ctx.take(nc)};
+  return {ctx.take(nc), ctx.take(nq), ctx.take(nq), ctx.take(nq), ctx.take(nq),
+          ctx.take(nf), ctx.take(nf), ctx.take(nc)};
 }
 
 void encoder_forward(Backend& b, const EncoderDims& d, const EncoderWeights& w, const Packing& pk,
@@ -40,18 +40,18 @@ void encoder_forward(Backend& b, const EncoderDims& d, const EncoderWeights& w, 
 }
 
 void encoder_backward(Backend& b, const EncoderDims& d, const EncoderWeights& w, const Packing& pk,
-                      const EncoderActs& a, EncoderScratch& s, float* dx, const float* dout, const float* x) {
+                      const EncoderActs& a, EncoderScratch& s, float* dres, const float* x) {
   const int64_t N = pk.tokens(), C = d.C, QD = d.H * d.D, F = d.F;
   // MLP: x_out = x_mid + fc2(gelu(fc1(ln2(x_mid))))
-  b.copy(s.dmid, dout, N * C);
-  // The first write of each scratch gradient overwrites it (Grad::overwrite).
-  b.linear_backward(Grad::overwrite(s.dg), w.fc2_w.g, w.fc2_b.g, dout, {a.g, a.g_16}, w.fc2_w.linear(), N, F, C);
+  // dres = d(x_out) here, d(x_mid) after ln2, d(x) after ln1. The first
+  // write of each scratch gradient overwrites it (Grad::overwrite).
+  b.linear_backward(Grad::overwrite(s.dg), w.fc2_w.g, w.fc2_b.g, dres, {a.g, a.g_16}, w.fc2_w.linear(), N, F, C);
   b.gelu_backward(Grad::overwrite(s.dh), s.dg, a.h, N * F);
   b.linear_backward(Grad::overwrite(s.dln), w.fc1_w.g, w.fc1_b.g, s.dh, {a.ln2, a.ln2_16}, w.fc1_w.linear(), N, C, F);
   if (d.tp) d.tp->all_reduce(s.dln, N * C);
-  b.layernorm_backward(s.dmid, w.ln2_w.g, w.ln2_b.g, s.dln, a.mid, w.ln2_w.w, a.mean2, a.rstd2, N, C);
+  b.layernorm_backward(dres, w.ln2_w.g, w.ln2_b.g, s.dln, a.mid, w.ln2_w.w, a.mean2, a.rstd2, N, C);
   // attention: x_mid = x + out(att)
-  b.linear_backward(Grad::overwrite(s.datt), w.o_w.g, w.o_b.g, s.dmid, {a.att, a.att_16}, w.o_w.linear(), N, QD, C);
+  b.linear_backward(Grad::overwrite(s.datt), w.o_w.g, w.o_b.g, dres, {a.att, a.att_16}, w.o_w.linear(), N, QD, C);
   b.zero(s.dq, N * QD);
   b.zero(s.dk, N * QD);
   b.zero(s.dv, N * QD);
@@ -61,8 +61,7 @@ void encoder_backward(Backend& b, const EncoderDims& d, const EncoderWeights& w,
   b.linear_backward(s.dln, w.k_w.g, w.k_b.g, s.dk, {a.ln1, a.ln1_16}, w.k_w.linear(), N, C, QD);
   b.linear_backward(s.dln, w.v_w.g, w.v_b.g, s.dv, {a.ln1, a.ln1_16}, w.v_w.linear(), N, C, QD);
   if (d.tp) d.tp->all_reduce(s.dln, N * C);
-  b.copy(dx, s.dmid, N * C);
-  b.layernorm_backward(dx, w.ln1_w.g, w.ln1_b.g, s.dln, x, w.ln1_w.w, a.mean1, a.rstd1, N, C);
+  b.layernorm_backward(dres, w.ln1_w.g, w.ln1_b.g, s.dln, x, w.ln1_w.w, a.mean1, a.rstd1, N, C);
 }
 
 const float* EncoderStack::forward(Backend& b, ForwardContext& ctx, const Packing& pk, Saved& s, float* x0) const {
@@ -87,14 +86,14 @@ float* EncoderStack::backward(Backend& b, ForwardContext& ctx, const Packing& pk
   EncoderScratch scratch = EncoderScratch::take(ctx, dims, N);
   EncoderActs recomputed{};
   if (recomputes_any()) recomputed = EncoderActs::take(ctx, dims, N);
-  float* dbuf[2] = {ctx.take(N * dims.C), ctx.take(N * dims.C)};
-  b.copy(dbuf[L % 2], dout, N * dims.C);
+  float* d = ctx.take(N * dims.C);  // the residual stream's gradient, in place through the layers
+  b.copy(d, dout, N * dims.C);
   for (int64_t l = L - 1; l >= 0; --l) {
     if (recomputes(l)) encoder_forward(b, dims, layers[l], pk, recomputed, scratch.tmp, s.xs[l], scratch.tmp);
     const EncoderActs& a = recomputes(l) ? recomputed : s.acts[l];
-    encoder_backward(b, dims, layers[l], pk, a, scratch, dbuf[l % 2], dbuf[(l + 1) % 2], s.xs[l]);
+    encoder_backward(b, dims, layers[l], pk, a, scratch, d, s.xs[l]);
   }
-  return dbuf[0];
+  return d;
 }
 
 }  // namespace maestro

@@ -46,7 +46,7 @@ struct EncoderActs {
 };
 
 struct EncoderScratch {
-  float *dmid, *dln, *datt, *dq, *dk, *dv;  // [N, C] ×2, [N, H*D] ×4
+  float *dln, *datt, *dq, *dk, *dv;  // [N, C], [N, H*D] ×4
   float *dg, *dh;                           // [N, F]
   float* tmp;                               // [N, C]   forward: out / fc2 projection output
   static EncoderScratch take(ForwardContext& ctx, const EncoderDims& d, int64_t N);
@@ -54,9 +54,10 @@ struct EncoderScratch {
 
 void encoder_forward(Backend& b, const EncoderDims& d, const EncoderWeights& w, const Packing& pk,
                      EncoderActs& a, float* out, const float* x, float* tmp);
-// dx[N, C] written (not accumulated) from dout[N, C]; parameter gradients +=.
+// The residual stream's gradient d[N, C] in place: of the layer's output on
+// entry, of its input x on return; parameter gradients +=.
 void encoder_backward(Backend& b, const EncoderDims& d, const EncoderWeights& w, const Packing& pk,
-                      const EncoderActs& a, EncoderScratch& s, float* dx, const float* dout, const float* x);
+                      const EncoderActs& a, EncoderScratch& s, float* dres, const float* x);
 
 // The layer stack shared by vit and audio_encoder: L encoder layers from
 // x0[N, C], keeping each layer's input, and per layer either its activations

@@ -183,9 +183,8 @@ class Transformer final : public ModelImpl {
     const Geometry& g = *a.geo;
     const int64_t C = spec_.hidden, V = vocab_shard_, L = int64_t(layers_.size());
     const int64_t N = g.pk.tokens(), Nt = int64_t(g.tokens.size());
-    float* dbuf[2] = {ctx.take_zeroed(N * C), ctx.take(N * C)};
-    float* dx = dbuf[L % 2];  // d(this stage's output)                 [N, C]
-    if (L % 2) b_.zero(dx, N * C);
+    // d(this stage's output), then in place through the layers    [N, C]
+    float* dx = ctx.take_zeroed(N * C);
     if (part_.last) {
       // d(final-normed text rows) = the head's, from the loss's gradient
       // (none without a loss: the head is skipped), + the outputs'. [Nt, C]
@@ -217,10 +216,9 @@ class Transformer final : public ModelImpl {
     if (any_recomputed_) recomputed = DecoderActs::take(ctx, dims_, N);
     for (int64_t l = L - 1; l >= 0; --l) {
       if (recompute_[l]) decoder_forward(b_, dims_, layers_[l], g.pk, recomputed, s.tmp, a.xs[l], s.tmp);
-      decoder_backward(b_, dims_, layers_[l], g.pk, recompute_[l] ? recomputed : a.layers[l], s, dbuf[l % 2],
-                       dbuf[(l + 1) % 2], a.xs[l]);
+      decoder_backward(b_, dims_, layers_[l], g.pk, recompute_[l] ? recomputed : a.layers[l], s, dx, a.xs[l]);
     }
-    float* dx0 = dbuf[0];
+    float* dx0 = dx;
     if (!part_.first) {
       ctx.stage_dinput = {dx0, N, C};
       return {};
