@@ -551,7 +551,8 @@ class CpuBackend final : public Backend {
 
   // ---- optimizer ------------------------------------------------------------------------------
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
-             float weight_decay, int64_t t, float grad_scale) override {
+             float weight_decay, int64_t t, float grad_scale, void* p16) override {
+    uint16_t* copy = static_cast<uint16_t*>(p16);
     const float c1 = float(1.0 - std::pow(double(beta1), double(t)));
     const float c2 = float(1.0 - std::pow(double(beta2), double(t)));
     const float decay = 1.0f - lr * weight_decay;
@@ -562,6 +563,7 @@ class CpuBackend final : public Backend {
         m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
         v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         p[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+        if (copy) copy[i] = float_to_bf16(p[i]);
       }
     });
   }

@@ -354,19 +354,40 @@ void run_adamw(Comparison& c) {
   for (float& x : v0) x = std::abs(x);
   Twin p(c.t_, c.r_, c.randn(n)), g(c.t_, c.r_, c.randn(n)), m(c.t_, c.r_, c.randn(n, 0.1f)), v(c.t_, c.r_, v0);
   c.both([&](Backend& be, bool is_t) {
-    be.adamw(ON(p), ON(g), ON(m), ON(v), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
+    be.adamw(ON(p), ON(g), ON(m), ON(v), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f, nullptr);
   });
   c.check("adamw.p", p);
   c.check("adamw.m", m);
   c.check("adamw.v", v);
   // with a clipping coefficient
   c.both([&](Backend& be, bool is_t) {
-    be.adamw(ON(p), ON(g), ON(m), ON(v), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 0.37f);
+    be.adamw(ON(p), ON(g), ON(m), ON(v), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 0.37f, nullptr);
   });
   c.check("adamw(grad_scale).p", p);
   c.check("adamw(grad_scale).m", m);
   c.check("adamw(grad_scale).v", v);
   c.check("adamw(grad_scale).g", g);  // not written
+  // Writing the parameters' bf16 copy in the same pass (Backend::adamw's
+  // p16), over a count with a tail past the last four: the copy must be the
+  // tested side's updated p rounded (nn/dtype.h), bit for bit.
+  const size_t k = n - 2;
+  void* p16 = c.t_.allocate(k, DType::BF16);
+  const std::vector<uint16_t> nan16(k, 0x7fc0);
+  c.t_.copy_from_host(p16, nan16.data(), k * 2);
+  c.both([&](Backend& be, bool is_t) {
+    be.adamw(ON(p), ON(g), ON(m), ON(v), k, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, 1.0f, is_t ? p16 : nullptr);
+  });
+  c.check("adamw(bf16 copy).p", p);
+  c.check("adamw(bf16 copy).m", m);
+  float* wide = c.t_.allocate(k);
+  c.t_.convert(wide, DType::F32, p16, DType::BF16, k);
+  Vec copy(k), rounded(k);
+  c.t_.copy_to_host(copy.data(), wide, k * sizeof(float));
+  c.t_.copy_to_host(rounded.data(), p.on_t, k * sizeof(float));
+  for (float& x : rounded) x = bf16_to_float(float_to_bf16(x));
+  c.results_.push_back({"adamw(bf16 copy).p16", rel_err(copy, rounded), 0.0});
+  c.t_.release(wide);
+  c.t_.release(p16);
 }
 
 const std::vector<std::pair<std::string, void (*)(Comparison&)>>& families() {

@@ -168,6 +168,13 @@ MAESTRO_HD inline void adamw_update(float& p, float g, float& m, float& v, const
   p -= s.lr * (m / s.c1) / (sqrtf(v / s.c2) + s.eps);
 }
 
+// Two bf16 values in one 32-bit word as they lie in memory (little-endian:
+// `lo` at the lower address) — the 8-byte stores of the kernels that round
+// four floats at a time.
+MAESTRO_HD inline uint32_t bf16x2(float lo, float hi) {
+  return uint32_t(float_to_bf16(lo)) | uint32_t(float_to_bf16(hi)) << 16;
+}
+
 // ---- global norm ------------------------------------------------------------------------
 MAESTRO_HD inline double sq(float x) { return double(x) * double(x); }
 

@@ -224,8 +224,11 @@ class Backend {
   // clipping coefficient, applied in the same pass; g is not written):
   // p -= lr·wd·p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²;
   // p -= lr · (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps). t >= 1 is the step number.
+  // p16[n] (BF16), when not null: the updated p rounded to bf16 (nn/dtype.h),
+  // written in the same pass — the parameters' bf16 copy the linear ops
+  // read (Operand), refreshed without another read of p.
   virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                     float eps, float weight_decay, int64_t t, float grad_scale) = 0;
+                     float eps, float weight_decay, int64_t t, float grad_scale, void* p16) = 0;
 
   // Threads for the non-GEMM kernels and the BLAS (0 = all cores).
   virtual void set_threads(int threads) = 0;

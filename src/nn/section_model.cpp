@@ -115,6 +115,9 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
       params16_bytes_ += (size_t(t.numel()) * 2 + 255) / 256 * 256;
     }
     params16_ = static_cast<std::byte*>(backend_.allocate(params16_bytes_ / 2, DType::BF16));
+    params16_dense_ = true;
+    for (size_t i = 0; i < tensors_.size(); ++i)
+      params16_dense_ = params16_dense_ && offsets16_[i] == size_t(2 * offsets_[i]);
   }
   scalars_ = backend_.allocate_scalars(std::max<size_t>(1, section_.loss.size()));
   if (section_.mode == Mode::Train) {
@@ -171,9 +174,7 @@ void SectionModel::refresh_params16() {
   if (!params16_ || !params16_stale_) return;
   // One convert when every copy sits at twice its fp32 offset (every tensor
   // a multiple of 128 elements, as in the 1.3B section), else one per tensor.
-  bool dense = true;
-  for (size_t i = 0; i < tensors_.size(); ++i) dense = dense && offsets16_[i] == size_t(2 * offsets_[i]);
-  if (dense) backend_.convert(params16_, DType::BF16, params_, DType::F32, size_t(n_params_));
+  if (params16_dense_) backend_.convert(params16_, DType::BF16, params_, DType::F32, size_t(n_params_));
   else
     for (size_t i = 0; i < tensors_.size(); ++i)
       backend_.convert(params16_ + offsets16_[i], DType::BF16, params_ + offsets_[i], DType::F32,
@@ -270,10 +271,16 @@ double SectionModel::grad_sq_norm() {
 void SectionModel::adamw_step(const OptimizerSpec& opt, double lr, float grad_scale) {
   if (!grads_) input_error(section_, "an optimizer step on a frozen section");
   ++adam_t_;
+  // The step writes the bf16 copy too when it updates every parameter and
+  // the copy is laid out like them (dense); else the copy is refreshed from
+  // the parameters before the next pass (a sharded step's all-gather writes
+  // the other replicas' parameters here).
+  void* p16 = params16_dense_ && !all_gather_ ? params16_ : nullptr;
   backend_.adamw(params_ + opt_offset_, grads_ + opt_offset_, adam_m_, adam_v_, size_t(opt_count_), float(lr),
-                 float(opt.beta1), float(opt.beta2), float(opt.eps), float(opt.weight_decay), adam_t_, grad_scale);
+                 float(opt.beta1), float(opt.beta2), float(opt.eps), float(opt.weight_decay), adam_t_, grad_scale,
+                 p16);
   if (all_gather_) all_gather_(params_, params_ + opt_offset_, size_t(n_params_));
-  params16_stale_ = true;
+  params16_stale_ = p16 == nullptr;
 }
 
 void SectionModel::shard_optimizer(int64_t offset, int64_t count, AllGather all_gather) {

@@ -15,7 +15,8 @@
 // bf16 GEMMs (Backend::wants_bf16_operands) the model also keeps every
 // parameter rounded to bf16, which the linear ops read instead of rounding
 // the weight on each call, refreshed before the first forward or backward
-// after any write of the parameters; inputs are copied in from
+// after any write of the parameters (or written by the AdamW step itself,
+// in the same pass, when it updates every parameter); inputs are copied in from
 // the host at forward, outputs and input gradients are views into the
 // context (backend memory: read them with Backend::copy_to_host), valid
 // until the context dies.
@@ -276,6 +277,7 @@ class SectionModel {
   std::vector<size_t> offsets16_;
   size_t params16_bytes_ = 0;
   bool params16_stale_ = true;
+  bool params16_dense_ = false;  // offsets16_[i] == 2·offsets_[i] for every i: one convert, or AdamW, writes it
   float* adam_m_ = nullptr;  // [opt_count_]  train only: moments of params [opt_offset_, +opt_count_)
   float* adam_v_ = nullptr;  // [opt_count_]  train only
   int64_t opt_offset_ = 0, opt_count_ = 0;  // the whole buffer unless sharded

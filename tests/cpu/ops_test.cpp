@@ -301,7 +301,7 @@ BOOST_AUTO_TEST_CASE(adamw_three_steps) {
   for (int64_t t = 1; t <= 3; ++t) {
     F g = random(n, uint32_t(10 + t));
     Dv G = wide(g);
-    be->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f);
+    be->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f, nullptr);
     ref::adamw(P.data(), G.data(), M.data(), V.data(), n, 1e-2, 0.9, 0.95, 1e-8, 0.1, t);
   }
   BOOST_TEST(rel(p, P) < kTol);
@@ -311,13 +311,22 @@ BOOST_AUTO_TEST_CASE(adamw_three_steps) {
   // gradient first, and the gradient left as it was.
   F g = random(n, 20), g_scaled = g, p2 = p, m2 = m, v2 = v;
   const F g0 = g;
-  be->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 0.37f);
+  be->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 0.37f, nullptr);
   be->scale(g_scaled.data(), 0.37f, n);
-  be->adamw(p2.data(), g_scaled.data(), m2.data(), v2.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 1.0f);
+  be->adamw(p2.data(), g_scaled.data(), m2.data(), v2.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 1.0f, nullptr);
   BOOST_TEST(p == p2);
   BOOST_TEST(m == m2);
   BOOST_TEST(v == v2);
   BOOST_TEST(g == g0);
+  // Writing the bf16 copy in the same pass: the same p, m, v bits, and the
+  // copy is the updated p rounded.
+  std::vector<uint16_t> p16(n, 0x7fc0);
+  be->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, 1.0f, p16.data());
+  be->adamw(p2.data(), g.data(), m2.data(), v2.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, 1.0f, nullptr);
+  BOOST_TEST(p == p2);
+  BOOST_TEST(m == m2);
+  BOOST_TEST(v == v2);
+  for (size_t i = 0; i < n; ++i) BOOST_TEST(p16[i] == float_to_bf16(p[i]));
 }
 
 BOOST_AUTO_TEST_CASE(elementwise_and_norm) {
@@ -399,7 +408,7 @@ BOOST_AUTO_TEST_CASE(thread_count_independence) {
     b.scale(sum.data(), 0.3f, n);
     F p = random(n, 13), m(n), vv(n);
     for (int64_t t = 1; t <= 2; ++t)
-      b.adamw(p.data(), dx.data(), m.data(), vv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f);
+      b.adamw(p.data(), dx.data(), m.data(), vv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f, nullptr);
     F px = random(4 * 3 * 16 * 16, 14), patches(4 * 16 * 48);
     b.im2col_patches(patches.data(), px.data(), 4, 3, 16, 4);
     std::vector<F> all{y,   dx,  dw,   dt,  o,   lse,  dq,   dk,   dv,  dl,  lin, dwl, dbl, og,  lg,  dqg, dkg, dvg,

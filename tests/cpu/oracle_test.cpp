@@ -288,7 +288,8 @@ BOOST_AUTO_TEST_CASE(torch_oracle_every_op, *boost::unit_test::label("oracle")) 
     c.in("grads", grads, {steps, n});
     F p = c.f("p"), m(n), v(n);
     for (int64_t t = 1; t <= steps; ++t)
-      be->adamw(p.data(), grads.data() + (t - 1) * n, m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f);
+      be->adamw(p.data(), grads.data() + (t - 1) * n, m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f,
+                nullptr);
     c.ours = {{"p", p}, {"m", m}, {"v", v}};
     cases.push_back(c);
   }

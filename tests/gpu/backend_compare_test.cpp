@@ -22,7 +22,7 @@ namespace {
 // its operands' bf16 copies (a backend that wants them) computing from the
 // copies — not what it computes when it gets none — or a gradient it is
 // to overwrite (nn/backend.h's Grad) added to instead, old contents read.
-enum class Nudge { Gelu, NormBits, Bf16Copy, OverwriteAdds };
+enum class Nudge { Gelu, NormBits, Bf16Copy, OverwriteAdds, AdamwSkipsCopy };
 class Nudged final : public Backend {
  public:
   explicit Nudged(Nudge nudge) : Backend(Device::Host), b_(make_cpu_backend(1)), nudge_(nudge) {}
@@ -128,8 +128,8 @@ class Nudged final : public Backend {
   }
   void masked_row_sum(double* o, const float* r, const int32_t* t, int64_t N) override { b_->masked_row_sum(o, r, t, N); }
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2, float e, float wd,
-             int64_t t, float gs) override {
-    b_->adamw(p, g, m, v, n, lr, b1, b2, e, wd, t, gs);
+             int64_t t, float gs, void* p16) override {
+    b_->adamw(p, g, m, v, n, lr, b1, b2, e, wd, t, gs, nudge_ == Nudge::AdamwSkipsCopy ? nullptr : p16);
   }
   void set_threads(int) override {}
   int threads() const override { return 1; }
@@ -159,7 +159,8 @@ BOOST_AUTO_TEST_CASE(two_cpu_backends_agree_on_every_op) {
   BOOST_TEST(r.size() >= 40u);
   for (const OpCheck& c : r) BOOST_TEST(c.ok(), c.op << " rel err " << c.rel_err);
   for (const char* op : {"attention_backward(causal).dk", "attention_forward(bidirectional)", "linear_backward.dw",
-                         "cross_entropy.loss", "kl_divergence.dstudent", "adamw.v", "im2col_patches",
+                         "cross_entropy.loss", "kl_divergence.dstudent", "adamw.v", "adamw(bf16 copy).p16",
+                         "im2col_patches",
                          "embedding_backward", "rope_backward", "layernorm_backward.db", "sq_norm",
                          "shard_cross_entropy.dlogits", "shard_kl.dstudent", "masked_row_sum", "max_of_parts"})
     BOOST_TEST(std::any_of(r.begin(), r.end(), [&](const OpCheck& c) { return c.op == op; }), op);
@@ -209,6 +210,14 @@ BOOST_AUTO_TEST_CASE(a_gradient_added_to_where_it_is_to_be_overwritten_is_named)
     overwritten += c.op.ends_with("(overwrite)");
   }
   BOOST_TEST(overwritten == 5);  // linear dinp, swiglu dgate and dup, gelu, relu
+}
+
+BOOST_AUTO_TEST_CASE(an_adamw_that_leaves_the_bf16_copy_unwritten_is_named) {
+  Nudged skips(Nudge::AdamwSkipsCopy);
+  auto cpu = make_cpu_backend(1);
+  const std::vector<OpCheck> r = compare_backends(skips, *cpu, {});
+  BOOST_TEST(std::any_of(r.begin(), r.end(), [](const OpCheck& c) { return c.op == "adamw(bf16 copy).p16"; }));
+  for (const OpCheck& c : r) BOOST_TEST(c.ok() == (c.op != "adamw(bf16 copy).p16"), c.op << " rel err " << c.rel_err);
 }
 
 BOOST_AUTO_TEST_CASE(families_can_be_chosen) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -369,7 +370,7 @@ BOOST_AUTO_TEST_CASE(adamw_norm_and_bf16_match_the_cpu_backend) {
   const gm::AdamWStep s = gm::adamw_step(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7, 0.37f);
   for (size_t i = 0; i < n; ++i) gm::adamw_update(p[i], g[i], m[i], v[i], s);
   Cpu cpu;
-  cpu.b->adamw(cp.data(), g.data(), cm.data(), cv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7, 0.37f);
+  cpu.b->adamw(cp.data(), g.data(), cm.data(), cv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7, 0.37f, nullptr);
   BOOST_TEST(rel_err(p, cp) <= kF32);
   BOOST_TEST(rel_err(m, cm) <= kF32);
   BOOST_TEST(rel_err(v, cv) <= kF32);
@@ -382,6 +383,15 @@ BOOST_AUTO_TEST_CASE(adamw_norm_and_bf16_match_the_cpu_backend) {
   for (size_t i = 0; i < n; ++i) h[i] = float_to_bf16(g[i]);
   cpu.b->convert(cpu_h.data(), DType::BF16, g.data(), DType::F32, n);
   BOOST_TEST((h == cpu_h));
+  // Packed two to a word, as the four-at-a-time kernels store them: the
+  // bytes of two consecutive bf16 values in memory.
+  for (size_t i = 0; i + 1 < n; i += 2) {
+    const uint32_t w = gm::bf16x2(g[i], g[i + 1]);
+    uint16_t pair[2];
+    std::memcpy(pair, &w, 4);
+    BOOST_TEST(pair[0] == cpu_h[i]);
+    BOOST_TEST(pair[1] == cpu_h[i + 1]);
+  }
 }
 
 // The fast attention kernel's algorithm, lane by lane: tiles of 8 query

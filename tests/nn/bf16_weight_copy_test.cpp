@@ -91,6 +91,29 @@ BOOST_AUTO_TEST_CASE(refreshes_in_one_convert_when_every_tensor_is_a_multiple_of
   BOOST_TEST(b.bf16_copy_uses() == 7 + 7 + 1);  // the layer's inputs and weights, the head's weight
 }
 
+BOOST_AUTO_TEST_CASE(an_optimizer_step_writes_the_copy_in_its_own_pass) {
+  test_support::CheckedBackend b(1);
+  const Section sec = make_section("llm", llama(1, 128, 4, 2, 256, 64, 16), Mode::Train, false,
+                                   {{LossKind::CrossEntropy, 1.0, 1.0}});
+  SectionModel m(sec, b, 3);
+  const TrainSpec train;
+  m.zero_grads();
+  m.params();  // written (as far as the model knows): the pass refreshes the copy
+  int64_t converts = b.converts();
+  train_pass(m, 1);
+  const int64_t refreshing = b.converts() - converts;
+  m.adamw_step(train.optimizer, 1e-2);
+  BOOST_TEST(b.adamw_copies() == 1);
+  // The next pass reads the copy AdamW wrote (CheckedBackend filled it with
+  // NaN before the step and checks each use against the new parameters)
+  // and converts only the layers' activations: one convert fewer.
+  converts = b.converts();
+  const int64_t uses = b.bf16_copy_uses();
+  train_pass(m, 2);
+  BOOST_TEST(b.converts() - converts == refreshing - 1);
+  BOOST_TEST(b.bf16_copy_uses() > uses);
+}
+
 BOOST_AUTO_TEST_CASE(follows_a_sharded_optimizers_all_gather) {
   test_support::CheckedBackend b(1);
   const Section sec = llm();
@@ -108,6 +131,7 @@ BOOST_AUTO_TEST_CASE(follows_a_sharded_optimizers_all_gather) {
     m.adamw_step(train.optimizer, 1e-2);
   }
   BOOST_TEST(b.bf16_copy_uses() > 0);
+  BOOST_TEST(b.adamw_copies() == 0);  // a shard's step leaves the copy to the refresh after the all-gather
 }
 
 BOOST_AUTO_TEST_CASE(a_write_the_model_cannot_see_is_caught) {

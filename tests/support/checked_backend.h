@@ -16,7 +16,8 @@
 // an activation written after it was made) throws std::logic_error naming
 // the op and operand — then computes in fp32, like the CPU backend.
 // A gradient an op is to overwrite (nn/backend.h's Grad) is filled with NaN
-// before the op runs, so a read of its old contents shows in the results.
+// before the op runs, so a read of its old contents shows in the results;
+// so is the bf16 copy AdamW is to write (Backend::adamw's p16).
 #pragma once
 
 #include <algorithm>
@@ -104,6 +105,7 @@ class CheckedBackend final : public Backend {
   int64_t bf16_copy_uses() const { return bf16_copy_uses_; }
   int64_t converts() const { return converts_; }  // convert() calls
   int64_t overwrites() const { return overwrites_; }  // gradient outputs handed over to be overwritten
+  int64_t adamw_copies() const { return adamw_copies_; }  // AdamW steps that wrote the parameters' bf16 copy
   void rmsnorm_forward(float* o, float* r, const float* i, const float* w, int64_t N, int64_t C, float e) override {
     f("rmsnorm_forward", "out", o, N * C), f("rmsnorm_forward", "rstd", r, N), f("rmsnorm_forward", "inp", i, N * C);
     f("rmsnorm_forward", "w", w, C);
@@ -222,9 +224,14 @@ class CheckedBackend final : public Backend {
     b_->masked_row_sum(o, r, t, N);
   }
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2, float e, float wd,
-             int64_t t, float gs) override {
+             int64_t t, float gs, void* p16) override {
     f("adamw", "p", p, n), f("adamw", "g", g, n), f("adamw", "m", m, n), f("adamw", "v", v, n);
-    b_->adamw(p, g, m, v, n, lr, b1, b2, e, wd, t, gs);
+    if (p16) {  // written, never read: filled with bf16 NaN first, so a copy left unwritten shows as stale
+      dev("adamw", "p16", p16, n * 2);
+      std::fill_n(static_cast<uint16_t*>(p16), n, uint16_t(0x7fc0));
+      ++adamw_copies_;
+    }
+    b_->adamw(p, g, m, v, n, lr, b1, b2, e, wd, t, gs, p16);
   }
   void set_threads(int t) override { b_->set_threads(t); }
   int threads() const override { return b_->threads(); }
@@ -289,7 +296,7 @@ class CheckedBackend final : public Backend {
   std::unique_ptr<Backend> b_;
   mutable std::mutex mu_;  // the activation pool may release from another thread
   std::map<const char*, size_t> blocks_;  // base -> bytes
-  int64_t bf16_copy_uses_ = 0, converts_ = 0, overwrites_ = 0;
+  int64_t bf16_copy_uses_ = 0, converts_ = 0, overwrites_ = 0, adamw_copies_ = 0;
 };
 
 }  // namespace maestro::test_support

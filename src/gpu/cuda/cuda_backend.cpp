@@ -390,9 +390,10 @@ class CudaBackend final : public Backend {
 
   // ---- optimizer --------------------------------------------------------------------------------
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
-             float weight_decay, int64_t t, float grad_scale) override {
+             float weight_decay, int64_t t, float grad_scale, void* p16) override {
     on_device();
-    launch_adamw(p, g, m, v, n, gpu_math::adamw_step(lr, beta1, beta2, eps, weight_decay, t, grad_scale), stream_);
+    launch_adamw(p, g, m, v, static_cast<uint16_t*>(p16), n,
+                 gpu_math::adamw_step(lr, beta1, beta2, eps, weight_decay, t, grad_scale), stream_);
   }
 
   void set_threads(int) override {}  // the device decides; nothing to size

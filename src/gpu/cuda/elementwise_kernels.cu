@@ -32,8 +32,7 @@ __global__ void to_bf16_kernel(uint16_t* d, const float* s, size_t n) {
 __global__ void to_bf16_x4_kernel(uint2* d, const float4* s, size_t n4) {
   MAESTRO_GRID_STRIDE(i, n4) {
     const float4 f = s[i];
-    d[i] = make_uint2(uint32_t(float_to_bf16(f.x)) | uint32_t(float_to_bf16(f.y)) << 16,
-                      uint32_t(float_to_bf16(f.z)) | uint32_t(float_to_bf16(f.w)) << 16);
+    d[i] = make_uint2(gm::bf16x2(f.x, f.y), gm::bf16x2(f.z, f.w));
   }
 }
 __global__ void to_f32_kernel(float* d, const uint16_t* s, size_t n) {
@@ -253,11 +252,18 @@ __global__ void kl_kernel(double* loss, float* dstudent, const float* student, c
   if (threadIdx.x == 0) atomicAdd(loss, total);
 }
 
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, gm::AdamWStep step) {
-  MAESTRO_GRID_STRIDE(i, n) gm::adamw_update(p[i], g[i], m[i], v[i], step);
+// p16, when not null, gets the updated p rounded to bf16 (Backend::adamw).
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, uint16_t* p16, size_t n,
+                             gm::AdamWStep step) {
+  MAESTRO_GRID_STRIDE(i, n) {
+    gm::adamw_update(p[i], g[i], m[i], v[i], step);
+    if (p16) p16[i] = float_to_bf16(p[i]);
+  }
 }
-// Four at a time (16-byte accesses): AdamW is memory-bound, 28 bytes per parameter.
-__global__ void adamw_x4_kernel(float4* p, const float4* g, float4* m, float4* v, size_t n4, gm::AdamWStep step) {
+// Four at a time (16-byte accesses, 8-byte bf16 stores): AdamW is
+// memory-bound, 28 bytes per parameter (30 with the bf16 copy).
+__global__ void adamw_x4_kernel(float4* p, const float4* g, float4* m, float4* v, uint2* p16, size_t n4,
+                                gm::AdamWStep step) {
   MAESTRO_GRID_STRIDE(i, n4) {
     float4 pi = p[i], mi = m[i], vi = v[i];
     const float4 gi = g[i];
@@ -268,6 +274,7 @@ __global__ void adamw_x4_kernel(float4* p, const float4* g, float4* m, float4* v
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
+    if (p16) p16[i] = make_uint2(gm::bf16x2(pi.x, pi.y), gm::bf16x2(pi.z, pi.w));
   }
 }
 
@@ -401,16 +408,20 @@ void launch_kl_divergence(double* loss, float* dstudent, const float* student, c
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
 
-void launch_adamw(float* p, const float* g, float* m, float* v, size_t n, const gm::AdamWStep& step, cudaStream_t st) {
+void launch_adamw(float* p, const float* g, float* m, float* v, uint16_t* p16, size_t n, const gm::AdamWStep& step,
+                  cudaStream_t st) {
   size_t head = 0;  // parameters done four at a time
-  auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  if (n >= 4 && aligned(p) && aligned(g) && aligned(m) && aligned(v)) {
+  auto aligned = [](const void* q, size_t to) { return reinterpret_cast<uintptr_t>(q) % to == 0; };
+  if (n >= 4 && aligned(p, 16) && aligned(g, 16) && aligned(m, 16) && aligned(v, 16) && aligned(p16, 8)) {
     const size_t n4 = n / 4;
     MAESTRO_LAUNCH(adamw_x4_kernel, n4, reinterpret_cast<float4*>(p), reinterpret_cast<const float4*>(g),
-                   reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v), n4, step);
+                   reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v), reinterpret_cast<uint2*>(p16), n4,
+                   step);
     head = n4 * 4;
   }
-  if (head < n) MAESTRO_LAUNCH(adamw_kernel, n - head, p + head, g + head, m + head, v + head, n - head, step);
+  if (head < n)
+    MAESTRO_LAUNCH(adamw_kernel, n - head, p + head, g + head, m + head, v + head, p16 ? p16 + head : nullptr,
+                   n - head, step);
 }
 
 }  // namespace maestro::cuda_detail

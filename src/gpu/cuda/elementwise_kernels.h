@@ -57,7 +57,8 @@ void launch_cross_entropy(double* loss, float* dlogits, const float* logits, con
 void launch_kl_divergence(double* loss, float* dstudent, const float* student, const float* teacher,
                           const int32_t* targets, int64_t N, int64_t V, float T, float scale, cudaStream_t st);
 
-void launch_adamw(float* p, const float* g, float* m, float* v, size_t n, const gpu_math::AdamWStep& step,
-                  cudaStream_t st);
+// p16[n] (bf16) or null: the updated parameters' bf16 copy (Backend::adamw)
+void launch_adamw(float* p, const float* g, float* m, float* v, uint16_t* p16, size_t n,
+                  const gpu_math::AdamWStep& step, cudaStream_t st);
 
 }  // namespace maestro::cuda_detail
