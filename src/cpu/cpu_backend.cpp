@@ -142,14 +142,17 @@ class CpuBackend final : public Backend {
           for (int64_t o = 0; o < OC; ++o) out[i * OC + o] += bias[o];
       });
   }
-  void linear_backward(Grad dinp, float* dw, float* dbias, const float* dout, Operand in, Operand lw, int64_t N,
+  void linear_backward(Grad dinp, Grad dw, float* dbias, const float* dout, Operand in, Operand lw, int64_t N,
                        int64_t C, int64_t OC) override {
-    if (N == 0) return;
+    if (N == 0) {  // no rows: an overwritten dw is the empty sum
+      if (dw.p && !dw.add) std::fill_n(dw.p, OC * C, 0.0f);
+      return;
+    }
     const float *inp = in.f32, *w = lw.f32;
     // dinp[N,C] += (or =) dout[N,OC] · w[OC,C]
     if (dinp.p) gemm(false, false, N, C, OC, dout, OC, w, C, dinp.add ? 1.0f : 0.0f, dinp.p, C);
-    // dw[OC,C] += dout[N,OC]ᵀ · inp[N,C]
-    if (dw) gemm(true, false, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
+    // dw[OC,C] += (or =) dout[N,OC]ᵀ · inp[N,C]
+    if (dw.p) gemm(true, false, OC, C, N, dout, OC, inp, C, dw.add ? 1.0f : 0.0f, dw.p, C);
     // dbias[OC] += Σ_rows dout, each column summing its rows in order
     if (dbias)
       pool_.parallel_for(OC, 64, [&](int64_t o0, int64_t o1) {

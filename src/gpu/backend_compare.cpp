@@ -196,6 +196,16 @@ void run_linear(Comparison& c) {
     be.linear_backward(Grad::overwrite(ON(dinp)), nullptr, nullptr, ON(dout), ON(inp), ON(w), N, C, OC);
   });
   c.check("linear_backward.dinp (overwrite)", dinp, Comparison::Kind::Gemm);
+  c.poison(dw);
+  c.both([&](Backend& be, bool is_t) {
+    be.linear_backward(nullptr, Grad::overwrite(ON(dw)), nullptr, ON(dout), ON(inp), ON(w), N, C, OC);
+  });
+  c.check("linear_backward.dw (overwrite)", dw, Comparison::Kind::Gemm);
+  c.poison(dw);  // no rows: an overwritten dw is zeros
+  c.both([&](Backend& be, bool is_t) {
+    be.linear_backward(nullptr, Grad::overwrite(ON(dw)), nullptr, ON(dout), ON(inp), ON(w), 0, C, OC);
+  });
+  c.check("linear_backward.dw, no rows (overwrite)", dw);
   // A backend that reads the operands' bf16 copies (the engine's, nn/backend.h)
   // must give what it gives when it rounds them itself: bit for bit.
   if (!c.t_.wants_bf16_operands()) return;

@@ -20,7 +20,11 @@ namespace {
 class AudioEncoder final : public ModelImpl {
  public:
   AudioEncoder(const Section& s, Backend& b, const ParamLookup& p, StagePart part)
-      : section_(s), spec_(std::get<AudioEncoderSpec>(s.model.spec)), b_(b), part_(part), frozen_(s.mode == Mode::Frozen) {
+      : section_(s),
+        spec_(std::get<AudioEncoderSpec>(s.model.spec)),
+        b_(b),
+        part_(part),
+        frozen_(s.mode == Mode::Frozen) {
     const auto& a = spec_;
     const int64_t tp = part.tp.size;  // tensor parallel: this rank's heads and ffn share (encoder_block.h)
     stack_.dims = {a.hidden, a.heads / tp, a.hidden / a.heads, a.ffn / tp, float(a.norm_eps),
@@ -79,7 +83,8 @@ class AudioEncoder final : public ModelImpl {
       for (size_t i = 0; i < samples.size(); ++i) {
         const size_t n = samples[i].values.size();
         if (n % M != 0)
-          input_error(section_, fmt::format("sample {}: {} mel values are not a whole number of {}-bin frames", i, n, M));
+          input_error(section_,
+                      fmt::format("sample {}: {} mel values are not a whole number of {}-bin frames", i, n, M));
         const int64_t tokens = int64_t(n) / K;
         if (tokens == 0)
           input_error(section_, fmt::format("sample {}: {} frames, fewer than frames_per_token = {}", i, int64_t(n) / M,
@@ -100,7 +105,8 @@ class AudioEncoder final : public ModelImpl {
     if (part_.first) {
       a.frames = ctx.take(N * K);
       for (size_t i = 0; i < samples.size(); ++i)
-        b_.copy_from_host(a.frames + g.pk.cu_seqlens[i] * K, samples[i].values.data(), (g.sample_tokens[i] * K) * sizeof(float));
+        b_.copy_from_host(a.frames + g.pk.cu_seqlens[i] * K, samples[i].values.data(),
+                          (g.sample_tokens[i] * K) * sizeof(float));
       b_.linear_forward(x0, a.frames, embed_w_.linear(), embed_b_.w, N, K, C);
       for (size_t i = 0; i < samples.size(); ++i)
         b_.accumulate(x0 + g.pk.cu_seqlens[i] * C, positions_, g.sample_tokens[i] * C);
@@ -141,9 +147,11 @@ class AudioEncoder final : public ModelImpl {
         if (int64_t(output_grads[i].size()) != g.sample_tokens[i] * C)
           input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
                                             output_grads[i].size(), g.sample_tokens[i], C));
-        b_.copy_from_host(dout + g.pk.cu_seqlens[i] * C, output_grads[i].data(), output_grads[i].size() * sizeof(float));
+        b_.copy_from_host(dout + g.pk.cu_seqlens[i] * C, output_grads[i].data(),
+                          output_grads[i].size() * sizeof(float));
       }
-      b_.layernorm_backward(dxL, norm_w_.g, norm_b_.g, dout, a.stack.xs.back(), norm_w_.w, a.mean, a.rstd, N, C);
+      b_.layernorm_backward(dxL, norm_w_.grad_add(), norm_b_.grad_add(), dout, a.stack.xs.back(), norm_w_.w, a.mean,
+                            a.rstd, N, C);
     } else {
       copy_stage_grad(section_, b_, dxL, stage_grad, N, C);
     }
@@ -152,7 +160,7 @@ class AudioEncoder final : public ModelImpl {
       ctx.stage_dinput = {dx0, N, C};
       return none;
     }
-    b_.linear_backward(nullptr, embed_w_.g, embed_b_.g, dx0, a.frames, embed_w_.linear(), N, K, C);
+    b_.linear_backward(nullptr, embed_w_.grad_write(), embed_b_.grad_add(), dx0, a.frames, embed_w_.linear(), N, K, C);
     return none;
   }
 

@@ -115,9 +115,10 @@ class Backend {
   // out[N,OC], inp[N,C], w[OC,C] (PyTorch nn.Linear layout), bias[OC] or null
   virtual void linear_forward(float* out, Operand inp, Operand w, const float* bias, int64_t N, int64_t C,
                               int64_t OC) = 0;
-  // dinp[N,C] += dout·w (= when overwritten), dw[OC,C] += doutᵀ·inp, dbias[OC] += Σ_rows dout;
+  // dinp[N,C] += dout·w, dw[OC,C] += doutᵀ·inp (each = when overwritten;
+  // an overwritten dw is zeros when N = 0), dbias[OC] += Σ_rows dout;
   // each may be null
-  virtual void linear_backward(Grad dinp, float* dw, float* dbias, const float* dout, Operand inp, Operand w,
+  virtual void linear_backward(Grad dinp, Grad dw, float* dbias, const float* dout, Operand inp, Operand w,
                                int64_t N, int64_t C, int64_t OC) = 0;
 
   // ---- norms ------------------------------------------------------------

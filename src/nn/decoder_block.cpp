@@ -46,14 +46,17 @@ void decoder_backward(Backend& b, const DecoderDims& d, const DecoderWeights& w,
   // MLP: x_out = x_mid + down(act); dres = d(x_out) here, d(x_mid) after norm 2.
   // The first write of each scratch gradient overwrites it (Grad::overwrite):
   // no zeroing pass, and the GEMM or kernel reads no zeros.
-  b.linear_backward(Grad::overwrite(s.dact), w.down.g, nullptr, dres, {a.act, a.act_16}, w.down.linear(), N, F, C);
+  b.linear_backward(Grad::overwrite(s.dact), w.down.grad_write(), nullptr, dres, {a.act, a.act_16}, w.down.linear(), N,
+                    F, C);
   b.swiglu_backward(Grad::overwrite(s.dgate), Grad::overwrite(s.dup), s.dact, a.gate, a.up, N * F);
-  b.linear_backward(Grad::overwrite(s.dn), w.gate.g, nullptr, s.dgate, {a.n2, a.n2_16}, w.gate.linear(), N, C, F);
-  b.linear_backward(s.dn, w.up.g, nullptr, s.dup, {a.n2, a.n2_16}, w.up.linear(), N, C, F);
+  b.linear_backward(Grad::overwrite(s.dn), w.gate.grad_write(), nullptr, s.dgate, {a.n2, a.n2_16}, w.gate.linear(), N,
+                    C, F);
+  b.linear_backward(s.dn, w.up.grad_write(), nullptr, s.dup, {a.n2, a.n2_16}, w.up.linear(), N, C, F);
   if (d.tp) d.tp->all_reduce(s.dn, N * C);
-  b.rmsnorm_backward(dres, w.n2.g, s.dn, a.mid, w.n2.w, a.rstd2, N, C);
+  b.rmsnorm_backward(dres, w.n2.grad_add(), s.dn, a.mid, w.n2.w, a.rstd2, N, C);
   // attention: x_mid = x + o(att); dres = d(x) after norm 1.
-  b.linear_backward(Grad::overwrite(s.datt), w.o.g, nullptr, dres, {a.att, a.att_16}, w.o.linear(), N, QD, C);
+  b.linear_backward(Grad::overwrite(s.datt), w.o.grad_write(), nullptr, dres, {a.att, a.att_16}, w.o.linear(), N, QD,
+                    C);
   b.zero(s.dq, N * QD);
   b.zero(s.dk, N * KVD);
   b.zero(s.dv, N * KVD);
@@ -61,11 +64,11 @@ void decoder_backward(Backend& b, const DecoderDims& d, const DecoderWeights& w,
                        d.H, d.KV, d.D, d.causal);
   b.rope_backward(s.dq, pk.pos.data(), N, d.H, d.D, d.theta);
   b.rope_backward(s.dk, pk.pos.data(), N, d.KV, d.D, d.theta);
-  b.linear_backward(Grad::overwrite(s.dn), w.q.g, nullptr, s.dq, {a.n1, a.n1_16}, w.q.linear(), N, C, QD);
-  b.linear_backward(s.dn, w.k.g, nullptr, s.dk, {a.n1, a.n1_16}, w.k.linear(), N, C, KVD);
-  b.linear_backward(s.dn, w.v.g, nullptr, s.dv, {a.n1, a.n1_16}, w.v.linear(), N, C, KVD);
+  b.linear_backward(Grad::overwrite(s.dn), w.q.grad_write(), nullptr, s.dq, {a.n1, a.n1_16}, w.q.linear(), N, C, QD);
+  b.linear_backward(s.dn, w.k.grad_write(), nullptr, s.dk, {a.n1, a.n1_16}, w.k.linear(), N, C, KVD);
+  b.linear_backward(s.dn, w.v.grad_write(), nullptr, s.dv, {a.n1, a.n1_16}, w.v.linear(), N, C, KVD);
   if (d.tp) d.tp->all_reduce(s.dn, N * C);
-  b.rmsnorm_backward(dres, w.n1.g, s.dn, x, w.n1.w, a.rstd1, N, C);
+  b.rmsnorm_backward(dres, w.n1.grad_add(), s.dn, x, w.n1.w, a.rstd1, N, C);
 }
 
 }  // namespace maestro

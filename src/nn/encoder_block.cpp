@@ -45,23 +45,27 @@ void encoder_backward(Backend& b, const EncoderDims& d, const EncoderWeights& w,
   // MLP: x_out = x_mid + fc2(gelu(fc1(ln2(x_mid))))
   // dres = d(x_out) here, d(x_mid) after ln2, d(x) after ln1. The first
   // write of each scratch gradient overwrites it (Grad::overwrite).
-  b.linear_backward(Grad::overwrite(s.dg), w.fc2_w.g, w.fc2_b.g, dres, {a.g, a.g_16}, w.fc2_w.linear(), N, F, C);
+  b.linear_backward(Grad::overwrite(s.dg), w.fc2_w.grad_write(), w.fc2_b.grad_add(), dres, {a.g, a.g_16},
+                    w.fc2_w.linear(), N, F, C);
   b.gelu_backward(Grad::overwrite(s.dh), s.dg, a.h, N * F);
-  b.linear_backward(Grad::overwrite(s.dln), w.fc1_w.g, w.fc1_b.g, s.dh, {a.ln2, a.ln2_16}, w.fc1_w.linear(), N, C, F);
+  b.linear_backward(Grad::overwrite(s.dln), w.fc1_w.grad_write(), w.fc1_b.grad_add(), s.dh, {a.ln2, a.ln2_16},
+                    w.fc1_w.linear(), N, C, F);
   if (d.tp) d.tp->all_reduce(s.dln, N * C);
-  b.layernorm_backward(dres, w.ln2_w.g, w.ln2_b.g, s.dln, a.mid, w.ln2_w.w, a.mean2, a.rstd2, N, C);
+  b.layernorm_backward(dres, w.ln2_w.grad_add(), w.ln2_b.grad_add(), s.dln, a.mid, w.ln2_w.w, a.mean2, a.rstd2, N, C);
   // attention: x_mid = x + out(att)
-  b.linear_backward(Grad::overwrite(s.datt), w.o_w.g, w.o_b.g, dres, {a.att, a.att_16}, w.o_w.linear(), N, QD, C);
+  b.linear_backward(Grad::overwrite(s.datt), w.o_w.grad_write(), w.o_b.grad_add(), dres, {a.att, a.att_16},
+                    w.o_w.linear(), N, QD, C);
   b.zero(s.dq, N * QD);
   b.zero(s.dk, N * QD);
   b.zero(s.dv, N * QD);
   b.attention_backward(s.dq, s.dk, s.dv, s.datt, a.att, a.lse, a.q, a.k, a.v, pk.cu_seqlens.data(), pk.n_seq(), N,
                        d.H, d.H, d.D, false);
-  b.linear_backward(Grad::overwrite(s.dln), w.q_w.g, w.q_b.g, s.dq, {a.ln1, a.ln1_16}, w.q_w.linear(), N, C, QD);
-  b.linear_backward(s.dln, w.k_w.g, w.k_b.g, s.dk, {a.ln1, a.ln1_16}, w.k_w.linear(), N, C, QD);
-  b.linear_backward(s.dln, w.v_w.g, w.v_b.g, s.dv, {a.ln1, a.ln1_16}, w.v_w.linear(), N, C, QD);
+  b.linear_backward(Grad::overwrite(s.dln), w.q_w.grad_write(), w.q_b.grad_add(), s.dq, {a.ln1, a.ln1_16},
+                    w.q_w.linear(), N, C, QD);
+  b.linear_backward(s.dln, w.k_w.grad_write(), w.k_b.grad_add(), s.dk, {a.ln1, a.ln1_16}, w.k_w.linear(), N, C, QD);
+  b.linear_backward(s.dln, w.v_w.grad_write(), w.v_b.grad_add(), s.dv, {a.ln1, a.ln1_16}, w.v_w.linear(), N, C, QD);
   if (d.tp) d.tp->all_reduce(s.dln, N * C);
-  b.layernorm_backward(dres, w.ln1_w.g, w.ln1_b.g, s.dln, x, w.ln1_w.w, a.mean1, a.rstd1, N, C);
+  b.layernorm_backward(dres, w.ln1_w.grad_add(), w.ln1_b.grad_add(), s.dln, x, w.ln1_w.w, a.mean1, a.rstd1, N, C);
 }
 
 const float* EncoderStack::forward(Backend& b, ForwardContext& ctx, const Packing& pk, Saved& s, float* x0) const {

@@ -112,7 +112,8 @@ class Mlp final : public ModelImpl {
     for (int64_t l = int64_t(layers_.size()) - 1; l >= 0; --l) {
       const Layer& L = layers_[l];
       dx = ctx.take(N * L.in);
-      b_.linear_backward(Grad::overwrite(dx), L.w.g, L.b.g, dz, a.xs[l], L.w.linear(), N, L.in, L.out);
+      b_.linear_backward(Grad::overwrite(dx), L.w.grad_write(), L.b.grad_add(), dz, a.xs[l], L.w.linear(), N, L.in,
+                         L.out);
       if (L.split == Split::Column) tp_->all_reduce(dx, N * L.in);
       if (l > 0) {
         dz = ctx.take(N * L.in);

@@ -93,13 +93,37 @@ inline Operand rounded_once(Backend& b, const float* x, void* x16, size_t n) {
   return {x, x16};
 }
 
-// A parameter, its gradient (null in frozen mode) and its bf16 copy (null
-// unless the backend wants one: Backend::wants_bf16_operands).
+// A parameter, its bf16 copy (null unless the backend wants one:
+// Backend::wants_bf16_operands) and its gradient (none in frozen mode).
+// SectionModel::zero_grads() does not zero the gradients: it marks them
+// unwritten, and a model takes each gradient in one of two ways — an op
+// that writes the whole tensor (a linear op's dw) takes grad_write(), which
+// it overwrites while unwritten (a GEMM with beta = 0) and adds to after;
+// any other op takes grad_add(), zeroed first while unwritten. So the
+// first micro-batch of a step neither zeroes nor reads the weight
+// gradients of its linear layers (docs/engine.md).
 struct Param {
   const float* w = nullptr;
-  float* g = nullptr;
   const void* w16 = nullptr;
+  float* g_ = nullptr;            // [n_]; null in frozen mode
+  size_t n_ = 0;
+  uint8_t* unwritten_ = nullptr;  // the gradient's "not written this step" flag (SectionModel's)
+  Backend* backend_ = nullptr;
+
   Operand linear() const { return {w, w16}; }  // as a linear op's weight
+  bool trained() const { return g_ != nullptr; }
+  Grad grad_write() const {
+    if (!g_ || !*unwritten_) return Grad(g_);
+    *unwritten_ = 0;
+    return Grad::overwrite(g_);
+  }
+  float* grad_add() const {
+    if (g_ && *unwritten_) {
+      backend_->zero(g_, n_);
+      *unwritten_ = 0;
+    }
+    return g_;
+  }
 };
 
 // name -> Param, over the model's flat buffers.

@@ -121,7 +121,10 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
   }
   scalars_ = backend_.allocate_scalars(std::max<size_t>(1, section_.loss.size()));
   if (section_.mode == Mode::Train) {
-    grads_ = backend_.allocate(n_params_);
+    grads_ = backend_.allocate(n_params_);  // zero-filled: written, as far as the flags go
+    grad_unwritten_.assign(tensors_.size(), 0);
+    for (size_t i = 0; i < tensors_.size(); ++i) grad_order_.push_back(i);
+    std::sort(grad_order_.begin(), grad_order_.end(), [&](size_t a, size_t b) { return offsets_[a] < offsets_[b]; });
     adam_m_ = backend_.allocate(n_params_);
     adam_v_ = backend_.allocate(n_params_);
     opt_count_ = n_params_;
@@ -146,8 +149,12 @@ SectionModel::SectionModel(const Section& section, Backend& backend, uint64_t se
   for (size_t i = 0; i < tensors_.size(); ++i) index[tensors_[i].name] = i;
   ParamLookup lookup = [this, index](const std::string& name) {
     const size_t i = index.at(name);
-    return Param{params_ + offsets_[i], grads_ ? grads_ + offsets_[i] : nullptr,
-                 params16_ ? params16_ + offsets16_[i] : nullptr};
+    Param p{params_ + offsets_[i], params16_ ? params16_ + offsets16_[i] : nullptr};
+    if (grads_) {
+      p.g_ = grads_ + offsets_[i], p.n_ = size_t(tensors_[i].numel());
+      p.unwritten_ = &grad_unwritten_[i], p.backend_ = &backend_;
+    }
+    return p;
   };
   impl_ = std::make_unique<Impl>(backend_);
   const std::string kind = section_.model.builtin();
@@ -248,12 +255,34 @@ std::vector<std::vector<RowsView>> SectionModel::backward(ForwardContext& ctx,
 RowsView SectionModel::stage_input_grad(const ForwardContext& ctx) { return ctx.stage_dinput; }
 
 void SectionModel::zero_grads() {
-  if (grads_) backend_.zero(grads_, n_params_);
+  // Marked, not zeroed: the backward's first write of each gradient
+  // overwrites it or zeroes it first (model_impl.h's Param), and
+  // settle_grads() zeroes the ones it never wrote before they are read.
+  if (grads_) std::fill(grad_unwritten_.begin(), grad_unwritten_.end(), uint8_t(1));
+}
+
+void SectionModel::settle_grads() {
+  // The unwritten tensors, in runs of adjacent ones: one zero per run.
+  size_t i = 0;
+  while (i < grad_order_.size()) {
+    if (!grad_unwritten_[grad_order_[i]]) {
+      ++i;
+      continue;
+    }
+    const int64_t begin = offsets_[grad_order_[i]];
+    int64_t end = begin;
+    for (; i < grad_order_.size() && grad_unwritten_[grad_order_[i]] && offsets_[grad_order_[i]] == end; ++i) {
+      end += tensors_[grad_order_[i]].numel();
+      grad_unwritten_[grad_order_[i]] = 0;
+    }
+    backend_.zero(grads_ + begin, size_t(end - begin));
+  }
 }
 
 void SectionModel::grad_sq_norm(double* out) {
   // This rank's share of the global norm²: the tensors it counts (the split ones on
   // every tp rank, the replicated ones on tp rank 0 only) within its dp shard (ZeRO-1).
+  settle_grads();
   const int64_t counted = tp_.rank == 0 ? n_params_ : n_split_;
   const int64_t begin = std::min(opt_offset_, counted), end = std::min(opt_offset_ + opt_count_, counted);
   if (grads_) backend_.sq_norm(out, grads_ + begin, size_t(end - begin));
@@ -270,6 +299,7 @@ double SectionModel::grad_sq_norm() {
 
 void SectionModel::adamw_step(const OptimizerSpec& opt, double lr, float grad_scale) {
   if (!grads_) input_error(section_, "an optimizer step on a frozen section");
+  settle_grads();
   ++adam_t_;
   // The step writes the bf16 copy too when it updates every parameter and
   // the copy is laid out like them (dense); else the copy is refreshed from

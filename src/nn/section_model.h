@@ -192,6 +192,9 @@ class SectionModel {
   static RowsView stage_input_grad(const ForwardContext& ctx);
 
   // ---- gradients and optimizer (train mode; frozen: no such memory) --------
+  // Starts a step's gradients at zero — lazily: each is overwritten by its
+  // first write in the backward, or zeroed then or when first read here
+  // (grads(), grad_sq_norm(), adamw_step()); the same values as zeroing.
   void zero_grads();
   // *out = Σ g² over every parameter (a scalar accumulator; 0 when frozen).
   // Tensor parallel: this rank's share — its shards, plus the replicated
@@ -200,8 +203,12 @@ class SectionModel {
   double grad_sq_norm();  // the whole model's (shares summed over the ranks), waited for (tests and tools)
   // The flat gradient buffer, [parameter_count()] in model_tensors order
   // (tensor parallel: the split tensors first, then the replicated ones),
-  // for the data-parallel all-reduce; null in frozen mode.
-  float* grads() { return grads_; }
+  // for the data-parallel all-reduce; null in frozen mode. Complete (see
+  // zero_grads) until the next backward or zero_grads().
+  float* grads() {
+    if (grads_) settle_grads();
+    return grads_;
+  }
   size_t grad_count() const { return grads_ ? size_t(n_params_) : 0; }
   // [parameter_count()]. The caller may write through it: the bf16 copy is
   // refreshed before the next forward or backward.
@@ -259,6 +266,7 @@ class SectionModel {
   Tensor whole_tensor(const float* buffer, size_t i) const;
   void release_buffers();
   void refresh_params16();  // the bf16 copy from params_, when stale
+  void settle_grads();      // zeroes the gradients the backward has not written since zero_grads()
 
   Section section_;
   Backend& backend_;
@@ -271,6 +279,10 @@ class SectionModel {
   int64_t n_split_ = 0;  // the first n_split_ floats are split tensors, the rest replicated (tp > 1)
   float* params_ = nullptr;  // [n_params_]
   float* grads_ = nullptr;   // [n_params_]  train only
+  // Train only: per tensor, whether its gradient is unwritten since
+  // zero_grads() (model_impl.h's Param); the tensors in offset order.
+  std::vector<uint8_t> grad_unwritten_;
+  std::vector<size_t> grad_order_;
   // Backend::wants_bf16_operands: every tensor i rounded to bf16 at byte
   // offset offsets16_[i] (256-byte aligned, as the GEMMs' own scratch), or null.
   std::byte* params16_ = nullptr;  // [params16_bytes_]

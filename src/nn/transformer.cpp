@@ -190,7 +190,8 @@ class Transformer final : public ModelImpl {
       // (none without a loss: the head is skipped), + the outputs'. [Nt, C]
       float* dnormed = ctx.dlogits ? ctx.take(Nt * C) : ctx.take_zeroed(Nt * C);
       if (ctx.dlogits) {
-        b_.linear_backward(Grad::overwrite(dnormed), head_.g, nullptr, ctx.dlogits, a.text_normed, head_.linear(), Nt, C, V);
+        b_.linear_backward(Grad::overwrite(dnormed), head_.grad_write(), nullptr, ctx.dlogits, a.text_normed,
+                           head_.linear(), Nt, C, V);
         if (dims_.tp) dims_.tp->all_reduce(dnormed, Nt * C);  // each rank's columns' share
       }
       for (size_t i = 0; i < output_grads.size(); ++i) {
@@ -205,7 +206,7 @@ class Transformer final : public ModelImpl {
       }
       // Final norm (text rows).
       float* dtext = ctx.take_zeroed(Nt * C);
-      b_.rmsnorm_backward(dtext, norm_.g, dnormed, a.text_in, norm_.w, a.rstd_f, Nt, C);
+      b_.rmsnorm_backward(dtext, norm_.grad_add(), dnormed, a.text_in, norm_.w, a.rstd_f, Nt, C);
       scatter_text(g, dx, dtext);
     } else {
       copy_stage_grad(section_, b_, dx, stage_grad, N, C);
@@ -225,7 +226,7 @@ class Transformer final : public ModelImpl {
     }
     // Embeddings: spliced blocks hand their gradient back, text rows to the table.
     std::vector<std::vector<RowsView>> out(g.seq_row.size());
-    float* dtext = embed_.g ? ctx.take(Nt * C) : nullptr;  // [Nt, C]
+    float* dtext = embed_.trained() ? ctx.take(Nt * C) : nullptr;  // [Nt, C]
     for (size_t i = 0; i < g.seq_row.size(); ++i) {
       int64_t row = g.seq_row[i];
       for (int64_t rows : g.spliced_rows[i]) {
@@ -278,13 +279,13 @@ class Transformer final : public ModelImpl {
     dims_.tp->all_reduce(text, Nt * C);
     return text;
   }
-  // embed_.g += the rows of dtext[Nt, C] scattered by token (tp: this rank's rows only).
+  // embed_'s gradient += the rows of dtext[Nt, C] scattered by token (tp: this rank's rows only).
   void text_embeddings_backward(ForwardContext& ctx, const Acts& a, const Geometry& g, const float* dtext) const {
     const int64_t C = spec_.hidden, Nt = int64_t(g.tokens.size()), Vs = vocab_shard_;
-    if (!dims_.tp) return b_.embedding_backward(embed_.g, dtext, g.tokens.data(), Nt, C);
+    if (!dims_.tp) return b_.embedding_backward(embed_.grad_add(), dtext, g.tokens.data(), Nt, C);
     float* dtable = ctx.take_zeroed((Vs + 1) * C);  // [Vs + 1, C]; the last row collects the other ranks' tokens
     b_.embedding_backward(dtable, dtext, a.shard_tokens.data(), Nt, C);
-    b_.accumulate(embed_.g, dtable, Vs * C);
+    b_.accumulate(embed_.grad_add(), dtable, Vs * C);
   }
 
   const Section& section_;

@@ -192,7 +192,8 @@ class Vit final : public ModelImpl {
         pixel_shuffle(b_, demitted, dout, I, spec_.grid(), C, k, true);
       }
       float* dlast = ctx.take_zeroed(I * P * C);
-      b_.layernorm_backward(dlast, post_w_.g, post_b_.g, dout, a.last, post_w_.w, a.post_mean, a.post_rstd, I * P, C);
+      b_.layernorm_backward(dlast, post_w_.grad_add(), post_b_.grad_add(), dout, a.last, post_w_.w, a.post_mean,
+                            a.post_rstd, I * P, C);
       for (int64_t img = 0; img < I; ++img) b_.copy(dhL + (img * T + 1) * C, dlast + img * P * C, P * C);
     } else {
       copy_stage_grad(section_, b_, dhL, stage_grad, N, C);
@@ -203,15 +204,15 @@ class Vit final : public ModelImpl {
       return none;
     }
     float* dx0 = ctx.take_zeroed(N * C);
-    b_.layernorm_backward(dx0, pre_w_.g, pre_b_.g, dh0, a.x0, pre_w_.w, a.pre_mean, a.pre_rstd, N, C);
+    b_.layernorm_backward(dx0, pre_w_.grad_add(), pre_b_.grad_add(), dh0, a.x0, pre_w_.w, a.pre_mean, a.pre_rstd, N, C);
     float* demb = ctx.take(I * P * C);  // [I*P, C]
     for (int64_t img = 0; img < I; ++img) {
       const float* dx = dx0 + img * T * C;
-      b_.accumulate(cls_.g, dx, C);
-      b_.accumulate(pos_.g, dx, T * C);
+      b_.accumulate(cls_.grad_add(), dx, C);
+      b_.accumulate(pos_.grad_add(), dx, T * C);
       b_.copy(demb + img * P * C, dx + C, P * C);
     }
-    b_.linear_backward(nullptr, patch_.g, nullptr, demb, a.patches, patch_.linear(), I * P, K, C);
+    b_.linear_backward(nullptr, patch_.grad_write(), nullptr, demb, a.patches, patch_.linear(), I * P, K, C);
     return none;
   }
 

@@ -505,6 +505,15 @@ BOOST_AUTO_TEST_CASE(overwritten_gradients_and_relu) {
   be->linear_backward(acc.data(), nullptr, nullptr, dz.data(), x.data(), w.data(), N, C, OC);
   be->linear_backward(Grad::overwrite(over.data()), nullptr, nullptr, dz.data(), x.data(), w.data(), N, C, OC);
   BOOST_TEST(acc == over);
+  {  // a weight gradient overwritten: the bits of adding into zeros; zeros when there are no rows
+    F dw_acc(size_t(OC * C)), dw_over(size_t(OC * C), nan);
+    be->linear_backward(nullptr, dw_acc.data(), nullptr, dz.data(), x.data(), w.data(), N, C, OC);
+    be->linear_backward(nullptr, Grad::overwrite(dw_over.data()), nullptr, dz.data(), x.data(), w.data(), N, C, OC);
+    BOOST_TEST(dw_acc == dw_over);
+    std::fill(dw_over.begin(), dw_over.end(), nan);
+    be->linear_backward(nullptr, Grad::overwrite(dw_over.data()), nullptr, dz.data(), x.data(), w.data(), 0, C, OC);
+    BOOST_TEST(dw_over == F(size_t(OC * C)));
+  }
   std::fill(acc.begin(), acc.end(), 0.0f), std::fill(over.begin(), over.end(), nan);
   be->swiglu_backward(acc.data(), acc2.data(), dy.data(), x.data(), u.data(), n);
   be->swiglu_backward(Grad::overwrite(over.data()), Grad::overwrite(over2.data()), dy.data(), x.data(), u.data(), n);

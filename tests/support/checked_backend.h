@@ -92,12 +92,12 @@ class CheckedBackend final : public Backend {
     copy16("linear_forward", "inp", i, N * C), copy16("linear_forward", "w", w, OC * C);
     b_->linear_forward(o, i.f32, w.f32, b, N, C, OC);
   }
-  void linear_backward(Grad di, float* dw, float* db, const float* d, Operand i, Operand w, int64_t N, int64_t C,
+  void linear_backward(Grad di, Grad dw, float* db, const float* d, Operand i, Operand w, int64_t N, int64_t C,
                        int64_t OC) override {
-    grad("linear_backward", "dinp", di, N * C), opt("linear_backward", "dw", dw, OC * C);
+    grad("linear_backward", "dinp", di, N * C), grad("linear_backward", "dw", dw, OC * C);
     opt("linear_backward", "dbias", db, OC), f("linear_backward", "dout", d, N * OC);
     opt("linear_backward", "inp", i.f32, N * C), opt("linear_backward", "w", w.f32, OC * C);
-    if (dw) copy16("linear_backward", "inp", i, N * C);  // read by the dw GEMM only
+    if (dw.p) copy16("linear_backward", "inp", i, N * C);  // read by the dw GEMM only
     if (di.p) copy16("linear_backward", "w", w, OC * C);  // read by the dinp GEMM only
     b_->linear_backward(di, dw, db, d, i.f32, w.f32, N, C, OC);
   }

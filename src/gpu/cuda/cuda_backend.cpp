@@ -185,16 +185,19 @@ class CudaBackend final : public Backend {
     const bool fused = gemm(false, true, N, OC, C, inp.f32, C, w.f32, C, false, out, OC, bias, inp.bf16, w.bf16);
     if (bias && !fused) launch_bias_add(out, bias, N, OC, stream_);
   }
-  void linear_backward(Grad dinp, float* dw, float* dbias, const float* dout, Operand inp, Operand w, int64_t N,
+  void linear_backward(Grad dinp, Grad dw, float* dbias, const float* dout, Operand inp, Operand w, int64_t N,
                        int64_t C, int64_t OC) override {
     on_device();
-    if (N == 0) return;
+    if (N == 0) {  // no rows: an overwritten dw is the empty sum
+      if (dw.p && !dw.add) zero(dw.p, size_t(OC * C));
+      return;
+    }
     // dout rounded to bf16 once for both GEMMs
-    const void* dout16 = opt_.bf16_gemm && dinp.p && dw ? rounded(kBf16Dout, dout, size_t(N * OC)) : nullptr;
+    const void* dout16 = opt_.bf16_gemm && dinp.p && dw.p ? rounded(kBf16Dout, dout, size_t(N * OC)) : nullptr;
     if (dinp.p)  // dinp[N,C] += (or =) dout·w
       gemm(false, false, N, C, OC, dout, OC, w.f32, C, dinp.add, dinp.p, C, nullptr, dout16, w.bf16);
-    if (dw)  // dw[OC,C] += doutᵀ·inp
-      gemm(true, false, OC, C, N, dout, OC, inp.f32, C, true, dw, C, nullptr, dout16, inp.bf16);
+    if (dw.p)  // dw[OC,C] += (or =) doutᵀ·inp
+      gemm(true, false, OC, C, N, dout, OC, inp.f32, C, dw.add, dw.p, C, nullptr, dout16, inp.bf16);
     if (dbias) launch_column_sum(dbias, dout, N, OC, stream_);
   }
 
