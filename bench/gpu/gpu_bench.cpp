@@ -13,6 +13,11 @@
 //   copies    the backend's copies between the device and host memory
 //             that is pageable or pinned (cuda_pin_host, as the runtime
 //             pins its hand-off and staging memory): GB/s per size
+//   nccl      every collective over NCCL groups of all the GPUs here
+//             (gpu/collective_check.h), made both ways the runtime makes
+//             them: ncclCommInitAll, and the unique id + non-blocking
+//             ncclCommInitRankConfig of a group spanning processes. With one
+//             GPU the groups have one rank (NCCL allows no two ranks on a GPU)
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -28,8 +33,12 @@
 #include "dsl/frontend.h"
 #include "graph/counts.h"
 #include "gpu/backend_compare.h"
+#include "gpu/collective_check.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/device_probe.h"
+#if MAESTRO_HAVE_NCCL
+#include "gpu/cuda/nccl_communicator.h"
+#endif
 #include "gpu/cuda/self_check.h"
 #include "gpu/device_query.h"
 #include "nn/section_model.h"
@@ -269,6 +278,58 @@ int run_copies(int device) {
   return ok ? 0 : 1;
 }
 
+// check_collectives over an NCCL group of every GPU here, each rank's
+// collectives ordered after its own CUDA backend's stream (as the runtime
+// orders them), for both ways of making a group.
+int run_nccl() {
+#if !MAESTRO_HAVE_NCCL
+  throw std::runtime_error("this build has no NCCL (nccl.h and libnccl were not found in the CUDA prefix)");
+#else
+  const std::optional<int> count = cuda_device_count();
+  if (!count || *count < 1) throw std::runtime_error("no CUDA device");
+  std::vector<int> devices(static_cast<size_t>(*count));
+  for (int d = 0; d < *count; ++d) devices[size_t(d)] = d;
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<Backend*> backends;
+  for (int d : devices) {
+    CudaBackendOptions o;
+    o.device = d;
+    o.min_segment_bytes = size_t(64) << 20;
+    owned.push_back(make_cuda_backend(o));
+    backends.push_back(owned.back().get());
+  }
+  nlohmann::ordered_json j;
+  j["check"] = "nccl";
+  j["ranks"] = devices.size();
+  bool ok = true;
+  auto check = [&](const char* how, const std::vector<std::shared_ptr<Communicator>>& group) {
+    for (size_t r = 0; r < group.size(); ++r)
+      if (!order_nccl_after(*group[r], cuda_backend_stream(*backends[r])))
+        throw std::runtime_error(fmt::format("{}: rank {} is not an NCCL rank", how, r));
+    const auto t = Clock::now();
+    size_t passed = 0;
+    for (const CollectiveCheck& c : check_collectives(group, backends)) {
+      passed += c.ok();
+      if (!c.ok()) j[how]["failed"].push_back({{"call", c.call}, {"wrong", c.wrong}, {"error", c.error}});
+      ok = ok && c.ok();
+    }
+    j[how]["passed"] = passed;
+    j[how]["seconds"] = seconds_since(t);
+  };
+  check("init_all", make_nccl_group(devices));
+  // rank r on device r
+  const std::vector<std::shared_ptr<Communicator>> group = make_nccl_ranks(int(devices.size()), devices, devices);
+  const std::vector<uint8_t> id = make_nccl_unique_id();
+  std::vector<NcclConnection> connections;
+  for (const std::shared_ptr<Communicator>& rank : group) connections.push_back({rank, id, "bench_gpu nccl group"});
+  connect_nccl_ranks(connections, std::chrono::seconds(60));
+  check("init_rank", group);
+  j["ok"] = ok;
+  fmt::print("{}\n", j.dump());
+  return ok ? 0 : 1;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -292,6 +353,7 @@ int main(int argc, char** argv) {
   auto* step = app.add_subcommand("step", "training step rate of a transformer section");
   auto* gemm = app.add_subcommand("gemm", "cuBLASLt bf16 GEMM rate");
   auto* copies = app.add_subcommand("copies", "device <-> host copies, pageable vs pinned");
+  auto* nccl = app.add_subcommand("nccl", "every collective over NCCL groups of the GPUs here, checked exactly");
   for (auto* sub : {model, step}) {
     sub->add_option("--layers", m.layers);
     sub->add_option("--hidden", m.hidden);
@@ -319,6 +381,7 @@ int main(int argc, char** argv) {
     if (*step) return run_step(m, fp32, attention, causal_block, !no_bf16_copies, device, steps, warmup);
     if (*gemm) return run_gemm(device);
     if (*copies) return run_copies(device);
+    if (*nccl) return run_nccl();
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_gpu: error: {}\n", e.what());
     return 1;

@@ -35,6 +35,9 @@ for a; do case "$a" in
     *" --no-bf16-copies "*) echo "{\"check\": \"step\", \"tokens_per_s\": 19000.0, \"tflops\": 199.5, \"bf16_copies\": false}";;
     *) echo "{\"check\": \"step\", \"tokens_per_s\": 20000.0, \"tflops\": 210.0, \"bf16_copies\": true}";; esac; exit 0;;
   selfcheck) [ "${STALL:-0}" = 1 ] && sleep 60; echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
+  nccl) r=${GPUS:-1}; n=$((4 * (5 + r) + 1)); if [ "${NCCL_OK:-1}" = 1 ]; then
+      echo "{\"check\": \"nccl\", \"ranks\": $r, \"init_all\": {\"passed\": $n}, \"init_rank\": {\"passed\": $n}, \"ok\": true}"; exit 0; fi
+    echo "{\"check\": \"nccl\", \"ranks\": $r, \"init_all\": {\"passed\": $n}, \"init_rank\": {\"failed\": [{\"call\": \"all_gather(in place) n=4099\", \"wrong\": 3, \"error\": \"\"}], \"passed\": $((n - 1))}, \"ok\": false}"; exit 1;;
   ops|model) echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
 esac; done; exit 2'
 run() { PATH="$fake/bin:$PATH" TORCH_PYTHON="$fake/bin/${TORCHPY:-nopython}" bash bench/gpu/run.sh --no-build --build "$fake/build" --report "$fake/report.md" ${STEP_TIMEOUT:+--step-timeout $STEP_TIMEOUT} >"$fake/stdout" 2>&1; }
@@ -47,7 +50,8 @@ check 'grep -q "^## torch step: SKIP" "$fake/report.md" && grep -q "^## torch st
 check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBLASLt peak 700.0" "$fake/report.md"' "MFU against 989 and against the measured peak, in the report"
 check 'grep -q "without the engine.s bf16 copies of GEMM operands 19000 tokens/s: the copies. speed-up 1.053x" "$fake/report.md"' "the step without the bf16 copies of GEMM operands, and the copies' speed-up"
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 18 ]' "18 steps PASS (all but build, skipped, and torch)"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 19 ]' "19 steps PASS (all but build, skipped, and torch)"
+check 'grep -q "NCCL, 1 rank(s), one per GPU: init_all 25 calls passed; init_rank 25 calls passed" "$fake/report.md"' "one GPU: the NCCL check's groups of one rank, in the report"
 check 'grep -q "maestro-run 16384 tokens/s (median step 250.0 ms over steps 2-7, the first 900 ms), 0.82 of the bare section loop" "$fake/report.md"' "maestro-run's steady step time against the bare loop, in the report"
 check 'grep -q "64 MiB device->host: pinned 25.0 GB/s, pageable 10.0 GB/s (2.50x); host->device: 12.5 / 12.0 GB/s" "$fake/report.md"' "the host copies, pinned against pageable, in the report"
 check 'grep -q "^## dp 2 over NCCL: SKIP" "$fake/report.md" && grep -q "^## tp 2 over NCCL: SKIP" "$fake/report.md"' "one GPU: the dp 2 and tp 2 steps are SKIP"
@@ -56,6 +60,10 @@ check 'grep -q "^## dp 2 over processes: PASS" "$fake/report.md"' "... but dp 2 
 GPUS=2 run; st=$?
 check '[ $st = 0 ] && grep -q "^## dp 2 over NCCL: PASS" "$fake/report.md" && grep -q "^## tp 2 over NCCL: PASS" "$fake/report.md"' "two GPUs: the dp 2 and tp 2 steps run and pass ($st)"
 check 'grep -q "^## dp 2 over processes: PASS" "$fake/report.md"' "... and dp 2 over processes"
+check 'grep -q "NCCL, 2 rank(s), one per GPU: init_all 29 calls passed; init_rank 29 calls passed" "$fake/report.md"' "two GPUs: the NCCL check's groups of two ranks"
+NCCL_OK=0 run; st=$?
+check '[ $st = 1 ] && grep -q "^## nccl collectives: FAIL" "$fake/report.md"' "a failed NCCL call fails the nccl step ($st)"
+check 'grep -q "init_rank 24 calls passed, failed: all_gather(in place) n=4099 (3 wrong)" "$fake/report.md"' "... and the report names the call"
 GPUS=2 AGREE=0 run; st=$?
 check 'grep -q "^## dp 2 over NCCL: FAIL" "$fake/report.md" && grep -q "^## dp 2 over processes: FAIL" "$fake/report.md" && grep -q "^## tp 2 over NCCL: FAIL" "$fake/report.md"' "two GPUs: cuda and cpu losses that differ fail both dp 2 steps and the tp 2 step"
 
@@ -72,7 +80,7 @@ check 'grep -q "PyTorch (SDPA, fused AdamW) 40000 tokens/s, maestro 20000 tokens
 
 STALL=1 STEP_TIMEOUT=2 run; st=$?
 check '[ $st = 1 ] && grep -q "^## selfcheck: FAIL" "$fake/report.md" && grep -q "stopped after --step-timeout 2 s" "$fake/report.md"' "a step that hangs is stopped at --step-timeout and FAILs ($st)"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 17 ]' "... and the steps after it still run"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 18 ]' "... and the steps after it still run"
 
 [ "$fail" = 0 ] || { echo "--- report headers:"; grep "^## " "$fake/report.md"; }
 exit $fail

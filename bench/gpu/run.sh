@@ -15,6 +15,8 @@
 #      the staged ring over UCX where both share the one GPU
 #   6d. tiny_mllm with its llm section at tp = 2 (a tp group over NCCL, the
 #      vocabulary-parallel loss kernels), 3 steps cuda vs cpu; SKIP on < 2 GPUs
+#   6e. every collective over NCCL groups of all the GPUs here, checked
+#      exactly (bench_gpu nccl): with one GPU, groups of one rank
 #   7. cuBLASLt bf16 GEMM peak, then the 1.3B transformer section (layers 24,
 #      hidden 2048, heads 16, ffn 5504, vocab 32000, seq 2048, bf16):
 #      tokens/s, MFU vs 989 TFLOP/s (H100) and vs the measured GEMM peak;
@@ -92,6 +94,7 @@ plan=(
   "dp 2 over NCCL|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "dp 2 over processes|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --processes 2 --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "tp 2 over NCCL|$run $cfg_dir/tiny_mllm_tp2.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_tp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
+  "nccl collectives|$bench nccl"
   "gemm peak|$bench gemm"
   "host copies|$bench copies"
   "transformer step|$bench step $big --steps 5 --warmup 2 --no-bf16-copies && $bench step $big --steps 5 --warmup 2"
@@ -109,7 +112,7 @@ if [ "$dry" = 1 ]; then
     if [ -x "$f" ]; then echo "  ok  $f"; else echo "  MISSING  $f (build with the CUDA toolkit: make build)"; fail=1; fi
   done
   if [ -x "$bench" ]; then
-    for sub in ops selfcheck model step gemm copies; do
+    for sub in ops selfcheck model step gemm copies nccl; do
       "$bench" "$sub" --help >/dev/null 2>&1 && echo "  ok  bench_gpu $sub --help" || { echo "  FAIL bench_gpu $sub --help"; fail=1; }
     done
     # without a device the CUDA backend must refuse with a clear error, never crash
@@ -229,6 +232,21 @@ if quick == "0":  # --quick times a smaller section in "transformer step"
         ratio = ", no bare-loop figure to compare"
 print("maestro-run %.0f tokens/s (median step %.1f ms over steps 2-%d, the first %.0f ms)%s"
       % (tps, median, max(ms), ms[0], ratio))
+PY
+      ;;
+    "nccl collectives")
+      # also when it failed: the JSON names the calls that did
+      $py - "$log" <<'PY'
+import json, sys
+lines = [l for l in sys.argv[1].splitlines() if l.startswith("{")]
+if not lines:
+    sys.exit("no result line: bench_gpu nccl stopped before its checks (its error is in the log)")
+j = json.loads(lines[-1])
+def group(k):
+    g = j[k]
+    bad = "; ".join("%s (%s)" % (f["call"], f["error"] or "%d wrong" % f["wrong"]) for f in g.get("failed", []))
+    return "%s %d calls passed%s" % (k, g["passed"], ", failed: " + bad if bad else "")
+print("NCCL, %d rank(s), one per GPU: %s; %s" % (j["ranks"], group("init_all"), group("init_rank")))
 PY
       ;;
     "host copies")
