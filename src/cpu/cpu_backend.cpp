@@ -306,12 +306,14 @@ class CpuBackend final : public Backend {
   // One task per (sequence, kv head) pair, its query heads in head order (so
   // dk, dv of a kv head are summed in a fixed order by one thread):
   // P = exp(S − lse) recomputed; dv += Pᵀ·dO; dP = dO·vᵀ; dS = P∘(dP − rowsum(dO∘O));
-  // dq += dS·k/√D; dk += dSᵀ·q/√D.
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+  // dq += dS·k/√D; dk += dSᵀ·q/√D. An overwritten gradient (Grad) gets
+  // β = 0 from its first product: dq's one per head, dk's and dv's the
+  // group's first query head.
+  void attention_backward(Grad dq, Grad dk, Grad dv, const float* dout, const float* out, const float* lse,
                           const float* q, const float* k, const float* v, const int32_t* cu, int64_t n_seq,
                           int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
     (void)N;
-    if (!dq && !dk && !dv) return;
+    if (!dq.p && !dk.p && !dv.p) return;
     const float sc = 1.0f / std::sqrt(float(D));
     const int64_t group = H / KV;
     pool_.parallel_for(n_seq * KV, 1, [&](int64_t b, int64_t e) {
@@ -344,15 +346,17 @@ class CpuBackend final : public Backend {
             }
             for (int64_t j = end; j < L; ++j) row[j] = drow[j] = 0.0f;
           }
-          if (dv)
+          const bool first = h == kh * group;  // of the kv head's query heads
+          auto beta = [&](const Grad& g, bool first_write) { return !g.add && first_write ? 0.0f : 1.0f; };
+          if (dv.p)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(L), int(D), int(L), 1.0f, P, int(L), doh,
-                        int(H * D), 1.0f, dv + t0 * KV * D + kh * D, int(KV * D));
-          if (dq)
+                        int(H * D), beta(dv, first), dv.p + t0 * KV * D + kh * D, int(KV * D));
+          if (dq.p)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(L), int(D), int(L), sc, dP, int(L), kk,
-                        int(KV * D), 1.0f, dq + t0 * H * D + h * D, int(H * D));
-          if (dk)
+                        int(KV * D), beta(dq, true), dq.p + t0 * H * D + h * D, int(H * D));
+          if (dk.p)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(L), int(D), int(L), sc, dP, int(L), qh,
-                        int(H * D), 1.0f, dk + t0 * KV * D + kh * D, int(KV * D));
+                        int(H * D), beta(dk, first), dk.p + t0 * KV * D + kh * D, int(KV * D));
         }
       }
     });

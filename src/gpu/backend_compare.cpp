@@ -288,6 +288,14 @@ void run_attention(Comparison& c) {
     c.check("attention_backward" + tag + ".dq", dq, Comparison::Kind::Attention);
     c.check("attention_backward" + tag + ".dk", dk, Comparison::Kind::Attention);
     c.check("attention_backward" + tag + ".dv", dv, Comparison::Kind::Attention);
+    for (const Twin* x : {&dq, &dk, &dv}) c.poison(*x);
+    c.both([&](Backend& be, bool is_t) {
+      be.attention_backward(Grad::overwrite(ON(dq)), Grad::overwrite(ON(dk)), Grad::overwrite(ON(dv)), ON(dout),
+                            ON(out), ON(lse), ON(q), ON(k), ON(v), kCu.data(), n_seq, N, H, KV, D, causal);
+    });
+    c.check("attention_backward" + tag + ".dq (overwrite)", dq, Comparison::Kind::Attention);
+    c.check("attention_backward" + tag + ".dk (overwrite)", dk, Comparison::Kind::Attention);
+    c.check("attention_backward" + tag + ".dv (overwrite)", dv, Comparison::Kind::Attention);
   }
 }
 

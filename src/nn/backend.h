@@ -148,8 +148,10 @@ class Backend {
   virtual void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                  const int32_t* cu_seqlens, int64_t n_seq, int64_t N, int64_t H, int64_t KV,
                                  int64_t D, bool causal) = 0;
-  // dq[N,H*D], dk,dv[N,KV*D] +=; recomputes the probabilities from lse.
-  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+  // dq[N,H*D], dk,dv[N,KV*D] += (or =); recomputes the probabilities from
+  // lse. Every row of an overwritten gradient is written (cu_seqlens covers
+  // [0, N)).
+  virtual void attention_backward(Grad dq, Grad dk, Grad dv, const float* dout, const float* out,
                                   const float* lse, const float* q, const float* k, const float* v,
                                   const int32_t* cu_seqlens, int64_t n_seq, int64_t N, int64_t H, int64_t KV,
                                   int64_t D, bool causal) = 0;

@@ -57,11 +57,8 @@ void decoder_backward(Backend& b, const DecoderDims& d, const DecoderWeights& w,
   // attention: x_mid = x + o(att); dres = d(x) after norm 1.
   b.linear_backward(Grad::overwrite(s.datt), w.o.grad_write(), nullptr, dres, {a.att, a.att_16}, w.o.linear(), N, QD,
                     C);
-  b.zero(s.dq, N * QD);
-  b.zero(s.dk, N * KVD);
-  b.zero(s.dv, N * KVD);
-  b.attention_backward(s.dq, s.dk, s.dv, s.datt, a.att, a.lse, a.q, a.k, a.v, pk.cu_seqlens.data(), pk.n_seq(), N,
-                       d.H, d.KV, d.D, d.causal);
+  b.attention_backward(Grad::overwrite(s.dq), Grad::overwrite(s.dk), Grad::overwrite(s.dv), s.datt, a.att, a.lse,
+                       a.q, a.k, a.v, pk.cu_seqlens.data(), pk.n_seq(), N, d.H, d.KV, d.D, d.causal);
   b.rope_backward(s.dq, pk.pos.data(), N, d.H, d.D, d.theta);
   b.rope_backward(s.dk, pk.pos.data(), N, d.KV, d.D, d.theta);
   b.linear_backward(Grad::overwrite(s.dn), w.q.grad_write(), nullptr, s.dq, {a.n1, a.n1_16}, w.q.linear(), N, C, QD);

@@ -55,11 +55,8 @@ void encoder_backward(Backend& b, const EncoderDims& d, const EncoderWeights& w,
   // attention: x_mid = x + out(att)
   b.linear_backward(Grad::overwrite(s.datt), w.o_w.grad_write(), w.o_b.grad_add(), dres, {a.att, a.att_16},
                     w.o_w.linear(), N, QD, C);
-  b.zero(s.dq, N * QD);
-  b.zero(s.dk, N * QD);
-  b.zero(s.dv, N * QD);
-  b.attention_backward(s.dq, s.dk, s.dv, s.datt, a.att, a.lse, a.q, a.k, a.v, pk.cu_seqlens.data(), pk.n_seq(), N,
-                       d.H, d.H, d.D, false);
+  b.attention_backward(Grad::overwrite(s.dq), Grad::overwrite(s.dk), Grad::overwrite(s.dv), s.datt, a.att, a.lse,
+                       a.q, a.k, a.v, pk.cu_seqlens.data(), pk.n_seq(), N, d.H, d.H, d.D, false);
   b.linear_backward(Grad::overwrite(s.dln), w.q_w.grad_write(), w.q_b.grad_add(), s.dq, {a.ln1, a.ln1_16},
                     w.q_w.linear(), N, C, QD);
   b.linear_backward(s.dln, w.k_w.grad_write(), w.k_b.grad_add(), s.dk, {a.ln1, a.ln1_16}, w.k_w.linear(), N, C, QD);

@@ -82,10 +82,10 @@ class Nudged final : public Backend {
                          int64_t ns, int64_t N, int64_t H, int64_t KV, int64_t D, bool c) override {
     b_->attention_forward(o, l, q, k, v, cu, ns, N, H, KV, D, c);
   }
-  void attention_backward(float* dq, float* dk, float* dv, const float* d, const float* o, const float* l,
-                          const float* q, const float* k, const float* v, const int32_t* cu, int64_t ns, int64_t N,
-                          int64_t H, int64_t KV, int64_t D, bool c) override {
-    b_->attention_backward(dq, dk, dv, d, o, l, q, k, v, cu, ns, N, H, KV, D, c);
+  void attention_backward(Grad dq, Grad dk, Grad dv, const float* d, const float* o, const float* l, const float* q,
+                          const float* k, const float* v, const int32_t* cu, int64_t ns, int64_t N, int64_t H,
+                          int64_t KV, int64_t D, bool c) override {
+    b_->attention_backward(adds(dq), adds(dk), adds(dv), d, o, l, q, k, v, cu, ns, N, H, KV, D, c);
   }
   void swiglu_forward(float* o, const float* g, const float* u, size_t n) override { b_->swiglu_forward(o, g, u, n); }
   void swiglu_backward(Grad dg, Grad du, const float* d, const float* g, const float* u, size_t n) override {
@@ -209,7 +209,8 @@ BOOST_AUTO_TEST_CASE(a_gradient_added_to_where_it_is_to_be_overwritten_is_named)
     BOOST_TEST(c.ok() == !c.op.ends_with("(overwrite)"), c.op << " rel err " << c.rel_err);
     overwritten += c.op.ends_with("(overwrite)");
   }
-  BOOST_TEST(overwritten == 7);  // linear dinp, dw and dw with no rows, swiglu dgate and dup, gelu, relu
+  // linear dinp, dw and dw with no rows, swiglu dgate and dup, gelu, relu; attention dq, dk, dv, causal and not
+  BOOST_TEST(overwritten == 13);
 }
 
 BOOST_AUTO_TEST_CASE(an_adamw_that_leaves_the_bf16_copy_unwritten_is_named) {
@@ -225,7 +226,7 @@ BOOST_AUTO_TEST_CASE(families_can_be_chosen) {
   CompareOptions o;
   o.ops = {"attention"};
   const std::vector<OpCheck> r = compare_backends(*a, *b, o);
-  BOOST_TEST(r.size() == 10u);  // fwd out, lse; bwd dq, dk, dv; causal and not
+  BOOST_TEST(r.size() == 16u);  // fwd out, lse; bwd dq, dk, dv added to and overwritten; causal and not
   for (const OpCheck& c : r) BOOST_TEST(c.op.starts_with("attention_"));
   o.ops = {"flash"};
   BOOST_CHECK_THROW(compare_backends(*a, *b, o), std::invalid_argument);

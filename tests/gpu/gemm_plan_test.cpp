@@ -3,7 +3,8 @@
 // implements — through to_column_major: the linear layers' three products
 // against cpu/reference_ops.h, and the attention reference path of several
 // packed sequences (GQA, causal and bidirectional) with its softmax and dS
-// steps written from gpu/kernel_math.h, against the CPU backend.
+// steps written from gpu/kernel_math.h, against the CPU backend — adding
+// to the gradients and overwriting them (β = 0 where a product writes first).
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -26,6 +27,7 @@ namespace gm = maestro::gpu_math;
 namespace {
 
 using Vec = std::vector<float>;
+constexpr GradOut kNone = GradOut::None, kAdd = GradOut::Add;
 
 // C_i[m,n] = alpha·op(A_i)·op(B_i) + beta·C_i, column-major, as cublasGemmStridedBatchedEx.
 void column_major_gemm(const ColumnMajorGemm& g, float* const* bufs) {
@@ -91,11 +93,17 @@ BOOST_AUTO_TEST_CASE(attention_reference_path_matches_the_cpu_backend) {
   // blocks: 0 = the whole square; 4 and 5 rows: causal blocks, the last one
   // partial (12 tokens: 4 + 4 + 4 and 5 + 5 + 2). What the blocked GEMMs
   // skip stays NaN: read, it would poison every gradient.
+  // Overwritten gradients start as NaN on both sides: a product that reads
+  // one (β ≠ 0 where it writes first) poisons it.
+  for (const bool overwrite : {false, true})
   for (const auto& [causal, block] : {std::pair{true, int64_t(0)}, std::pair{false, int64_t(0)},
                                       std::pair{true, int64_t(4)}, std::pair{true, int64_t(5)}})
-  BOOST_TEST_CONTEXT("causal " << causal << ", block " << block) {
+  BOOST_TEST_CONTEXT("causal " << causal << ", block " << block << ", overwrite " << overwrite) {
     Vec out(q.size()), lse(size_t(N * H)), dq = random_normal(q.size(), 10), dk = random_normal(k.size(), 11),
         dv = random_normal(v.size(), 12);
+    if (overwrite)
+      for (Vec* x : {&dq, &dk, &dv}) x->assign(x->size(), NAN);
+    const GradOut how = overwrite ? GradOut::Overwrite : GradOut::Add;
     Vec c_out = out, c_lse = lse, c_dq = dq, c_dk = dk, c_dv = dv;
     Vec S, dS;
     float* bufs[kAttnBuffers] = {const_cast<float*>(q.data()), const_cast<float*>(k.data()),
@@ -139,11 +147,12 @@ BOOST_AUTO_TEST_CASE(attention_reference_path_matches_the_cpu_backend) {
         S[size_t(e)] = gm::attention_visible(i, j, causal) ? std::exp(S[size_t(e)] - lse[size_t((t0 + i) * H + h)]) : 0.0f;
         dS[size_t(e)] = gm::attention_dscore(S[size_t(e)], dS[size_t(e)], delta[size_t((t0 + i) * H + h)]);
       }
-      run(attention_gradients(t0, L, H, KV, D, true, true, true, block), bufs);
+      run(attention_gradients(t0, L, H, KV, D, how, how, how, block), bufs);
     }
     cpu->attention_forward(c_out.data(), c_lse.data(), q.data(), k.data(), v.data(), cu.data(), n_seq, N, H, KV, D,
                            causal);
-    cpu->attention_backward(c_dq.data(), c_dk.data(), c_dv.data(), dout.data(), c_out.data(), c_lse.data(), q.data(),
+    auto grad = [&](Vec& x) { return overwrite ? Grad::overwrite(x.data()) : Grad(x.data()); };
+    cpu->attention_backward(grad(c_dq), grad(c_dk), grad(c_dv), dout.data(), c_out.data(), c_lse.data(), q.data(),
                             k.data(), v.data(), cu.data(), n_seq, N, H, KV, D, causal);
     BOOST_TEST(rel_err(out, c_out) <= 1e-5);
     BOOST_TEST(rel_err(lse, c_lse) <= 1e-5);
@@ -162,7 +171,7 @@ BOOST_AUTO_TEST_CASE(causal_blocks_skip_the_masked_keys) {
   BOOST_TEST(multiply_adds(attention_head_products(kAttnScores, 1.0f, kAttnQ, kAttnK, 0, L, H, KV, D, b)) / whole ==
              36.0 / 64.0);
   BOOST_TEST(multiply_adds(attention_values(0, L, H, KV, D, b)) / whole == 36.0 / 64.0);
-  BOOST_TEST(double(multiply_adds(attention_gradients(0, L, H, KV, D, true, true, true, b))) / (3 * whole) ==
+  BOOST_TEST(double(multiply_adds(attention_gradients(0, L, H, KV, D, kAdd, kAdd, kAdd, b))) / (3 * whole) ==
              36.0 / 64.0);
   BOOST_TEST(attention_values(0, L, H, KV, D, b).size() == size_t(8 * (H / KV)));
   BOOST_TEST(attention_values(0, L, H, KV, D, L).size() == size_t(H / KV));  // a block of the whole: one each
@@ -177,7 +186,7 @@ BOOST_AUTO_TEST_CASE(blocked_gemms_read_each_score_row_to_its_row_end) {
     for (const int64_t block : {0, 4, 5, 16})
       BOOST_TEST_CONTEXT("L " << L << ", block " << block) {
         std::vector<BatchedGemm> reads = attention_values(0, L, H, KV, D, block);
-        for (const BatchedGemm& x : attention_gradients(0, L, H, KV, D, true, true, true, block)) reads.push_back(x);
+        for (const BatchedGemm& x : attention_gradients(0, L, H, KV, D, kAdd, kAdd, kAdd, block)) reads.push_back(x);
         for (const int buffer : {int(kAttnScores), int(kAttnDScores)}) {
           std::vector<int> seen(size_t(g * L * L));  // [head of a group j, row, column]: reads
           for (const BatchedGemm& x : reads) {
@@ -203,9 +212,9 @@ BOOST_AUTO_TEST_CASE(blocked_gemms_read_each_score_row_to_its_row_end) {
 }
 
 BOOST_AUTO_TEST_CASE(unwanted_gradients_get_no_product) {
-  BOOST_TEST(attention_gradients(0, 4, 4, 2, 8, true, true, true).size() == 6u);  // 3 per query head of a group
-  BOOST_TEST(attention_gradients(0, 4, 4, 2, 8, false, true, false).size() == 2u);
-  for (const BatchedGemm& x : attention_gradients(0, 4, 4, 2, 8, false, true, false)) BOOST_TEST(x.c.buffer == kAttnDK);
+  BOOST_TEST(attention_gradients(0, 4, 4, 2, 8, kAdd, kAdd, kAdd).size() == 6u);  // 3 per query head of a group
+  BOOST_TEST(attention_gradients(0, 4, 4, 2, 8, kNone, kAdd, kNone).size() == 2u);
+  for (const BatchedGemm& x : attention_gradients(0, 4, 4, 2, 8, kNone, kAdd, kNone)) BOOST_TEST(x.c.buffer == kAttnDK);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

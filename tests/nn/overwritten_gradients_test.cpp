@@ -55,10 +55,10 @@ BOOST_AUTO_TEST_CASE(decoder_gradients_match_those_of_zeroing_first) {
   // (values compared: a NaN anywhere fails)
   BOOST_TEST((grads[0] == grads[2]));  // first step, two micro-batches
   BOOST_TEST((grads[1] == grads[3]));  // second step
-  // Per layer: dact, dgate, dup, dn (MLP), datt, dn (attention) and the
-  // head's dnormed in every micro-batch; in a step's first, also the seven
-  // linear weights' gradients per layer and the head's.
-  const int64_t every = 6 * 2 + 1, first = 7 * 2 + 1;
+  // Per layer: dact, dgate, dup, dn (MLP), datt, dq, dk, dv, dn (attention)
+  // and the head's dnormed in every micro-batch; in a step's first, also the
+  // seven linear weights' gradients per layer and the head's.
+  const int64_t every = 9 * 2 + 1, first = 7 * 2 + 1;
   BOOST_TEST(checked.overwrites() == 3 * every + 2 * first);
 }
 

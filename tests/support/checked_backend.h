@@ -144,11 +144,11 @@ class CheckedBackend final : public Backend {
     f("attention_forward", "v", v, N * KV * D), host("attention_forward", "cu_seqlens", cu);
     b_->attention_forward(o, l, q, k, v, cu, ns, N, H, KV, D, c);
   }
-  void attention_backward(float* dq, float* dk, float* dv, const float* d, const float* o, const float* l,
-                          const float* q, const float* k, const float* v, const int32_t* cu, int64_t ns, int64_t N,
-                          int64_t H, int64_t KV, int64_t D, bool c) override {
-    opt("attention_backward", "dq", dq, N * H * D), opt("attention_backward", "dk", dk, N * KV * D);
-    opt("attention_backward", "dv", dv, N * KV * D), f("attention_backward", "dout", d, N * H * D);
+  void attention_backward(Grad dq, Grad dk, Grad dv, const float* d, const float* o, const float* l, const float* q,
+                          const float* k, const float* v, const int32_t* cu, int64_t ns, int64_t N, int64_t H,
+                          int64_t KV, int64_t D, bool c) override {
+    grad("attention_backward", "dq", dq, N * H * D), grad("attention_backward", "dk", dk, N * KV * D);
+    grad("attention_backward", "dv", dv, N * KV * D), f("attention_backward", "dout", d, N * H * D);
     f("attention_backward", "out", o, N * H * D), f("attention_backward", "lse", l, N * H);
     f("attention_backward", "q", q, N * H * D), f("attention_backward", "k", k, N * KV * D);
     f("attention_backward", "v", v, N * KV * D), host("attention_backward", "cu_seqlens", cu);

@@ -38,6 +38,9 @@ using namespace cuda_detail;
 constexpr size_t kStagingBytes = size_t(64) << 20;    // pinned host ring for uploads
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt workspace, allocated once
 
+// What the attention's gradient products do with a gradient (gemm_plan.h).
+GradOut grad_out(const Grad& g) { return !g.p ? GradOut::None : g.add ? GradOut::Add : GradOut::Overwrite; }
+
 // Largest power of two (<= 256) that divides the address: cuBLASLt picks
 // kernels by operand alignment.
 uint32_t alignment_of(const void* p) {
@@ -297,26 +300,31 @@ class CudaBackend final : public Backend {
       run(attention_values(t0, L, H, KV, D, blk), bufs, b16 ? bufs16 : nullptr);
     }
   }
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+  void attention_backward(Grad dq, Grad dk, Grad dv, const float* dout, const float* out, const float* lse,
                           const float* q, const float* k, const float* v, const int32_t* cu, int64_t n_seq, int64_t N,
                           int64_t H, int64_t KV, int64_t D, bool causal) override {
     on_device();
-    if (N == 0 || (!dq && !dk && !dv)) return;
+    if (N == 0 || (!dq.p && !dk.p && !dv.p)) return;
     float* delta = scratch(kDelta, size_t(N * H));  // [N, H] = Σ_d dout·out
     launch_attention_delta(delta, dout, out, N, H, D, stream_);
     const AttentionKernel kernel = choose_attention(opt_.attention, opt_.bf16_gemm, D, longest_sequence(cu, n_seq));
-    if (kernel == AttentionKernel::Tiled) {
+    if (kernel == AttentionKernel::Tiled) {  // adds with atomics: an overwritten gradient is zeroed first
+      if (dq.p && !dq.add) zero(dq.p, size_t(N * H * D));
+      if (dk.p && !dk.add) zero(dk.p, size_t(N * KV * D));
+      if (dv.p && !dv.add) zero(dv.p, size_t(N * KV * D));
       const auto [tiles, n_tiles] = upload_tiles(cu, n_seq);
-      launch_fast_attention_backward(dq, dk, dv, dout, lse, delta, q, k, v, tiles, n_tiles, H, KV, D, causal, stream_);
+      launch_fast_attention_backward(dq.p, dk.p, dv.p, dout, lse, delta, q, k, v, tiles, n_tiles, H, KV, D, causal,
+                                     stream_);
       return;
     }
     // Batched GEMMs per sequence (gpu/gemm_plan.h): P from lse; dP = dO·vᵀ;
-    // dS = P∘(dP − delta); dv += Pᵀ·dO; dq += scale·dS·k; dk += scale·dSᵀ·q.
-    // Query heads of a group add into their kv head in turn (stream order).
+    // dS = P∘(dP − delta); dv += Pᵀ·dO; dq += scale·dS·k; dk += scale·dSᵀ·q
+    // (or =: β = 0, gemm_plan.h). Query heads of a group add into their kv
+    // head in turn (stream order).
     const bool b16 = kernel == AttentionKernel::BatchedBf16;
     const float sc = 1.0f / std::sqrt(float(D));
     float* bufs[kAttnBuffers] = {const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v),
-                                 const_cast<float*>(out), const_cast<float*>(dout), dq, dk, dv};
+                                 const_cast<float*>(out), const_cast<float*>(dout), dq.p, dk.p, dv.p};
     void* bufs16[kAttnBuffers] = {};
     if (b16) round_attention_inputs(bufs16, q, k, v, dout, N, H, KV, D);
     for (int64_t s = 0; s < n_seq; ++s) {
@@ -341,7 +349,7 @@ class CudaBackend final : public Backend {
         launch_attention_probs(bufs[kAttnScores], lse, t0, L, H, causal, stream_);
         launch_attention_dscores(bufs[kAttnDScores], bufs[kAttnScores], delta, t0, L, H, stream_);
       }
-      run(attention_gradients(t0, L, H, KV, D, dq != nullptr, dk != nullptr, dv != nullptr, blk), bufs,
+      run(attention_gradients(t0, L, H, KV, D, grad_out(dq), grad_out(dk), grad_out(dv), blk), bufs,
           b16 ? bufs16 : nullptr);
     }
   }
