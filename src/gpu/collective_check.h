@@ -15,8 +15,8 @@
 // and that do not, and last abort(): every rank's next call must throw
 // CollectiveError naming the reason. Inputs are written by the backends
 // (copy_from_host, queued work on a GPU) right before each call, so a
-// communicator that does not wait for its backend's work reads stale
-// bytes and fails. Host code against Backend and Communicator only:
+// communicator that does not wait for its backend's work may read stale
+// bytes and fail (a race on a GPU: likely caught, not certainly). Host code against Backend and Communicator only:
 // unit-tested here over the in-process group with CPU backends.
 #pragma once
 
