@@ -236,8 +236,10 @@ int run_gemm(int device) {
 
 // Backend::copy_to_host / copy_from_host of 1, 16 and 64 MiB into and out
 // of pageable memory and the same memory pinned; best of 5 each. (Uploads
-// up to 64 MiB go through the backend's pinned ring either way.) ok: the
-// pinning took.
+// up to 64 MiB go through the backend's pinned ring either way.) And
+// copy_from_host_held from the pinned memory, which the backend copies by
+// DMA straight from it, as it uploads the runner's hand-offs. ok: the
+// pinning took, and a held upload of a pattern read back gives its bytes.
 int run_copies(int device) {
   CudaBackendOptions o;
   o.device = device;
@@ -250,13 +252,14 @@ int run_copies(int device) {
     const bool pin = cuda_pin_host(pinned.data(), bytes);
     ok = ok && pin;
     float* d = gpu->allocate(bytes / sizeof(float));
-    auto best_gbs = [&](char* host, bool down) {
+    auto best_gbs = [&](char* host, bool down, bool held = false) {
       double best = 0;
       for (int i = 0; i < 6; ++i) {
         const auto t = Clock::now();
         if (down) gpu->copy_to_host(host, d, bytes);
         else {
-          gpu->copy_from_host(d, host, bytes);
+          if (held) gpu->copy_from_host_held(d, host, bytes);
+          else gpu->copy_from_host(d, host, bytes);
           gpu->copy_to_host(host, d, 0);  // waits for the upload (copy_to_host is the sync point)
         }
         if (i > 0) best = std::max(best, double(bytes) / seconds_since(t) / 1e9);
@@ -268,7 +271,16 @@ int run_copies(int device) {
                           {"d2h_pinned_gbs", best_gbs(pinned.data(), true)},
                           {"h2d_pageable_gbs", best_gbs(pageable.data(), false)},
                           {"h2d_pinned_gbs", best_gbs(pinned.data(), false)},
+                          {"h2d_held_pinned_gbs", best_gbs(pinned.data(), false, true)},
                           {"pinned", pin}});
+    // The held path's bytes: a pattern up, back down into pageable memory.
+    for (size_t i = 0; i < bytes; ++i) pinned[i] = char(i * 7 + 3);
+    const uint64_t fence = gpu->fence();
+    gpu->copy_from_host_held(d, pinned.data(), bytes);
+    gpu->copy_to_host(pageable.data(), d, bytes);
+    const bool same = std::equal(pinned.begin(), pinned.end(), pageable.begin()) && gpu->passed(fence);
+    j["sizes"].back()["held_bytes_match"] = same;
+    ok = ok && same;
     gpu->release(d);
     if (pin) cuda_unpin_host(pinned.data());
   }

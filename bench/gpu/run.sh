@@ -253,9 +253,11 @@ PY
       [ "$st" = 0 ] && $py -c "
 import json, sys
 j = json.loads(sys.argv[1].splitlines()[-1]); x = j['sizes'][-1]
-print('%d MiB device->host: pinned %.1f GB/s, pageable %.1f GB/s (%.2fx); host->device: %.1f / %.1f GB/s'
+print('%d MiB device->host: pinned %.1f GB/s, pageable %.1f GB/s (%.2fx); host->device: %.1f / %.1f GB/s, '
+      'held from pinned memory (DMA, no staging) %.1f GB/s (%.2fx)'
       % (x['bytes'] >> 20, x['d2h_pinned_gbs'], x['d2h_pageable_gbs'], x['d2h_pinned_gbs'] / x['d2h_pageable_gbs'],
-         x['h2d_pinned_gbs'], x['h2d_pageable_gbs']))" "$log"
+         x['h2d_pinned_gbs'], x['h2d_pageable_gbs'], x['h2d_held_pinned_gbs'],
+         x['h2d_held_pinned_gbs'] / x['h2d_pinned_gbs']))" "$log"
       ;;
     "torch step"|"torch step sdpa")
       [ "$st" = 0 ] && $py - "${out[transformer step]}" "$log" <<'PY'

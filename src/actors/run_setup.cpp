@@ -84,8 +84,10 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   // 25 % per step on tiny_mllm at dp 1: docs/PERFORMANCE.md §4).
   setup.transport = std::make_unique<LocalTransport>();
   // On a GPU the runners copy each output into this transport's memory (the
-  // tensors they hand on), and a ring between processes stages gradients
-  // through host memory: both pinned, so those copies are DMA.
+  // tensors they hand on) and upload their inputs from it or from the peer
+  // transport's (tensors from other processes), and a ring between
+  // processes stages gradients through host memory: all pinned, so those
+  // copies are DMA.
   HostPinning pinning;
   if (options.backend == BackendKind::Cuda) {
     auto warned = std::make_shared<std::atomic<bool>>(false);
@@ -105,6 +107,7 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   if (!options.placement.empty()) {  // across processes: the UCX engine carries the rings spanning them
     try {
       setup.peer_transport = std::make_shared<UcxTransport>();
+      if (pinning.pin) setup.peer_transport->pin_host_memory(pinning);
       setup.peer_tensors = std::make_shared<PeerTensors>(setup.peer_transport);
     } catch (const std::exception& e) {
       throw TrainFailure(1, fmt::format("the UCX transport cannot start: {}", e.what()));

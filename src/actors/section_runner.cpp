@@ -78,9 +78,36 @@ auto SectionRunner::on_all_ranks(F&& f) -> decltype(f()) {
   }
 }
 
-SectionRunner::Result SectionRunner::forward(const RunTask& rt) { return on_all_ranks([&] { return forward_rank(rt); }); }
+template <class F>
+auto SectionRunner::holding(const RunTask& rt, F&& f) -> decltype(f()) {
+  release_passed();
+  held_.push_back({});
+  held_.back().tasks.push_back(rt);
+  struct Seal {  // the fence after everything the call queued; on the CPU that is passed at once
+    SectionRunner& r;
+    ~Seal() {
+      Held& h = r.held_.back();
+      try {
+        h.fence = r.backend_->fence();
+        if (r.backend_->passed(h.fence)) r.held_.pop_back();
+      } catch (const std::exception&) {
+        // A faulted device: the tensors stay held (a fence of ~0 never
+        // passes); the next call on the backend reports the fault.
+      }
+    }
+  } seal{*this};
+  return f();
+}
+
+void SectionRunner::release_passed() {
+  while (!held_.empty() && backend_->passed(held_.front().fence)) held_.pop_front();
+}
+
+SectionRunner::Result SectionRunner::forward(const RunTask& rt) {
+  return holding(rt, [&] { return on_all_ranks([&] { return forward_rank(rt); }); });
+}
 SectionRunner::Result SectionRunner::backward(const RunTask& rt) {
-  return on_all_ranks([&] { return backward_rank(rt); });
+  return holding(rt, [&] { return on_all_ranks([&] { return backward_rank(rt); }); });
 }
 
 SectionRunner::~SectionRunner() {
@@ -243,7 +270,7 @@ SectionRunner::Result SectionRunner::backward_rank(const RunTask& rt) {
   Pending pending = std::move(it->second);
   pending_.erase(it);
   if (!pending.context) {  // a stage recomputed whole: its forward again, the same on every tp rank
-    const RunTask& forward = *pending.replay;
+    const RunTask& forward = held_.back().tasks.emplace_back(std::move(*pending.replay));
     EngineInputs in = inputs_of(forward);
     pending.context = model_->forward(in.samples, stage_ > 0 ? &in.stage : nullptr).context;
     const Section& sec = program_.sections[size_t(section_)];
@@ -273,7 +300,8 @@ SectionRunner::Result SectionRunner::backward_rank(const RunTask& rt) {
     std::span<const float> src = ft->tensor.values();
     if (src.size() != dst.size()) throw std::logic_error("output gradients of different shapes");
     for (size_t j = 0; j < dst.size(); ++j) dst[j] += src[j];
-    summed[k] = std::move(sum);
+    summed[k] = sum;
+    held_.back().tensors.push_back(std::move(sum));
   }
   // (Never a transformer's: its logits leave by logits flows only, which carry no gradient.)
   std::vector<std::span<const float>> output_grads(n);
@@ -330,6 +358,7 @@ SectionRunner::StepScalars SectionRunner::reduce_grads_rank() {
     out.grad_sq_norm = model_->optimizer_sharded() ? group_sq_norm(host[norm_slot]) : host[norm_slot];
   queued_losses_.clear();
   used_ = 0;
+  release_passed();  // the copies above waited for the backend
   return out;
 }
 

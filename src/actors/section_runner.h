@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -112,6 +113,18 @@ class SectionRunner {
   const Program& program_;
   int section_, stage_, stages_;
   Transport& transport_;
+  // The tensors whose bytes the engine uploaded with copy_from_host_held
+  // (a task's inputs; the sums of fan-in gradients; a replayed forward's
+  // task), kept until the backend passes the fence taken after the call
+  // that uploaded them: a GPU may still be reading them. Oldest first.
+  // Declared before backend_, so the backend (which waits for its work
+  // when destroyed) goes first.
+  struct Held {
+    uint64_t fence = ~uint64_t(0);  // ~0 while the call runs
+    std::vector<RunTask> tasks;
+    std::vector<TensorRef> tensors;
+  };
+  std::deque<Held> held_;
   std::unique_ptr<Backend> backend_;
   std::shared_ptr<Communicator> dp_group_, tp_group_;
   bool recompute_stage_ = false;
@@ -134,6 +147,10 @@ class SectionRunner {
   // f(), aborting the tp group when it throws.
   template <class F>
   auto on_all_ranks(F&& f) -> decltype(f());
+  // f() with rt's tensors held (held_), also when f throws.
+  template <class F>
+  auto holding(const RunTask& rt, F&& f) -> decltype(f());
+  void release_passed();  // drops the held tensors whose fence the backend has passed
   struct EngineInputs;
   EngineInputs inputs_of(const RunTask& task) const;
   Result forward_rank(const RunTask& task);

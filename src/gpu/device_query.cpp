@@ -1,6 +1,8 @@
 // Device queries and host pinning through the CUDA runtime API (device_query.h).
 #include "gpu/device_query.h"
 
+#include "transport/pinned_ranges.h"
+
 #if MAESTRO_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -41,6 +43,7 @@ bool cuda_pin_host(void* base, size_t bytes) {
     cudaGetLastError();
     return false;
   }
+  pinned_host_ranges().add(base, bytes);
   return true;
 #else
   (void)base, (void)bytes;
@@ -50,6 +53,7 @@ bool cuda_pin_host(void* base, size_t bytes) {
 
 void cuda_unpin_host(void* base) {
 #if MAESTRO_HAVE_CUDA
+  pinned_host_ranges().remove(base);
   if (cudaHostUnregister(base) != cudaSuccess) cudaGetLastError();
 #else
   (void)base;

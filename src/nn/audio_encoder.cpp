@@ -105,13 +105,13 @@ class AudioEncoder final : public ModelImpl {
     if (part_.first) {
       a.frames = ctx.take(N * K);
       for (size_t i = 0; i < samples.size(); ++i)
-        b_.copy_from_host(a.frames + g.pk.cu_seqlens[i] * K, samples[i].values.data(),
+        b_.copy_from_host_held(a.frames + g.pk.cu_seqlens[i] * K, samples[i].values.data(),
                           (g.sample_tokens[i] * K) * sizeof(float));
       b_.linear_forward(x0, a.frames, embed_w_.linear(), embed_b_.w, N, K, C);
       for (size_t i = 0; i < samples.size(); ++i)
         b_.accumulate(x0 + g.pk.cu_seqlens[i] * C, positions_, g.sample_tokens[i] * C);
     } else {
-      b_.copy_from_host(x0, stage_input->hidden.data(), (N * C) * sizeof(float));
+      b_.copy_from_host_held(x0, stage_input->hidden.data(), (N * C) * sizeof(float));
     }
     const float* xL = stack_.forward(b_, ctx, g.pk, a.stack, x0);
     ForwardOutput out;
@@ -147,7 +147,7 @@ class AudioEncoder final : public ModelImpl {
         if (int64_t(output_grads[i].size()) != g.sample_tokens[i] * C)
           input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
                                             output_grads[i].size(), g.sample_tokens[i], C));
-        b_.copy_from_host(dout + g.pk.cu_seqlens[i] * C, output_grads[i].data(),
+        b_.copy_from_host_held(dout + g.pk.cu_seqlens[i] * C, output_grads[i].data(),
                           output_grads[i].size() * sizeof(float));
       }
       b_.layernorm_backward(dxL, norm_w_.grad_add(), norm_b_.grad_add(), dout, a.stack.xs.back(), norm_w_.w, a.mean,

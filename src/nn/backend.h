@@ -86,6 +86,24 @@ class Backend {
   // backend's only synchronisation point.
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  // An upload whose source the caller keeps: where host_src lies in memory
+  // pinned for the GPU (transport/pinned_ranges.h: the transports' regions
+  // on a GPU run), its bytes stay valid and unchanged until passed(f) holds
+  // for an f = fence() taken after this call. So a GPU backend may leave
+  // the copy queued, reading pinned memory later by DMA, with no staging and
+  // no wait (the CUDA backend does; other memory it copies as
+  // copy_from_host, before returning). The engine uploads the caller's
+  // input spans this way (section_model.h); the runner holds its tasks'
+  // tensors until then (actors/section_runner.h).
+  virtual void copy_from_host_held(void* dst, const void* host_src, size_t bytes) {
+    copy_from_host(dst, host_src, bytes);
+  }
+  // A mark after the work queued so far, and whether all of that work is
+  // done — asked without waiting (the CUDA backend records an event and
+  // queries it). A backend whose copies are done when they return (the
+  // CPU's) has passed every fence.
+  virtual uint64_t fence() { return 0; }
+  virtual bool passed(uint64_t /*fence*/) { return true; }
   // dst[n] (dst_dtype) = src[n] (src_dtype): F32 -> BF16 rounds to nearest
   // even (nn/dtype.h), BF16 -> F32 is exact, equal dtypes copy.
   virtual void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, size_t n) = 0;

@@ -65,7 +65,7 @@ class Mlp final : public ModelImpl {
     float* x = ctx.take(N * spec_.in);
     int64_t at = 0;
     for (const auto& s : samples) {
-      b_.copy_from_host(x + at, s.values.data(), s.values.size() * sizeof(float));
+      b_.copy_from_host_held(x + at, s.values.data(), s.values.size() * sizeof(float));
       at += int64_t(s.values.size());
     }
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -104,7 +104,7 @@ class Mlp final : public ModelImpl {
         if (int64_t(output_grads[i].size()) != a.rows[i] * spec_.out)
           input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
                                             output_grads[i].size(), a.rows[i], spec_.out));
-        b_.copy_from_host(dz + first * spec_.out, output_grads[i].data(), output_grads[i].size() * sizeof(float));
+        b_.copy_from_host_held(dz + first * spec_.out, output_grads[i].data(), output_grads[i].size() * sizeof(float));
       }
       first += a.rows[i];
     }

@@ -38,10 +38,10 @@ float* pack_teacher_logits(const Section& s, Backend& b, ForwardContext& ctx,
       input_error(s, fmt::format("sample {}: teacher logits of {} floats, expected at least [{}, {}]", i, t.size(),
                                  rows, vocab));
     float* dst = packed + ctx.text_offsets[i] * V;
-    if (V == vocab) b.copy_from_host(dst, t.data(), size_t(rows * V) * sizeof(float));  // whole rows
+    if (V == vocab) b.copy_from_host_held(dst, t.data(), size_t(rows * V) * sizeof(float));  // whole rows
     else
       for (int64_t r = 0; r < rows && width > 0; ++r)
-        b.copy_from_host(dst + r * V, t.data() + r * vocab + first, size_t(width) * sizeof(float));
+        b.copy_from_host_held(dst + r * V, t.data() + r * vocab + first, size_t(width) * sizeof(float));
   }
   return packed;
 }
@@ -51,7 +51,7 @@ void copy_stage_grad(const Section& s, Backend& b, float* dst, std::span<const f
   if (int64_t(grad.size()) != rows * cols)
     input_error(s, fmt::format("the gradient of the stage's output has {} floats, expected [{}, {}]", grad.size(),
                                rows, cols));
-  b.copy_from_host(dst, grad.data(), size_t(rows * cols) * sizeof(float));
+  b.copy_from_host_held(dst, grad.data(), size_t(rows * cols) * sizeof(float));
 }
 
 namespace {

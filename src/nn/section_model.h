@@ -144,6 +144,14 @@ class SectionModel {
   // largest set of micro-batches in flight, then stays.
   size_t activation_pool_floats() const;
   // ---- compute ------------------------------------------------------------
+  // The float inputs forward, loss_terms and backward take (spliced blocks,
+  // pixels, mel frames, embeddings, a stage's hidden states or gradient,
+  // teacher logits, output gradients) are uploaded with
+  // Backend::copy_from_host_held: spans in pinned memory (a transport's on
+  // a GPU run) the caller keeps unchanged until the backend passes a
+  // fence() taken after the call (at once on the CPU; on a GPU once its
+  // stream has done that work). Other memory, and token ids, are read
+  // before the call returns.
   // Forward of a packed micro-batch (samples[i] is the micro-batch's i-th
   // sample). Throws std::invalid_argument naming the section on inputs of
   // the wrong size (a token outside the vocabulary, spliced blocks longer

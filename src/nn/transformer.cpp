@@ -126,14 +126,14 @@ class Transformer final : public ModelImpl {
       for (size_t i = 0; i < samples.size(); ++i) {
         int64_t row = g.seq_row[i];
         for (const auto& blk : samples[i].spliced) {
-          b_.copy_from_host(x0 + row * C, blk.data(), blk.size() * sizeof(float));
+          b_.copy_from_host_held(x0 + row * C, blk.data(), blk.size() * sizeof(float));
           row += int64_t(blk.size()) / C;
         }
         const int64_t t0 = g.text_offsets[i], nt = g.text_offsets[i + 1] - t0;
         b_.copy(x0 + row * C, text + t0 * C, nt * C);
       }
     } else {
-      b_.copy_from_host(x0, stage_input->hidden.data(), (N * C) * sizeof(float));
+      b_.copy_from_host_held(x0, stage_input->hidden.data(), (N * C) * sizeof(float));
     }
     // Layers.
     a.xs.push_back(x0);
@@ -201,7 +201,7 @@ class Transformer final : public ModelImpl {
           input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
                                             output_grads[i].size(), rows, C));
         float* grad = ctx.take(rows * C);  // host data enters backend memory by a copy first
-        b_.copy_from_host(grad, output_grads[i].data(), output_grads[i].size() * sizeof(float));
+        b_.copy_from_host_held(grad, output_grads[i].data(), output_grads[i].size() * sizeof(float));
         b_.accumulate(dnormed + t0 * C, grad, rows * C);
       }
       // Final norm (text rows).

@@ -108,7 +108,7 @@ class Vit final : public ModelImpl {
       float* pixels = ctx.take(I * pix);  // [I, Ch, S, S]
       int64_t at = 0;
       for (const auto& s : samples) {
-        b_.copy_from_host(pixels + at, s.values.data(), s.values.size() * sizeof(float));
+        b_.copy_from_host_held(pixels + at, s.values.data(), s.values.size() * sizeof(float));
         at += int64_t(s.values.size());
       }
       a.patches = ctx.take(I * P * K);
@@ -127,7 +127,7 @@ class Vit final : public ModelImpl {
       a.pre_rstd = ctx.take(N);
       b_.layernorm_forward(h0, a.pre_mean, a.pre_rstd, a.x0, pre_w_.w, pre_b_.w, N, C, stack_.dims.eps);
     } else {
-      b_.copy_from_host(h0, stage_input->hidden.data(), (N * C) * sizeof(float));
+      b_.copy_from_host_held(h0, stage_input->hidden.data(), (N * C) * sizeof(float));
     }
     const float* hL = stack_.forward(b_, ctx, g.pk, a.stack, h0);
     ForwardOutput out;
@@ -182,7 +182,7 @@ class Vit final : public ModelImpl {
           if (int64_t(output_grads[i].size()) != rows * W)
             input_error(section_, fmt::format("sample {}: output gradient of {} floats, expected [{}, {}]", i,
                                               output_grads[i].size(), rows, W));
-          b_.copy_from_host(demitted + first * W, output_grads[i].data(), (rows * W) * sizeof(float));
+          b_.copy_from_host_held(demitted + first * W, output_grads[i].data(), (rows * W) * sizeof(float));
         }
         first += rows;
       }

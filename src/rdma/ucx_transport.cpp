@@ -558,6 +558,8 @@ void UcxTransport::quiesce(std::chrono::milliseconds bound) {
   m.quiesced = true;
 }
 
+void UcxTransport::pin_host_memory(HostPinning pinning) { impl_->pools->pin_host_memory(std::move(pinning)); }
+
 TransportStats UcxTransport::stats() const {
   TransportStats s = impl_->pools->stats();
   s.puts += impl_->puts;

@@ -79,6 +79,9 @@ class UcxTransport final : public Transport {
   // this transport's own memory.
   void put(const TensorRef& src, const TensorDescriptor& dst, PutCompletion done) override;
   TransportStats stats() const override;
+  // Pins the regions UCX allocated as well (cudaHostRegister beside UCX's
+  // own registration), so a GPU's uploads from received tensors are DMA.
+  void pin_host_memory(HostPinning pinning) override;
   // UCX's worker progressed and finished flushes completed on the caller,
   // while the progress thread stands down (until 200 µs after the last
   // call), so a spinning waiter and the progress thread do not take turns

@@ -38,11 +38,7 @@ class LocalTransport final : public Transport {
     std::function<void(uint64_t region, std::byte* base, size_t bytes)> release;
   };
   explicit LocalTransport(RegionMemory memory);
-  // From now on every region, those already there included, is pinned
-  // (once; HostPinning, transport.h): a GPU backend's copies into the
-  // tensors its runner hands on are then DMA. stats().pinned_bytes counts
-  // what was. Set it once, before the run's hand-offs.
-  void pin_host_memory(HostPinning pinning);
+  void pin_host_memory(HostPinning pinning) override;  // Transport's; a region is unpinned before it is released
   ~LocalTransport() override;
   LocalTransport(const LocalTransport&) = delete;
   LocalTransport& operator=(const LocalTransport&) = delete;

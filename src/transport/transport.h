@@ -101,6 +101,13 @@ class Transport {
   // transport or a peer it reaches); `done` runs exactly once.
   virtual void put(const TensorRef& src, const TensorDescriptor& dst, PutCompletion done) = 0;
   virtual TransportStats stats() const = 0;
+  // From now on every host region of the transport, those already there
+  // included, is pinned (once): a GPU backend's copies out of the tensors
+  // it receives are then DMA straight from them, and its copies into those
+  // it hands on too. stats().pinned_bytes counts what was. Set it once,
+  // before the run's hand-offs: std::logic_error the second time,
+  // std::invalid_argument without pin or unpin.
+  virtual void pin_host_memory(HostPinning pinning) = 0;
   // Called by a thread that spins waiting on this transport (its put's
   // completion, a peer's put into its memory): make progress here, on the
   // caller, instead of waiting for a progress thread to be scheduled.

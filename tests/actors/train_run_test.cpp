@@ -3,7 +3,8 @@
 // planner; the same run twice gives bitwise-identical losses, dp = 2 agrees
 // with dp = 1, a stage recomputed whole changes memory and not the results,
 // a transformer hands on its hidden states (and trains through them), tp = 2
-// runners behind a GPU's memory contract hand on what one runner does,
+// runners behind a GPU's memory contract hand on what one runner does, a
+// runner keeps the inputs a GPU may still be uploading until its sync,
 // a failing run reports its section and exit status, and every
 // actor is gone when train() returns (it returns at all: ~actor_system
 // waits for every actor, so a leaked one would hang the test).
@@ -28,6 +29,7 @@
 #include "support/test_programs.h"
 #include "transport/collectives.h"
 #include "transport/local_transport.h"
+#include "transport/pinned_ranges.h"
 
 using namespace maestro;
 using maestro::test::load;
@@ -248,6 +250,117 @@ BOOST_AUTO_TEST_CASE(a_stage_recomputed_whole_holds_its_input_only) {
   const double a = plain->reduce_grads().grad_sq_norm, b = replay->reduce_grads().grad_sq_norm;
   BOOST_TEST(a > 0);
   BOOST_TEST(a == b);
+}
+
+// The runner keeps what the engine uploads with copy_from_host_held until
+// the backend's next sync, as a GPU reading pinned memory later needs. The
+// transport's memory is pinned as a GPU run pins it (entered in the
+// process's table of pinned ranges as cuda_pin_host does, with no GPU to
+// lock it). The LLM's forward (a loss section: it waits for nothing)
+// uploads the spliced embeddings; the caller then drops its task, and the
+// transport hands the embeddings' blocks to new tensors, written over; the
+// backward's sync (CheckedBackend) finds every held source unchanged. The
+// same for the sum of two consumers' gradients, which the runner makes.
+// The results are the CPU backend's, bit for bit.
+BOOST_AUTO_TEST_CASE(a_runner_holds_its_uploads_until_the_backend_syncs) {
+  const Program program = cpu_runnable(parse(small_mllm("parallel { dp = 1; }")));
+  const SectionGraph graph = build_graph(program);
+  const StepInputs inputs(graph, program.data, program.train.global_batch);
+  const std::shared_ptr<const StepData> data = inputs.step(0);
+  std::vector<int32_t> images;  // samples with an image: the LLM splices the projector's embeddings
+  for (size_t i = 0; i < data->batch.samples.size(); ++i)
+    if (!data->inputs[0][i].pixels.empty()) images.push_back(int32_t(i));
+  BOOST_TEST_REQUIRE(images.size() >= 2u);
+  images.resize(2);
+  int32_t spliced_flow = -1;
+  for (size_t f = 0; f < program.flows.size(); ++f)
+    if (program.flows[f].from == "proj") spliced_flow = int32_t(f);
+  BOOST_TEST_REQUIRE(spliced_flow >= 0);
+  const int llm = graph.find("llm");
+  LocalTransport transport;
+  transport.pin_host_memory({[](void* base, size_t bytes) {
+                               pinned_host_ranges().add(base, bytes);
+                               return true;
+                             },
+                             [](void* base) { pinned_host_ranges().remove(base); }});
+  auto* checked = new test_support::CheckedBackend(1);
+  const auto held = std::make_unique<SectionRunner>(program, llm, 0, 1, 7, transport, std::unique_ptr<Backend>(checked),
+                                                    nullptr, nullptr, false);
+  const auto plain = std::make_unique<SectionRunner>(program, llm, 0, 1, 7, transport, make_cpu_backend(1), nullptr,
+                                                     nullptr, false);
+  auto task = [&](Task::Kind kind) {
+    RunTask t;
+    t.task.kind = kind, t.task.micro_batch = 0, t.task.id = kind == Task::Kind::Backward ? 1 : 0;
+    t.samples = images;
+    t.data = data;
+    if (kind == Task::Kind::Forward)
+      for (const int32_t i : images) {  // a [4, 32] embedding per image (4 patches)
+        TensorRef e = transport.allocate({4, 32});
+        for (size_t j = 0; j < e.values().size(); ++j) e.values()[j] = float((j * 5 + size_t(i)) % 13) * 0.05f - 0.3f;
+        t.inputs.push_back({spliced_flow, i, e});
+      }
+    return t;
+  };
+  for (SectionRunner* r : {held.get(), plain.get()}) r->forward(task(Task::Kind::Forward));
+  {  // the tasks are gone; their blocks go to new tensors, which write over them
+    std::vector<TensorRef> others;
+    for (int k = 0; k < 8; ++k) {
+      others.push_back(transport.allocate({4, 32}));
+      for (float& x : others.back().values()) x = 9.0f;
+    }
+  }
+  BOOST_TEST(checked->held_uploads() == 0);  // nothing synced yet
+  const SectionRunner::Result a = held->backward(task(Task::Kind::Backward));  // syncs: the check
+  const SectionRunner::Result b = plain->backward(task(Task::Kind::Backward));
+  BOOST_TEST(checked->held_uploads() >= 2);  // both embeddings were held and checked
+  BOOST_TEST_REQUIRE(a.outputs.size() == 2u);
+  BOOST_TEST_REQUIRE(b.outputs.size() == 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    const auto x = a.outputs[k].tensor.values(), y = b.outputs[k].tensor.values();
+    BOOST_TEST(std::equal(x.begin(), x.end(), y.begin(), y.end()), "spliced gradient " << k);
+  }
+  const SectionRunner::StepScalars sa = held->reduce_grads(), sb = plain->reduce_grads();
+  BOOST_TEST(sa.grad_sq_norm > 0);
+  BOOST_TEST(sa.grad_sq_norm == sb.grad_sq_norm);
+  BOOST_TEST_REQUIRE(sa.losses.size() == 1u);
+  BOOST_TEST(sa.losses[0].loss == sb.losses[0].loss);
+
+  // Two consumers' gradients of an encoder's output: the runner sums them
+  // into a new tensor and the engine uploads the sum, held. The vision's
+  // backward hands nothing back (raw pixels in), so nothing syncs before
+  // reduce_grads: the runner must keep the sum, not only the task, until then.
+  auto* checked_vision = new test_support::CheckedBackend(1);
+  const auto vision_held = std::make_unique<SectionRunner>(program, 0, 0, 1, 7, transport,
+                                                           std::unique_ptr<Backend>(checked_vision), nullptr, nullptr, false);
+  const auto vision_plain =
+      std::make_unique<SectionRunner>(program, 0, 0, 1, 7, transport, make_cpu_backend(1), nullptr, nullptr, false);
+  auto vision_task = [&](Task::Kind kind) {
+    RunTask t;
+    t.task.kind = kind, t.task.micro_batch = 0, t.task.id = kind == Task::Kind::Backward ? 1 : 0;
+    t.samples = {images[0]};
+    t.data = data;
+    for (int consumer = 0; consumer < 2 && kind == Task::Kind::Backward; ++consumer) {
+      TensorRef g = transport.allocate({4, 32});
+      for (size_t j = 0; j < g.values().size(); ++j) g.values()[j] = float((j * 3 + size_t(consumer)) % 7) * 0.1f - 0.3f;
+      t.inputs.push_back({0, images[0], g});
+    }
+    return t;
+  };
+  for (SectionRunner* r : {vision_held.get(), vision_plain.get()}) {
+    r->forward(vision_task(Task::Kind::Forward));
+    r->backward(vision_task(Task::Kind::Backward));
+  }
+  {
+    std::vector<TensorRef> others;
+    for (int k = 0; k < 8; ++k) {
+      others.push_back(transport.allocate({4, 32}));
+      for (float& x : others.back().values()) x = 9.0f;
+    }
+  }
+  const double va = vision_held->reduce_grads().grad_sq_norm, vb = vision_plain->reduce_grads().grad_sq_norm;
+  BOOST_TEST(checked_vision->held_uploads() == 1);  // the sum
+  BOOST_TEST(va > 0);
+  BOOST_TEST(va == vb);
 }
 
 // The runner's tensor-parallel paths behind a GPU's memory contract

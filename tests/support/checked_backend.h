@@ -18,19 +18,32 @@
 // A gradient an op is to overwrite (nn/backend.h's Grad) is filled with NaN
 // before the op runs, so a read of its old contents shows in the results;
 // so is the bf16 copy AdamW is to write (Backend::adamw's p16).
+//
+// And it checks copy_from_host_held's promise as the CUDA backend needs it,
+// which reads a source in pinned memory (transport/pinned_ranges.h) later,
+// by DMA: its fences pass only at a copy_to_host (the sync), and there,
+// before anything else, every pinned source held since the last sync must
+// still hold the bytes it had when handed over — one let go too early (its
+// block reused by the transport) throws std::logic_error naming it. Other
+// memory is read before the call returns, as the CUDA backend does.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cpu/cpu_backend.h"
 #include "nn/backend.h"
+#include "transport/pinned_ranges.h"
 
 namespace maestro::test_support {
 
@@ -56,8 +69,21 @@ class CheckedBackend final : public Backend {
   }
   void copy_to_host(void* d, const void* s, size_t n) override {
     host("copy_to_host", "host_dst", d), dev("copy_to_host", "src", s, n);
+    check_held();
     b_->copy_to_host(d, s, n);
   }
+  void copy_from_host_held(void* d, const void* s, size_t n) override {
+    dev("copy_from_host_held", "dst", d, n), host("copy_from_host_held", "host_src", s);
+    b_->copy_from_host(d, s, n);
+    if (n == 0 || !pinned_host_ranges().covers(s, n)) return;
+    std::lock_guard lock(mu_);
+    const auto* bytes = static_cast<const char*>(s);
+    held_.push_back({bytes, std::string(bytes, n)});
+  }
+  // The slowest GPU allowed: work is done only when a sync waited for it.
+  uint64_t fence() override { return syncs_; }
+  bool passed(uint64_t fence) override { return syncs_ > fence; }
+  int64_t held_uploads() const { return held_uploads_; }  // held pinned sources checked at a sync so far
   void convert(void* d, DType dd, const void* s, DType sd, size_t n) override {
     dev("convert", "dst", d, n * dtype_size(dd)), dev("convert", "src", s, n * dtype_size(sd));
     ++converts_;
@@ -237,6 +263,17 @@ class CheckedBackend final : public Backend {
   int threads() const override { return b_->threads(); }
 
  private:
+  // The sync: every held source unchanged, then all of them free to go.
+  void check_held() {
+    std::lock_guard lock(mu_);
+    for (const auto& [src, bytes] : held_)
+      if (std::memcmp(src, bytes.data(), bytes.size()) != 0)
+        throw std::logic_error("copy_from_host_held: the source of a held upload (" + std::to_string(bytes.size()) +
+                               " bytes) changed before the backend's sync: its owner let it go too early");
+    held_uploads_ += int64_t(held_.size());
+    held_.clear();
+    ++syncs_;
+  }
   void* track(void* p, size_t bytes) {
     std::lock_guard lock(mu_);
     blocks_[static_cast<const char*>(p)] = bytes;
@@ -297,6 +334,9 @@ class CheckedBackend final : public Backend {
   mutable std::mutex mu_;  // the activation pool may release from another thread
   std::map<const char*, size_t> blocks_;  // base -> bytes
   int64_t bf16_copy_uses_ = 0, converts_ = 0, overwrites_ = 0, adamw_copies_ = 0;
+  std::vector<std::pair<const char*, std::string>> held_;  // copy_from_host_held since the last sync: source, its bytes then
+  std::atomic<uint64_t> syncs_{0};
+  int64_t held_uploads_ = 0;
 };
 
 }  // namespace maestro::test_support

@@ -5,7 +5,8 @@
 // UCX_TLS=tcp and over UCX_TLS=cma,sysv,self. Descriptors, one-sided puts
 // into a peer's registered memory with completions in issue order, many
 // puts in flight, zero-size and 256 MiB tensors, pool reuse, bf16 tensors,
-// and every bounds or type violation refused before a byte is written.
+// host pinning of every region, and every bounds or type violation refused
+// before a byte is written.
 // Then the same between two processes: a 256 MiB put into a tensor of a
 // consumer process (tests/transport/peer/ucx_peer.cpp) over each UCX_TLS.
 #include <boost/test/unit_test.hpp>
@@ -229,6 +230,52 @@ BOOST_AUTO_TEST_CASE(registered_pools_are_reused_and_bounded) {
     BOOST_CHECK_THROW(t.allocate({512}, DType::F32, pool), std::runtime_error);  // full
     BOOST_CHECK_THROW(t.allocate({1}, DType::F32, pool + 1000), std::invalid_argument);
     BOOST_CHECK_THROW(t.register_pool(1024, Device::Cuda), std::invalid_argument);
+  });
+}
+
+// Host pinning (what a GPU run sets, with cudaHostRegister): every region
+// pinned once, those there already and those added later, and puts still
+// land in pinned memory (the order of unpinning and freeing:
+// local_transport_test).
+BOOST_AUTO_TEST_CASE(host_pinning_covers_every_region) {
+  for_each_pair([](const Pair& pair, const Implementation&) {
+    struct Log {
+      std::mutex mu;
+      std::vector<std::pair<void*, size_t>> pinned;
+      std::vector<void*> unpinned;
+    };
+    auto log = std::make_shared<Log>();
+    const HostPinning pinning{[log](void* base, size_t bytes) {
+                                std::lock_guard lock(log->mu);
+                                log->pinned.push_back({base, bytes});
+                                return true;
+                              },
+                              [log](void* base) {
+                                std::lock_guard lock(log->mu);
+                                log->unpinned.push_back(base);
+                              }};
+    auto pinned = [log](const void* p, size_t bytes) {
+      std::lock_guard lock(log->mu);
+      for (const auto& [base, size] : log->pinned)
+        if (p >= base && static_cast<const char*>(p) + bytes <= static_cast<const char*>(base) + size) return true;
+      return false;
+    };
+    {
+      Transport& t = pair.consumer;
+      const uint64_t pool = t.register_pool(4096, Device::Host);  // there before the pinning
+      TensorRef dst = t.allocate({64}, DType::F32, pool);
+      t.pin_host_memory(pinning);
+      BOOST_TEST(t.stats().pinned_bytes == t.stats().pool_bytes);
+      BOOST_TEST(pinned(dst.values().data(), dst.bytes()));
+      BOOST_CHECK_THROW(t.pin_host_memory(pinning), std::logic_error);
+      TensorRef later = t.allocate({int64_t(8) << 20});  // 32 MiB: a new region of the default pool
+      BOOST_TEST(pinned(later.values().data(), later.bytes()));
+      BOOST_TEST(t.stats().pinned_bytes == t.stats().pool_bytes);
+      pair.reach();
+      BOOST_TEST(put_and_wait(pair.producer, filled(pair.producer, 64, 3.0f), t.describe(dst)) == "");
+      BOOST_TEST(dst.values()[63] == 66.0f);
+    }
+    BOOST_CHECK_THROW(pair.producer.pin_host_memory({}), std::invalid_argument);
   });
 }
 

@@ -26,8 +26,10 @@
 #include "gpu/cuda/elementwise_kernels.h"
 #include "gpu/cuda/vocab_parallel_kernels.h"
 #include "gpu/device_arena.h"
+#include "gpu/fence_ledger.h"
 #include "gpu/gemm_plan.h"
 #include "gpu/launch_plan.h"
+#include "transport/pinned_ranges.h"
 
 namespace maestro {
 
@@ -102,6 +104,8 @@ class CudaBackend final : public Backend {
       cublasLtMatrixLayoutDestroy(plan.c);
       cublasLtMatmulDescDestroy(plan.desc);
     }
+    for (cudaEvent_t e : fences_.take_pending()) cudaEventDestroy(e);
+    for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
     cublasLtDestroy(lt_);
     cublasDestroy(cublas_);
     for (void* s : segments_) cudaFree(s);
@@ -136,10 +140,42 @@ class CudaBackend final : public Backend {
     void* staged = stage(src, bytes);
     MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, stream_));
   }
+  // Pinned memory (cuda_pin_host: the transport's hand-off pools): DMA
+  // straight from the caller's bytes, left queued — the caller keeps them
+  // until passed(fence()). Other memory: through the ring as above.
+  void copy_from_host_held(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    if (!pinned_host_ranges().covers(src, bytes)) return copy_from_host(dst, src, bytes);
+    on_device();
+    MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     on_device();
     if (bytes > 0) MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     MAESTRO_CUDA_CHECK(cudaStreamSynchronize(stream_));  // also reports a fault of any queued kernel
+  }
+  // An event recorded after the work so far; passed: the stream reached it
+  // (cudaEventQuery, no wait; a faulted stream throws). fence_ledger.h.
+  uint64_t fence() override {
+    on_device();
+    std::lock_guard lock(fence_mu_);
+    cudaEvent_t e = nullptr;
+    if (spare_events_.empty()) MAESTRO_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    else e = spare_events_.back(), spare_events_.pop_back();
+    MAESTRO_CUDA_CHECK(cudaEventRecord(e, stream_));
+    return fences_.add(e);
+  }
+  bool passed(uint64_t f) override {
+    std::lock_guard lock(fence_mu_);
+    return fences_.passed(
+        f,
+        [](cudaEvent_t e) {
+          const cudaError_t st = cudaEventQuery(e);
+          if (st == cudaErrorNotReady) return false;
+          MAESTRO_CUDA_CHECK(st);
+          return true;
+        },
+        [this](cudaEvent_t e) { spare_events_.push_back(e); });
   }
   void convert(void* dst, DType dd, const void* src, DType sd, size_t n) override {
     on_device();
@@ -600,6 +636,9 @@ class CudaBackend final : public Backend {
 
   CudaBackendOptions opt_;
   cudaStream_t stream_ = nullptr;
+  std::mutex fence_mu_;  // fences_ and spare_events_: a runner asks from its worker thread
+  FenceLedger<cudaEvent_t> fences_;
+  std::vector<cudaEvent_t> spare_events_;  // reached, to record again
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
