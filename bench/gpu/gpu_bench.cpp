@@ -273,10 +273,11 @@ int run_copies(int device) {
                           {"h2d_pinned_gbs", best_gbs(pinned.data(), false)},
                           {"h2d_held_pinned_gbs", best_gbs(pinned.data(), false, true)},
                           {"pinned", pin}});
-    // The held path's bytes: a pattern up, back down into pageable memory.
+    // The held path's bytes: a pattern up, back down into pageable memory;
+    // the fence taken after the upload (as the runner takes it) has passed.
     for (size_t i = 0; i < bytes; ++i) pinned[i] = char(i * 7 + 3);
-    const uint64_t fence = gpu->fence();
     gpu->copy_from_host_held(d, pinned.data(), bytes);
+    const uint64_t fence = gpu->fence();
     gpu->copy_to_host(pageable.data(), d, bytes);
     const bool same = std::equal(pinned.begin(), pinned.end(), pageable.begin()) && gpu->passed(fence);
     j["sizes"].back()["held_bytes_match"] = same;
