@@ -330,8 +330,8 @@ BOOST_AUTO_TEST_CASE(a_runner_holds_its_uploads_until_the_backend_syncs) {
   // backward hands nothing back (raw pixels in), so nothing syncs before
   // reduce_grads: the runner must keep the sum, not only the task, until then.
   auto* checked_vision = new test_support::CheckedBackend(1);
-  const auto vision_held = std::make_unique<SectionRunner>(program, 0, 0, 1, 7, transport,
-                                                           std::unique_ptr<Backend>(checked_vision), nullptr, nullptr, false);
+  const auto vision_held = std::make_unique<SectionRunner>(
+      program, 0, 0, 1, 7, transport, std::unique_ptr<Backend>(checked_vision), nullptr, nullptr, false);
   const auto vision_plain =
       std::make_unique<SectionRunner>(program, 0, 0, 1, 7, transport, make_cpu_backend(1), nullptr, nullptr, false);
   auto vision_task = [&](Task::Kind kind) {
@@ -341,7 +341,8 @@ BOOST_AUTO_TEST_CASE(a_runner_holds_its_uploads_until_the_backend_syncs) {
     t.data = data;
     for (int consumer = 0; consumer < 2 && kind == Task::Kind::Backward; ++consumer) {
       TensorRef g = transport.allocate({4, 32});
-      for (size_t j = 0; j < g.values().size(); ++j) g.values()[j] = float((j * 3 + size_t(consumer)) % 7) * 0.1f - 0.3f;
+      for (size_t j = 0; j < g.values().size(); ++j)
+        g.values()[j] = float((j * 3 + size_t(consumer)) % 7) * 0.1f - 0.3f;
       t.inputs.push_back({0, images[0], g});
     }
     return t;

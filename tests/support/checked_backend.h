@@ -334,7 +334,8 @@ class CheckedBackend final : public Backend {
   mutable std::mutex mu_;  // the activation pool may release from another thread
   std::map<const char*, size_t> blocks_;  // base -> bytes
   int64_t bf16_copy_uses_ = 0, converts_ = 0, overwrites_ = 0, adamw_copies_ = 0;
-  std::vector<std::pair<const char*, std::string>> held_;  // copy_from_host_held since the last sync: source, its bytes then
+  // copy_from_host_held's pinned sources since the last sync: where, and their bytes then
+  std::vector<std::pair<const char*, std::string>> held_;
   std::atomic<uint64_t> syncs_{0};
   int64_t held_uploads_ = 0;
 };
