@@ -3,12 +3,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <bit>
+
 #include "actors/messages.h"
 
 namespace maestro {
 
-PeerTensors::PeerTensors(std::shared_ptr<Transport> transport) : transport_(std::move(transport)) {
-  pool_ = transport_->register_pool(kReceivePoolBytes, Device::Host);
+PeerTensors::PeerTensors(std::shared_ptr<UcxTransport> transport, size_t first_pool_bytes)
+    : transport_(std::move(transport)) {
+  pools_.emplace_back(transport_->register_pool(first_pool_bytes, Device::Host), first_pool_bytes);
 }
 
 uint64_t PeerTensors::export_tensor(const TensorRef& t) {
@@ -62,7 +66,37 @@ size_t PeerTensors::exports() const {
 }
 
 TensorRef PeerTensors::receive_buffer(std::vector<int64_t> shape, DType dtype) {
-  return transport_->allocate(std::move(shape), dtype, pool_);
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  size_t total = 0;
+  for (const auto& [pool, bytes] : pools_) {
+    try {
+      return transport_->allocate(shape, dtype, pool);
+    } catch (const std::runtime_error&) {  // full (a bad shape is std::invalid_argument, from the first pool)
+    }
+    total += bytes;
+  }
+  // Blocks have power-of-two capacities (transport/local_transport.h).
+  size_t need = dtype_size(dtype);
+  for (int64_t d : shape) need *= size_t(d);
+  const size_t block = std::bit_ceil(std::max<size_t>(need, 256));
+  const size_t bytes = std::max({pools_.front().second, block, total});
+  pools_.emplace_back(transport_->register_pool(bytes, Device::Host), bytes);
+  return transport_->allocate(std::move(shape), dtype, pools_.back().first);
+}
+
+std::vector<uint8_t> PeerTensors::announcement(const TensorRef& dst) const {
+  {
+    std::lock_guard<std::mutex> lock(pools_mu_);
+    if (!dst.buffer || dst.buffer->pool == pools_.front().first) return {};
+  }
+  const std::vector<std::byte> info = transport_->endpoint_info();
+  const auto* p = reinterpret_cast<const uint8_t*>(info.data());
+  return {p, p + info.size()};
+}
+
+size_t PeerTensors::receive_pools() const {
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  return pools_.size();
 }
 
 void PeerTensors::set_servers(std::map<uint64_t, std::pair<caf::actor, std::string>> servers) {
@@ -98,6 +132,13 @@ caf::behavior tensor_server(caf::stateful_actor<ServerState>* self, PeerTensors*
       [=](const FetchTensor& f) -> caf::result<std::string> {
         const TensorRef src = tensors->exported(f.key);
         if (src.empty()) return fmt::format("tensor {} is not (or no longer) exported by this process", f.key);
+        if (!f.announcement.empty()) {  // the consumer's pool is newer than the handshake: learn its rkey
+          try {
+            tensors->transport().connect(std::as_bytes(std::span(f.announcement)));
+          } catch (const std::exception& e) {
+            return fmt::format("the consumer's new receive pool cannot be reached: {}", e.what());
+          }
+        }
         const uint64_t token = self->state.next++;
         auto rp = self->make_response_promise<std::string>();
         self->state.pending.emplace(token, rp);

@@ -6,14 +6,21 @@
 //      the scheduler) carries each host tensor as a handle (this process's
 //      transport id, a key); the tensor stays in an export table;
 //   2. the consumer's replica (replica.cpp) sees placeholders in its
-//      RunTask, allocates each tensor in this process's receive pool (a
-//      registered UCX pool, `kReceivePoolBytes`, its rkey in the endpoint
-//      info every peer has), and asks the owner's tensor server
-//      FetchTensor{key, descriptor};
+//      RunTask, allocates each tensor in this process's receive pools
+//      (registered UCX pools: the first, `kReceivePoolBytes`, before the
+//      handshake, so every peer has its rkey), and asks the owner's tensor
+//      server FetchTensor{key, descriptor, announcement};
 //   3. the owner's server puts the tensor into that descriptor
 //      (UcxTransport::put: ucp_put_nbx + flush; bounds checked before any
 //      byte moves) and answers once the bytes are there; the replica then
 //      runs the task on the local copies.
+// The receive pools grow: a tensor that fits in none (KD teacher logits of
+// a long sample and a real vocabulary pass 256 MiB) registers another pool,
+// at least as large as all before it together and as the tensor's block,
+// and a fetch into a pool registered after the handshake carries this
+// process's endpoint info (`announcement`), which the owner's server
+// connect()s before its put: the peer learns the new rkey exactly when it
+// first needs it. Pools stay until the run ends (the peak in flight).
 // A handle coming back to its owner is the owner's tensor again (no copy).
 // Exports are dropped when a step's gradients are reduced (ReduceGrads: by
 // then every task of the step, and so every fetch, is done). A pipeline
@@ -31,18 +38,21 @@
 #include <vector>
 
 #include "actors/messages.h"
-#include "transport/transport.h"
+#include "rdma/ucx_transport.h"
 
 namespace maestro {
 
 // consumer -> the owner's tensor server: put the exported tensor `key` into
-// `dst` (a block of the consumer's receive pool). Replies std::string: "" =
-// the bytes are there, else why not (nothing written).
+// `dst` (a block of the consumer's receive pool). `announcement`: empty, or
+// the consumer's endpoint info when dst's pool was registered after the
+// handshake (PeerTensors::announcement). Replies std::string: "" = the
+// bytes are there, else why not (nothing written).
 struct FetchTensor {
   uint64_t key = 0;
   TensorDescriptor dst;
+  std::vector<uint8_t> announcement;
 };
-MAESTRO_INSPECT(FetchTensor, x.key, x.dst)
+MAESTRO_INSPECT(FetchTensor, x.key, x.dst, x.announcement)
 // tensor server -> itself, from the transport's progress thread: a put ended.
 struct PutEnded {
   uint64_t token = 0;
@@ -53,10 +63,10 @@ MAESTRO_INSPECT(PutEnded, x.token, x.error, x.bytes)
 
 class PeerTensors final : public TensorExporter {
  public:
-  static constexpr size_t kReceivePoolBytes = size_t(256) << 20;  // per process; tensors in flight to it
-  // Registers the receive pool in `transport` (before its endpoint info is
-  // sent). Throws what register_pool throws.
-  explicit PeerTensors(std::shared_ptr<Transport> transport);
+  static constexpr size_t kReceivePoolBytes = size_t(256) << 20;  // the first receive pool, per process
+  // Registers the first receive pool, of `first_pool_bytes`, in `transport`
+  // (before its endpoint info is sent). Throws what register_pool throws.
+  explicit PeerTensors(std::shared_ptr<UcxTransport> transport, size_t first_pool_bytes = kReceivePoolBytes);
 
   uint64_t owner() const override { return transport_->id(); }
   uint64_t export_tensor(const TensorRef& t) override;
@@ -68,9 +78,15 @@ class PeerTensors final : public TensorExporter {
   TensorRef exported(uint64_t key) const;  // empty when unknown (or forgotten)
   void forget_exports();
   size_t exports() const;
-  Transport& transport() { return *transport_; }
-  // A tensor to receive into: a block of the receive pool. Throws when the pool is full.
+  UcxTransport& transport() { return *transport_; }
+  // A tensor to receive into: a block of the first receive pool with room,
+  // else of a new one (above). Throws what register_pool throws (memory).
   TensorRef receive_buffer(std::vector<int64_t> shape, DType dtype);
+  // What a fetch into `dst` (from receive_buffer) tells the owner: this
+  // process's endpoint info when dst's pool is newer than the handshake,
+  // else nothing.
+  std::vector<uint8_t> announcement(const TensorRef& dst) const;
+  size_t receive_pools() const;
 
   // What this process's tensor server put into consumers' pools.
   void count_put(uint64_t bytes) { ++puts_, bytes_put_ += bytes; }
@@ -82,9 +98,9 @@ class PeerTensors final : public TensorExporter {
   std::pair<caf::actor, std::string> server_of(uint64_t owner) const;
 
  private:
-  std::shared_ptr<Transport> transport_;
-  uint64_t pool_ = 0;
-  mutable std::mutex mu_;
+  std::shared_ptr<UcxTransport> transport_;
+  mutable std::mutex mu_, pools_mu_;
+  std::vector<std::pair<uint64_t, size_t>> pools_;  // receive pools (id, bytes), oldest first; [0] in the handshake
   uint64_t next_key_ = 1;
   std::unordered_map<uint64_t, TensorRef> exports_;
   std::unordered_map<uint64_t, std::shared_ptr<const StageGeometry>> geometries_;

@@ -83,7 +83,7 @@ std::string task_label(const Task& t) {
 }
 
 // A task whose inputs include tensors of other processes (placeholders,
-// peer_tensors.h): each is allocated in this process's receive pool and
+// peer_tensors.h): each is allocated in this process's receive pools and
 // fetched — its owner puts it there one-sided — then the task, now holding
 // local tensors only, is delegated back to this replica, whose answer goes
 // to the scheduler. A failed fetch answers the task with the error.
@@ -127,7 +127,7 @@ caf::response_promise fetch_inputs(caf::stateful_actor<ReplicaState>* self, Peer
     }
     ++st->left;
     const uint64_t key = in.tensor.buffer->offset;
-    self->request(server, std::chrono::seconds(60), FetchTensor{key, peers->transport().describe(dst)})
+    self->request(server, std::chrono::seconds(60), FetchTensor{key, peers->transport().describe(dst), peers->announcement(dst)})
         .then(
             [=](std::string& error) mutable {
               if (error.empty())

@@ -106,9 +106,10 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   const Program& program = *graph.program;  // the sections' models and losses, as the engine reads them
   if (!options.placement.empty()) {  // across processes: the UCX engine carries the rings spanning them
     try {
-      setup.peer_transport = std::make_shared<UcxTransport>();
-      if (pinning.pin) setup.peer_transport->pin_host_memory(pinning);
-      setup.peer_tensors = std::make_shared<PeerTensors>(setup.peer_transport);
+      auto ucx = std::make_shared<UcxTransport>();
+      if (pinning.pin) ucx->pin_host_memory(pinning);
+      setup.peer_tensors = std::make_shared<PeerTensors>(ucx);
+      setup.peer_transport = std::move(ucx);
     } catch (const std::exception& e) {
       throw TrainFailure(1, fmt::format("the UCX transport cannot start: {}", e.what()));
     }

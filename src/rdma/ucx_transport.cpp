@@ -647,16 +647,33 @@ uint64_t UcxTransport::connect(std::span<const std::byte> peer_info, const std::
     }
     slot = std::move(peer);
   }
+  // A refresh keeps the rkey of every region announced as before: a put
+  // may have looked it up and be issuing with it (put() reads it under
+  // peers_mu and uses it after). Only new, moved and withdrawn regions
+  // change, and nothing does unless every new rkey unpacks.
   Impl::Peer& peer = *slot;
-  for (auto& [rid, old] : peer.regions) ucp_rkey_destroy(old.rkey);
-  peer.regions.clear();
+  std::map<uint64_t, Impl::RemoteRegion> regions;
+  auto unchanged = [&](uint64_t rid, const Announced& a) {
+    auto it = peer.regions.find(rid);
+    return it != peer.regions.end() && it->second.base == a.base && it->second.size == a.size;
+  };
   for (const auto& [rid, a] : announced) {
+    if (unchanged(rid, a)) continue;
     ucp_rkey_h rkey = nullptr;
-    if (ucs_status_t s = ucp_ep_rkey_unpack(peer.ep, a.rkey.data(), &rkey); s != UCS_OK)
+    if (ucs_status_t s = ucp_ep_rkey_unpack(peer.ep, a.rkey.data(), &rkey); s != UCS_OK) {
+      for (auto& [unpacked, r] : regions) ucp_rkey_destroy(r.rkey);
       throw std::invalid_argument(fmt::format("ucx endpoint info of peer {}: the rkey of pool {} does not unpack: {}",
                                               peer.name, rid, ucs_status_string(s)));
-    peer.regions[rid] = {a.base, a.size, rkey};
+    }
+    regions[rid] = {a.base, a.size, rkey};
   }
+  for (auto& [rid, old] : peer.regions) {
+    if (auto a = announced.find(rid); a != announced.end() && unchanged(rid, a->second))
+      regions[rid] = old;
+    else
+      ucp_rkey_destroy(old.rkey);
+  }
+  peer.regions = std::move(regions);
   return peer_id;
 }
 

@@ -22,8 +22,11 @@
 // Another process's UcxTransport::connect(those bytes) creates an endpoint
 // and unpacks the rkeys; the bytes travel however the caller likes (CAF in
 // the runtime). Register the receive pools before sending the info; a
-// region added later (the default pool growing) reaches peers when the
-// info is sent and connect()ed again (it replaces the peer's regions).
+// region added later (the default pool growing, a receive pool added:
+// actors/peer_tensors.h) reaches a peer when the info is sent and
+// connect()ed again — the peer's regions become those announced, and a
+// region announced as before keeps its rkey, so puts into it may run
+// meanwhile.
 //
 // put(src, dst): dst.owner == id() is a local copy (LocalTransport's
 // checks); otherwise the producer checks dtype, size and device, that the

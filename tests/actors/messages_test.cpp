@@ -279,7 +279,7 @@ BOOST_FIXTURE_TEST_CASE(a_stage_geometry_does_not_serialise, System) {
 // it on in the next stage's RunTask, and back at the worker it is the same
 // object again; once the step's exports are forgotten it is refused.
 BOOST_FIXTURE_TEST_CASE(a_stage_geometry_crosses_as_a_handle_back_to_its_owner, System) {
-  PeerTensors worker(std::make_shared<LocalTransport>()), coordinator(std::make_shared<LocalTransport>());
+  PeerTensors worker(std::make_shared<UcxTransport>()), coordinator(std::make_shared<UcxTransport>());
   // x serialised in process `from`, deserialised in process `to` (the installed exporter says which)
   auto cross = [&](PeerTensors& from, PeerTensors& to, auto x) {
     std::vector<char> buf;
