@@ -29,15 +29,19 @@ struct Point {
 };
 
 // Median of 5 timed training steps (after 2 warm-up steps) of a transformer
-// section on `samples` sequences of `tokens` tokens.
-Point measure(const CalibrationShape& shape, double peak, Backend& backend) {
+// section on `samples` sequences of `tokens` tokens. With a measured
+// attention curve, the efficiency of the FLOPs other than attention's, in
+// the time left once attention's (at that curve) is taken out — the cost
+// model charges attention by that curve, so the gemm curve must not count
+// it again.
+Point measure(const CalibrationShape& shape, double peak, Backend& backend, const GemmEfficiency& attention) {
   const int64_t hidden = shape.hidden, samples = shape.samples, tokens = shape.tokens;
   const std::string text = fmt::format(
-      "section llm {{ model = transformer(layers: 2, hidden: {0}, heads: 4, ffn: {1}, vocab: 512, max_seq: {2}); "
+      "section llm {{ model = transformer(layers: 2, hidden: {0}, heads: {4}, ffn: {1}, vocab: 512, max_seq: {2}); "
       "consumes = [text]; loss = cross_entropy; }}\n"
       "data {{ source = synthetic(seed: 1); mix {{ text = 1.0; }} text_tokens = {2}; }}\n"
       "train {{ global_batch = {3}; steps = 10; precision = fp32; }}\n",
-      hidden, 3 * hidden, tokens, samples);
+      hidden, 3 * hidden, tokens, samples, shape.heads);
   Diagnostics diags;
   const std::optional<Program> program = load_program_text(text, "calibration.sect", diags);
   if (!program) throw std::logic_error("calibration program does not load");
@@ -61,11 +65,85 @@ Point measure(const CalibrationShape& shape, double peak, Backend& backend) {
   }
   std::sort(times.begin(), times.end());
   const std::vector<int64_t> lens(static_cast<size_t>(samples), tokens);
-  const double flops = section_flops(section, lens).total();
-  return {double(samples * tokens * hidden), flops / times[times.size() / 2] / peak};
+  double flops = section_flops(section, lens).total(), time = times[times.size() / 2];
+  if (attention.max > 0) {
+    const double a = 3 * double(samples) * attention_forward_flops(section.model, tokens);  // forward + backward
+    flops -= a;
+    time = std::max(time - a / (attention.at(double(tokens)) * peak), 0.1 * time);
+  }
+  return {double(samples * tokens * hidden), flops / time / peak};
+}
+
+// Median of 5 timed causal attention forward + backward passes (after 2
+// warm-up passes) over `shape.sequences` sequences of `shape.tokens`
+// tokens, as the share of `peak` of the FLOPs the planner counts for them
+// (graph/counts.h: forward, and backward as twice the forward).
+Point measure_attention(const AttentionShape& shape, double peak, Backend& b) {
+  const int64_t L = shape.tokens, H = shape.heads, D = shape.head_dim, N = shape.sequences * L;
+  const std::string text = fmt::format(
+      "section llm {{ model = transformer(layers: 1, hidden: {0}, heads: {1}, ffn: {0}, vocab: 512, max_seq: {2}); "
+      "consumes = [text]; loss = cross_entropy; }}\n"
+      "data {{ source = synthetic(seed: 1); mix {{ text = 1.0; }} text_tokens = {2}; }}\n"
+      "train {{ global_batch = 1; steps = 1; }}\n",
+      H * D, H, L);
+  Diagnostics diags;
+  const std::optional<Program> program = load_program_text(text, "calibration.sect", diags);
+  if (!program) throw std::logic_error("attention calibration program does not load");
+  const double flops = 3 * double(shape.sequences) * attention_forward_flops(program->sections[0].model, L);
+
+  const size_t nx = size_t(N * H * D);
+  std::vector<float> host(nx);
+  for (size_t i = 0; i < nx; ++i) host[i] = float(int64_t(i * 2654435761u % 2001) - 1000) * 1e-3f;
+  float* q = b.allocate(nx);  // [N, H*D] each; q, k, v share the values
+  float* k = b.allocate(nx);
+  float* v = b.allocate(nx);
+  float* out = b.allocate(nx);
+  float* dout = b.allocate(nx);
+  float* dq = b.allocate(nx);
+  float* dk = b.allocate(nx);
+  float* dv = b.allocate(nx);
+  float* lse = b.allocate(size_t(N * H));  // [N, H]
+  for (float* p : {q, k, v, dout}) b.copy_from_host(p, host.data(), nx * sizeof(float));
+  std::vector<int32_t> cu(size_t(shape.sequences + 1));
+  for (size_t i = 0; i < cu.size(); ++i) cu[i] = int32_t(int64_t(i) * L);
+  float sink = 0;
+  std::vector<double> times;
+  for (int i = 0; i < 7; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    b.attention_forward(out, lse, q, k, v, cu.data(), shape.sequences, N, H, H, D, true);
+    b.attention_backward(Grad::overwrite(dq), Grad::overwrite(dk), Grad::overwrite(dv), dout, out, lse, q, k, v,
+                         cu.data(), shape.sequences, N, H, H, D, true);
+    b.copy_to_host(&sink, dv, sizeof(float));  // the backend's sync
+    if (i >= 2) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  for (float* p : {q, k, v, out, dout, dq, dk, dv, lse}) b.release(p);
+  std::sort(times.begin(), times.end());
+  return {double(L), flops / times[times.size() / 2] / peak};
+}
+
+// max · size / (size + half_size) through two points (size, efficiency);
+// flat at the larger point's efficiency when it does not fall off.
+GemmEfficiency fit_curve(const Point& small, const Point& large) {
+  const double x1 = 1 / small.size, y1 = 1 / small.efficiency, x2 = 1 / large.size, y2 = 1 / large.efficiency;
+  const double slope = (y1 - y2) / (x1 - x2), intercept = y2 - slope * x2;
+  GemmEfficiency g;
+  if (slope <= 0 || intercept <= 0) {  // no fall-off measured: a flat curve at the larger point
+    g.max = std::min(1.0, large.efficiency);
+    g.half_size = 0;
+  } else {
+    g.max = std::min(1.0, 1 / intercept);
+    g.half_size = slope * g.max;
+  }
+  return g;
 }
 
 }  // namespace
+
+GemmEfficiency fit_attention_efficiency(double peak_flops, Backend& backend, const AttentionShape& short_shape,
+                                        const AttentionShape& long_shape) {
+  return fit_curve(measure_attention(short_shape, peak_flops, backend),
+                   measure_attention(long_shape, peak_flops, backend));
+}
 
 DeviceSpec calibrate_local_cpu(int threads) {
   DeviceSpec d;
@@ -74,13 +152,10 @@ DeviceSpec calibrate_local_cpu(int threads) {
   d.bf16_flops = d.fp32_flops;  // the CPU backend computes in fp32 whatever the precision
   d.memory_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
   d.memory_bytes_per_s = measure_triad_bytes_per_s();
-  d.gemm = fit_cpu_efficiency(d.fp32_flops, threads);
+  const std::unique_ptr<Backend> backend = make_cpu_backend(threads);
+  d.attention = fit_attention_efficiency(d.fp32_flops, *backend, {4, 32, 128, 4}, {4, 32, 512, 1});
+  d.gemm = fit_engine_efficiency(d.fp32_flops, *backend, {64, 2, 8, 48}, {256, 8, 8, 512}, d.attention);
   return d;
-}
-
-GemmEfficiency fit_cpu_efficiency(double sgemm_peak_flops, int threads) {
-  std::unique_ptr<Backend> backend = make_cpu_backend(threads);
-  return fit_engine_efficiency(sgemm_peak_flops, *backend, {64, 8, 48}, {256, 8, 512});
 }
 
 #if MAESTRO_HAVE_CUDA_BACKEND
@@ -96,27 +171,17 @@ DeviceSpec calibrate_local_gpu(int device) {
   o.device = device;
   o.bf16_gemm = true;
   const std::unique_ptr<Backend> backend = make_cuda_backend(o);
-  d.gemm = fit_engine_efficiency(d.bf16_flops, *backend, {512, 4, 512}, {2048, 4, 2048});
+  d.attention = fit_attention_efficiency(d.bf16_flops, *backend, {16, 128, 512, 4}, {16, 128, 2048, 2});
+  d.gemm = fit_engine_efficiency(d.bf16_flops, *backend, {512, 4, 4, 512}, {2048, 16, 4, 2048}, d.attention);
   return d;
 }
 #endif
 
 GemmEfficiency fit_engine_efficiency(double peak_flops, Backend& backend, const CalibrationShape& small_shape,
-                                     const CalibrationShape& large_shape) {
+                                     const CalibrationShape& large_shape, const GemmEfficiency& attention) {
   // 1/e = 1/max + (half/max) · 1/size: a line through the two points.
-  const Point small = measure(small_shape, peak_flops, backend);
-  const Point large = measure(large_shape, peak_flops, backend);
-  const double x1 = 1 / small.size, y1 = 1 / small.efficiency, x2 = 1 / large.size, y2 = 1 / large.efficiency;
-  const double slope = (y1 - y2) / (x1 - x2), intercept = y2 - slope * x2;
-  GemmEfficiency g;
-  if (slope <= 0 || intercept <= 0) {  // no fall-off measured: a flat curve at the larger point
-    g.max = std::min(1.0, large.efficiency);
-    g.half_size = 0;
-  } else {
-    g.max = std::min(1.0, 1 / intercept);
-    g.half_size = slope * g.max;
-  }
-  return g;
+  return fit_curve(measure(small_shape, peak_flops, backend, attention),
+                   measure(large_shape, peak_flops, backend, attention));
 }
 
 }  // namespace maestro

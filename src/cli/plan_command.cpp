@@ -378,10 +378,11 @@ int calibrate_command(const Program&, const RuntimeConfig& config, const CliOpti
     return 1;
   }
   fmt::print("calibrated {}: {}gemm {:.1f} GFLOP/s, memory {:.1f} GB/s, {:.1f} GB, engine efficiency {:.2f} · size / "
-             "(size + {:.0f}) -> {}\n",
+             "(size + {:.0f}), attention {:.2f} · tokens / (tokens + {:.0f}) -> {}\n",
              backend_kind_name(backend.kind), backend.kind == BackendKind::Cuda ? "bf16 " : "s",
-             backend.kind == BackendKind::Cuda ? d.bf16_flops / 1e9 : d.fp32_flops / 1e9, d.memory_bytes_per_s / 1e9, double(d.memory_bytes) / 1e9, d.gemm.max,
-             d.gemm.half_size, cli.calibrate);
+             backend.kind == BackendKind::Cuda ? d.bf16_flops / 1e9 : d.fp32_flops / 1e9, d.memory_bytes_per_s / 1e9,
+             double(d.memory_bytes) / 1e9, d.gemm.max, d.gemm.half_size, d.attention.max, d.attention.half_size,
+             cli.calibrate);
   return 0;
 }
 

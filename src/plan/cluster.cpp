@@ -48,6 +48,17 @@ DeviceSpec load_device_profile(const std::string& path) {
   if (!(d.gemm.max >= 1e-3 && d.gemm.max <= 1) || !(d.gemm.half_size >= 0 && d.gemm.half_size <= 1e9))
     throw PlanError(
         fmt::format("{}: error: gemm_max_efficiency must be in [1e-3, 1] and gemm_half_size in [0, 1e9]", path));
+  // Optional, both or neither: attention's curve over a sequence's tokens.
+  const bool has_max = t.contains("attention_max_efficiency"), has_half = t.contains("attention_half_size");
+  if (has_max || has_half) {
+    const std::optional<double> mx = t["attention_max_efficiency"].value<double>();
+    const std::optional<double> half = t["attention_half_size"].value<double>();
+    if (!mx || !half || !(*mx >= 1e-3 && *mx <= 1) || !(*half >= 0 && *half <= 1e9))
+      throw PlanError(fmt::format(
+          "{}: error: attention_max_efficiency (in [1e-3, 1]) and attention_half_size (in [0, 1e9]) go together",
+          path));
+    d.attention = {*mx, *half};
+  }
   return d;
 }
 
@@ -60,9 +71,14 @@ void write_device_profile(const DeviceSpec& d, const std::string& path) {
                       {"fused_attention", d.fused_attention},
                       {"gemm_max_efficiency", d.gemm.max},
                       {"gemm_half_size", d.gemm.half_size}};
+  toml::table profile = t;
+  if (d.attention.max > 0) {
+    profile.insert("attention_max_efficiency", d.attention.max);
+    profile.insert("attention_half_size", d.attention.half_size);
+  }
   std::ofstream out(path);
   out << "# Device profile measured by maestro-run --calibrate; use as [cluster] device = \"" << path << "\"\n"
-      << t << "\n";
+      << profile << "\n";
   if (!out) throw PlanError(fmt::format("{}: error: cannot write the device profile", path));
 }
 

@@ -29,6 +29,13 @@ struct DeviceSpec {
   // for backward: activations are counts.h's per-token bytes only.
   bool fused_attention = false;
   GemmEfficiency gemm;
+  // Attention's share of peak (QKᵀ, softmax, ·V; forward and backward
+  // together) as a function of a sequence's tokens, measured by
+  // `--calibrate` on the engine's backend (cli/engine_calibration.h).
+  // max = 0: not measured (the built-in devices): attention runs at the
+  // gemm curve's max, plus the shortfall of the micro-batch's longest
+  // sequence at its own size (plan/roofline_cost.cpp).
+  GemmEfficiency attention{0, 0};
   double flops(bool bf16) const { return bf16 ? bf16_flops : fp32_flops; }
 };
 

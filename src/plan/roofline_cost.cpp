@@ -90,15 +90,22 @@ double RooflineCost::stage_forward_s(int s, const std::vector<int64_t>& lens, co
   // size's efficiency (one sequence, or equal ones: as if at the
   // micro-batch's efficiency). So adding a sample never makes a micro-batch
   // cheaper, which the lower bound relies on (it costs each sample alone).
+  // A device profile with a measured attention curve (--calibrate) costs
+  // each sequence's attention at its own length's efficiency instead.
   const double best = cluster_.device.gemm.max;
-  double weights = 0, attention = 0, shortfall = 0;  // FLOPs; the shortfall as FLOPs run at peak
+  const GemmEfficiency& measured = cluster_.device.attention;
+  double weights = 0, attention = 0, shortfall = 0;  // FLOPs; attention and the shortfall as FLOPs run at peak
   for (int64_t n : lens) {
     const double a = attention_forward_flops(model, n);
     weights += forward_flops(model, n) - a;
-    attention += a;
+    if (measured.max > 0) {
+      attention += a / measured.at(double(n));
+      continue;
+    }
+    attention += a / best;
     shortfall = std::max(shortfall, a / efficiency(s, n, p.tp) - a / best);
   }
-  const double compute = (weights / efficiency(s, tokens, p.tp) + attention / best + shortfall) /
+  const double compute = (weights / efficiency(s, tokens, p.tp) + attention + shortfall) /
                          (peak_flops() * double(p.tp * p.pp));
   // Two all-reduces of the [tokens, width] activations per layer of the stage.
   const double layers = std::max(1.0, double(sh.layers) / double(p.pp));

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "run_process.h"
@@ -106,6 +107,30 @@ BOOST_AUTO_TEST_CASE(calibrating_cuda_without_a_device_is_refused_with_status_2)
   BOOST_TEST(r.status == 2);
   BOOST_TEST(r.first_err_line().find(path + ": runtime.backend = \"cuda\": ") != std::string::npos, r.err);
   BOOST_TEST(::access(out.c_str(), F_OK) != 0);  // no profile written
+}
+
+// On the CPU, --calibrate writes a profile whose attention curve the
+// planner takes: the backend's attention timed at two lengths.
+BOOST_AUTO_TEST_CASE(calibrating_the_cpu_writes_a_profile_with_an_attention_curve) {
+  const std::string cpu = config_file("maestro_e2e_calibrate_cpu", "cpu");
+  const std::string out = "/tmp/maestro_e2e_calibrate_cpu_" + std::to_string(::getpid()) + ".toml";
+  const ProcessResult r = maestro_run({"--calibrate", out, "--config", cpu});
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  BOOST_TEST(r.out.find(", attention 0.") != std::string::npos, r.out);
+  std::ifstream in(out);
+  const std::string profile((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = profile.find("attention_max_efficiency = ");
+  BOOST_TEST_REQUIRE(at != std::string::npos, profile);
+  const double max = std::stod(profile.substr(at + 27));
+  BOOST_TEST((max > 0 && max <= 1), max);
+  BOOST_TEST(profile.find("attention_half_size = ") != std::string::npos, profile);
+  // The planner reads it: a plan on a cluster of that device.
+  const std::string cluster = "/tmp/maestro_e2e_calibrated_cluster_" + std::to_string(::getpid()) + ".toml";
+  std::ofstream(cluster) << "[cluster]\ndevices = 2\ndevice = \"" << out << "\"\n";
+  const ProcessResult plan = maestro_run({"models/tiny_mllm.sect", "--config", cluster, "--print", "plan"});
+  BOOST_TEST(plan.status == 0, plan.err);
+  ::unlink(out.c_str());
+  ::unlink(cluster.c_str());
 }
 
 BOOST_AUTO_TEST_CASE(gpu_selfcheck_takes_on_or_off) {
