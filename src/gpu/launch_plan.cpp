@@ -24,7 +24,12 @@ std::vector<AttentionTile> plan_attention_tiles(const int32_t* cu, int64_t n_seq
   return tiles;
 }
 
-AttentionKernel choose_attention(AttentionPath path, bool bf16_gemm, int64_t D, int64_t longest) {
+int64_t batched_attention_scratch_bytes(int64_t H, int64_t L, bool bf16) {
+  return (bf16 ? 12 : 8) * H * L * L;
+}
+
+AttentionKernel choose_attention(AttentionPath path, bool bf16_gemm, int64_t D, int64_t longest, int64_t H,
+                                 int64_t scratch_budget) {
   switch (path) {
     case AttentionPath::Reference:
       return AttentionKernel::Batched;
@@ -38,6 +43,9 @@ AttentionKernel choose_attention(AttentionPath path, bool bf16_gemm, int64_t D, 
     case AttentionPath::Auto:
       break;
   }
+  if (scratch_budget > 0 && fast_attention_supports(D) &&
+      batched_attention_scratch_bytes(H, longest, bf16_gemm) > scratch_budget)
+    return AttentionKernel::Tiled;
   if (bf16_gemm && longest >= kTensorCoreMinLength) return AttentionKernel::BatchedBf16;
   if (fast_attention_supports(D)) return AttentionKernel::Tiled;
   return bf16_gemm ? AttentionKernel::BatchedBf16 : AttentionKernel::Batched;

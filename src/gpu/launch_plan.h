@@ -39,8 +39,18 @@ enum class AttentionKernel { Tiled, Batched, BatchedBf16 };
 // kernel's fp32 arithmetic on CUDA cores; shorter ones take the tiled kernel
 // (one launch for every sequence, against a few cuBLAS calls per sequence).
 constexpr int64_t kTensorCoreMinLength = 256;
+// Device memory the batched paths take for one sequence of L tokens and H
+// query heads, [H, L, L] each: the fp32 scores and score gradients, and on
+// the tensor-core path their bf16 copies (P, dS). 12·H·L² bytes with bf16:
+// 6.4 GB for 32 heads at 4,096 tokens, 103 GB at 16,384.
+int64_t batched_attention_scratch_bytes(int64_t H, int64_t L, bool bf16);
 // Throws std::invalid_argument for Fast with a head size it does not take.
-AttentionKernel choose_attention(AttentionPath path, bool bf16_gemm, int64_t D, int64_t longest_sequence);
+// Under Auto a sequence whose batched scratch would pass `scratch_budget`
+// bytes (0: no limit) takes the tiled kernel, which keeps no [H, L, L]
+// buffer, where the head size allows: a long context runs slower instead
+// of running out of memory.
+AttentionKernel choose_attention(AttentionPath path, bool bf16_gemm, int64_t D, int64_t longest_sequence,
+                                 int64_t H = 1, int64_t scratch_budget = 0);
 int64_t longest_sequence(const int32_t* cu_seqlens, int64_t n_seq);
 // The query-row block of a causal sequence's batched attention GEMMs
 // (gemm_plan.h, "Causal blocks"): 0 (the whole square) below 2,048 tokens,

@@ -67,6 +67,27 @@ BOOST_AUTO_TEST_CASE(attention_kernel_choice) {
   BOOST_TEST((choose_attention(P::Auto, true, 256, 10) == K::BatchedBf16));
 }
 
+// Under Auto a sequence whose [H, L, L] buffers would pass the budget takes
+// the tiled kernel where the head size allows; explicit paths and head
+// sizes the tiled kernel does not take are unchanged.
+BOOST_AUTO_TEST_CASE(attention_scratch_over_the_budget_takes_the_tiled_kernel) {
+  using P = AttentionPath;
+  using K = AttentionKernel;
+  BOOST_TEST(batched_attention_scratch_bytes(32, 4096, true) == int64_t(12) * 32 * 4096 * 4096);  // 6.4 GB
+  BOOST_TEST(batched_attention_scratch_bytes(32, 4096, false) == int64_t(8) * 32 * 4096 * 4096);
+  const int64_t need = batched_attention_scratch_bytes(32, 4096, true);
+  BOOST_TEST((choose_attention(P::Auto, true, 128, 4096, 32, need) == K::BatchedBf16));  // exactly fits
+  BOOST_TEST((choose_attention(P::Auto, true, 128, 4096, 32, need - 1) == K::Tiled));
+  BOOST_TEST((choose_attention(P::Auto, true, 128, 4096, 32, 0) == K::BatchedBf16));  // no limit
+  const int64_t h100 = int64_t(80e9) / 8;                                                // the default budget there
+  BOOST_TEST((choose_attention(P::Auto, true, 128, 4096, 32, h100) == K::BatchedBf16));
+  BOOST_TEST((choose_attention(P::Auto, true, 128, 16384, 32, h100) == K::Tiled));
+  BOOST_TEST((choose_attention(P::Auto, true, 256, 16384, 32, h100) == K::BatchedBf16));  // no tiled kernel for D 256
+  BOOST_TEST((choose_attention(P::Auto, false, 256, 16384, 32, h100) == K::Batched));
+  BOOST_TEST((choose_attention(P::TensorCore, true, 128, 16384, 32, h100) == K::BatchedBf16));
+  BOOST_TEST((choose_attention(P::Reference, true, 128, 16384, 32, h100) == K::Batched));
+}
+
 // Causal blocks: none below 2,048 tokens, then ~L/8 rounded up to 64, at least 1,024 rows.
 BOOST_AUTO_TEST_CASE(causal_block_sizes) {
   BOOST_TEST(causal_block(1) == 0);

@@ -79,6 +79,12 @@ class CudaBackend final : public Backend {
     if (o.device < 0 || o.device >= count)
       throw CudaError(fmt::format("CUDA device {} does not exist ({} device(s) found)", o.device, count));
     MAESTRO_CUDA_CHECK(cudaSetDevice(o.device));
+    scratch_budget_ = o.attention_scratch_budget;
+    if (scratch_budget_ == 0) {
+      size_t free_bytes = 0, total_bytes = 0;
+      MAESTRO_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+      scratch_budget_ = int64_t(total_bytes / 8);
+    }
     MAESTRO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     MAESTRO_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
     load_cublas();  // dlopen, once per process (cublas_library.h)
@@ -294,6 +300,9 @@ class CudaBackend final : public Backend {
   }
 
   // ---- attention ------------------------------------------------------------------------
+  AttentionKernel attention_kernel(const int32_t* cu, int64_t n_seq, int64_t H, int64_t D) const {
+    return choose_attention(opt_.attention, opt_.bf16_gemm, D, longest_sequence(cu, n_seq), H, scratch_budget_);
+  }
   // The query-row block of a sequence's batched GEMMs (0: the whole square).
   int64_t block_of(int64_t L, bool causal) const {
     if (!causal) return 0;
@@ -303,7 +312,7 @@ class CudaBackend final : public Backend {
                          int64_t n_seq, int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
     on_device();
     if (N == 0) return;
-    const AttentionKernel kernel = choose_attention(opt_.attention, opt_.bf16_gemm, D, longest_sequence(cu, n_seq));
+    const AttentionKernel kernel = attention_kernel(cu, n_seq, H, D);
     if (kernel == AttentionKernel::Tiled) {
       const auto [tiles, n_tiles] = upload_tiles(cu, n_seq);
       launch_fast_attention_forward(out, lse, q, k, v, tiles, n_tiles, H, KV, D, causal, stream_);
@@ -343,7 +352,7 @@ class CudaBackend final : public Backend {
     if (N == 0 || (!dq.p && !dk.p && !dv.p)) return;
     float* delta = scratch(kDelta, size_t(N * H));  // [N, H] = Σ_d dout·out
     launch_attention_delta(delta, dout, out, N, H, D, stream_);
-    const AttentionKernel kernel = choose_attention(opt_.attention, opt_.bf16_gemm, D, longest_sequence(cu, n_seq));
+    const AttentionKernel kernel = attention_kernel(cu, n_seq, H, D);
     if (kernel == AttentionKernel::Tiled) {  // adds with atomics: an overwritten gradient is zeroed first
       if (dq.p && !dq.add) zero(dq.p, size_t(N * H * D));
       if (dk.p && !dk.add) zero(dk.p, size_t(N * KV * D));
@@ -635,6 +644,7 @@ class CudaBackend final : public Backend {
   }
 
   CudaBackendOptions opt_;
+  int64_t scratch_budget_ = 0;  // bytes the batched attention's [H, L, L] buffers may take (choose_attention)
   cudaStream_t stream_ = nullptr;
   std::mutex fence_mu_;  // fences_ and spare_events_: a runner asks from its worker thread
   FenceLedger<cudaEvent_t> fences_;

@@ -42,6 +42,10 @@ struct CudaBackendOptions {
   // (gemm_plan.h): 0 = causal_block(L) (launch_plan.h); the self-check sets
   // a small one so its short sequences run the blocked GEMMs.
   int64_t causal_block = 0;
+  // Under Auto, the most device memory the batched attention's [H, L, L]
+  // buffers may take (choose_attention, launch_plan.h); a longer sequence
+  // takes the tiled kernel. 0 = an eighth of the device's memory.
+  int64_t attention_scratch_budget = 0;
 };
 
 // Throws CudaError (gpu/cuda/cuda_check.h) when the device cannot be used.
