@@ -34,7 +34,7 @@ struct Point {
 // the time left once attention's (at that curve) is taken out — the cost
 // model charges attention by that curve, so the gemm curve must not count
 // it again.
-Point measure(const CalibrationShape& shape, double peak, Backend& backend, const GemmEfficiency& attention) {
+Point measure(const CalibrationShape& shape, double peak, Backend& backend, const EfficiencyTable& attention) {
   const int64_t hidden = shape.hidden, samples = shape.samples, tokens = shape.tokens;
   const std::string text = fmt::format(
       "section llm {{ model = transformer(layers: 2, hidden: {0}, heads: {4}, ffn: {1}, vocab: 512, max_seq: {2}); "
@@ -66,7 +66,7 @@ Point measure(const CalibrationShape& shape, double peak, Backend& backend, cons
   std::sort(times.begin(), times.end());
   const std::vector<int64_t> lens(static_cast<size_t>(samples), tokens);
   double flops = section_flops(section, lens).total(), time = times[times.size() / 2];
-  if (attention.max > 0) {
+  if (!attention.empty()) {
     const double a = 3 * double(samples) * attention_forward_flops(section.model, tokens);  // forward + backward
     flops -= a;
     time = std::max(time - a / (attention.at(double(tokens)) * peak), 0.1 * time);
@@ -139,10 +139,14 @@ GemmEfficiency fit_curve(const Point& small, const Point& large) {
 
 }  // namespace
 
-GemmEfficiency fit_attention_efficiency(double peak_flops, Backend& backend, const AttentionShape& short_shape,
-                                        const AttentionShape& long_shape) {
-  return fit_curve(measure_attention(short_shape, peak_flops, backend),
-                   measure_attention(long_shape, peak_flops, backend));
+EfficiencyTable measure_attention_efficiency(double peak_flops, Backend& backend, int64_t heads, int64_t head_dim,
+                                             const std::vector<int64_t>& lengths, int64_t tokens) {
+  EfficiencyTable table;
+  for (int64_t L : lengths) {
+    const Point p = measure_attention({heads, head_dim, L, std::max<int64_t>(1, tokens / L)}, peak_flops, backend);
+    table.points.emplace_back(p.size, std::clamp(p.efficiency, 1e-3, 1.0));
+  }
+  return table;
 }
 
 DeviceSpec calibrate_local_cpu(int threads) {
@@ -153,7 +157,7 @@ DeviceSpec calibrate_local_cpu(int threads) {
   d.memory_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGE_SIZE));
   d.memory_bytes_per_s = measure_triad_bytes_per_s();
   const std::unique_ptr<Backend> backend = make_cpu_backend(threads);
-  d.attention = fit_attention_efficiency(d.fp32_flops, *backend, {4, 32, 128, 4}, {4, 32, 512, 1});
+  d.attention = measure_attention_efficiency(d.fp32_flops, *backend, 4, 32, {64, 256, 1024, 2048}, 2048);
   d.gemm = fit_engine_efficiency(d.fp32_flops, *backend, {64, 2, 8, 48}, {256, 8, 8, 512}, d.attention);
   return d;
 }
@@ -171,14 +175,14 @@ DeviceSpec calibrate_local_gpu(int device) {
   o.device = device;
   o.bf16_gemm = true;
   const std::unique_ptr<Backend> backend = make_cuda_backend(o);
-  d.attention = fit_attention_efficiency(d.bf16_flops, *backend, {16, 128, 512, 4}, {16, 128, 2048, 2});
+  d.attention = measure_attention_efficiency(d.bf16_flops, *backend, 16, 128, {256, 1024, 4096, 16384}, 16384);
   d.gemm = fit_engine_efficiency(d.bf16_flops, *backend, {512, 4, 4, 512}, {2048, 16, 4, 2048}, d.attention);
   return d;
 }
 #endif
 
 GemmEfficiency fit_engine_efficiency(double peak_flops, Backend& backend, const CalibrationShape& small_shape,
-                                     const CalibrationShape& large_shape, const GemmEfficiency& attention) {
+                                     const CalibrationShape& large_shape, const EfficiencyTable& attention) {
   // 1/e = 1/max + (half/max) · 1/size: a line through the two points.
   return fit_curve(measure(small_shape, peak_flops, backend, attention),
                    measure(large_shape, peak_flops, backend, attention));

@@ -377,12 +377,15 @@ int calibrate_command(const Program&, const RuntimeConfig& config, const CliOpti
     print_error(e.what());
     return 1;
   }
+  std::string attention;  // "0.17 at 64, 0.19 at 256, ... tokens"
+  for (const auto& [tokens, e] : d.attention.points)
+    attention += fmt::format("{}{:.2f} at {:.0f}", attention.empty() ? "" : ", ", e, tokens);
+  attention += " tokens";
   fmt::print("calibrated {}: {}gemm {:.1f} GFLOP/s, memory {:.1f} GB/s, {:.1f} GB, engine efficiency {:.2f} · size / "
-             "(size + {:.0f}), attention {:.2f} · tokens / (tokens + {:.0f}) -> {}\n",
+             "(size + {:.0f}), attention {} -> {}\n",
              backend_kind_name(backend.kind), backend.kind == BackendKind::Cuda ? "bf16 " : "s",
              backend.kind == BackendKind::Cuda ? d.bf16_flops / 1e9 : d.fp32_flops / 1e9, d.memory_bytes_per_s / 1e9,
-             double(d.memory_bytes) / 1e9, d.gemm.max, d.gemm.half_size, d.attention.max, d.attention.half_size,
-             cli.calibrate);
+             double(d.memory_bytes) / 1e9, d.gemm.max, d.gemm.half_size, attention, cli.calibrate);
   return 0;
 }
 

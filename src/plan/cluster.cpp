@@ -48,16 +48,24 @@ DeviceSpec load_device_profile(const std::string& path) {
   if (!(d.gemm.max >= 1e-3 && d.gemm.max <= 1) || !(d.gemm.half_size >= 0 && d.gemm.half_size <= 1e9))
     throw PlanError(
         fmt::format("{}: error: gemm_max_efficiency must be in [1e-3, 1] and gemm_half_size in [0, 1e9]", path));
-  // Optional, both or neither: attention's curve over a sequence's tokens.
-  const bool has_max = t.contains("attention_max_efficiency"), has_half = t.contains("attention_half_size");
-  if (has_max || has_half) {
-    const std::optional<double> mx = t["attention_max_efficiency"].value<double>();
-    const std::optional<double> half = t["attention_half_size"].value<double>();
-    if (!mx || !half || !(*mx >= 1e-3 && *mx <= 1) || !(*half >= 0 && *half <= 1e9))
-      throw PlanError(fmt::format(
-          "{}: error: attention_max_efficiency (in [1e-3, 1]) and attention_half_size (in [0, 1e9]) go together",
-          path));
-    d.attention = {*mx, *half};
+  // Optional: attention's efficiency at measured sequence lengths,
+  // [[tokens, efficiency], ...] with tokens ascending.
+  if (t.contains("attention_efficiency")) {
+    const std::string bad = fmt::format(
+        "{}: error: attention_efficiency must be 1 to 64 [tokens, efficiency] pairs, tokens ascending from 1 to "
+        "1e9, efficiencies in [1e-3, 1]",
+        path);
+    const toml::array* points = t["attention_efficiency"].as_array();
+    if (!points || points->empty() || points->size() > 64) throw PlanError(bad);
+    for (const toml::node& p : *points) {
+      const toml::array* pair = p.as_array();
+      if (!pair || pair->size() != 2) throw PlanError(bad);
+      const std::optional<double> tokens = (*pair)[0].value<double>(), e = (*pair)[1].value<double>();
+      if (!tokens || !e || !(*tokens >= 1 && *tokens <= 1e9) || !(*e >= 1e-3 && *e <= 1) ||
+          (!d.attention.empty() && !(*tokens > d.attention.points.back().first)))
+        throw PlanError(bad);
+      d.attention.points.emplace_back(*tokens, *e);
+    }
   }
   return d;
 }
@@ -72,9 +80,10 @@ void write_device_profile(const DeviceSpec& d, const std::string& path) {
                       {"gemm_max_efficiency", d.gemm.max},
                       {"gemm_half_size", d.gemm.half_size}};
   toml::table profile = t;
-  if (d.attention.max > 0) {
-    profile.insert("attention_max_efficiency", d.attention.max);
-    profile.insert("attention_half_size", d.attention.half_size);
+  if (!d.attention.empty()) {
+    toml::array points;
+    for (const auto& [tokens, e] : d.attention.points) points.push_back(toml::array{tokens, e});
+    profile.insert("attention_efficiency", std::move(points));
   }
   std::ofstream out(path);
   out << "# Device profile measured by maestro-run --calibrate; use as [cluster] device = \"" << path << "\"\n"

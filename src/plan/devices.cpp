@@ -1,7 +1,21 @@
 // The built-in device table (figures and sources: docs/planner.md).
 #include "plan/devices.h"
 
+#include <cmath>
+
 namespace maestro {
+
+double EfficiencyTable::at(double size) const {
+  if (points.empty()) return 0;
+  if (size <= points.front().first) return points.front().second;
+  if (size >= points.back().first) return points.back().second;
+  size_t i = 1;
+  while (points[i].first < size) ++i;
+  const auto [x0, y0] = points[i - 1];
+  const auto [x1, y1] = points[i];
+  const double t = std::log(size / x0) / std::log(x1 / x0);
+  return y0 + t * (y1 - y0);
+}
 
 const std::vector<DeviceSpec>& builtin_devices() {
   constexpr double T = 1e12, G = 1e9;

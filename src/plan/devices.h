@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace maestro {
@@ -19,6 +20,16 @@ struct GemmEfficiency {
   double at(double size) const { return max * size / (size + half_size); }
 };
 
+// A share of peak measured at a few sizes: (size, efficiency) pairs with
+// ascending sizes. Between two points it is interpolated linearly in
+// log(size); outside them it is the nearest point's (measurements, not a
+// model: no extrapolation).
+struct EfficiencyTable {
+  std::vector<std::pair<double, double>> points;
+  bool empty() const { return points.empty(); }
+  double at(double size) const;
+};
+
 struct DeviceSpec {
   std::string name;               // "h100"
   double bf16_flops = 0;          // dense peak, FLOP/s
@@ -30,12 +41,12 @@ struct DeviceSpec {
   bool fused_attention = false;
   GemmEfficiency gemm;
   // Attention's share of peak (QKᵀ, softmax, ·V; forward and backward
-  // together) as a function of a sequence's tokens, measured by
-  // `--calibrate` on the engine's backend (cli/engine_calibration.h).
-  // max = 0: not measured (the built-in devices): attention runs at the
-  // gemm curve's max, plus the shortfall of the micro-batch's longest
-  // sequence at its own size (plan/roofline_cost.cpp).
-  GemmEfficiency attention{0, 0};
+  // together) by a sequence's tokens, measured by `--calibrate` on the
+  // engine's backend at a few lengths (cli/engine_calibration.h). Empty:
+  // not measured (the built-in devices): attention runs at the gemm
+  // curve's max, plus the shortfall of the micro-batch's longest sequence
+  // at its own size (plan/roofline_cost.cpp).
+  EfficiencyTable attention = {};
   double flops(bool bf16) const { return bf16 ? bf16_flops : fp32_flops; }
 };
 

@@ -93,12 +93,12 @@ double RooflineCost::stage_forward_s(int s, const std::vector<int64_t>& lens, co
   // A device profile with a measured attention curve (--calibrate) costs
   // each sequence's attention at its own length's efficiency instead.
   const double best = cluster_.device.gemm.max;
-  const GemmEfficiency& measured = cluster_.device.attention;
+  const EfficiencyTable& measured = cluster_.device.attention;
   double weights = 0, attention = 0, shortfall = 0;  // FLOPs; attention and the shortfall as FLOPs run at peak
   for (int64_t n : lens) {
     const double a = attention_forward_flops(model, n);
     weights += forward_flops(model, n) - a;
-    if (measured.max > 0) {
+    if (!measured.empty()) {
       attention += a / measured.at(double(n));
       continue;
     }

@@ -116,14 +116,18 @@ BOOST_AUTO_TEST_CASE(calibrating_the_cpu_writes_a_profile_with_an_attention_curv
   const std::string out = "/tmp/maestro_e2e_calibrate_cpu_" + std::to_string(::getpid()) + ".toml";
   const ProcessResult r = maestro_run({"--calibrate", out, "--config", cpu});
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
-  BOOST_TEST(r.out.find(", attention 0.") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find(" at 2048 tokens -> ") != std::string::npos, r.out);
   std::ifstream in(out);
   const std::string profile((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t at = profile.find("attention_max_efficiency = ");
+  // [[64.0, e], [256.0, e], [1024.0, e], [2048.0, e]], efficiencies in (0, 1]
+  const size_t at = profile.find("attention_efficiency = [");
   BOOST_TEST_REQUIRE(at != std::string::npos, profile);
-  const double max = std::stod(profile.substr(at + 27));
-  BOOST_TEST((max > 0 && max <= 1), max);
-  BOOST_TEST(profile.find("attention_half_size = ") != std::string::npos, profile);
+  for (const char* tokens : {"[ 64.0, ", "[ 256.0, ", "[ 1024.0, ", "[ 2048.0, "}) {
+    const size_t p = profile.find(tokens, at);
+    BOOST_TEST_REQUIRE(p != std::string::npos, tokens << " in " << profile);
+    const double e = std::stod(profile.substr(p + std::string(tokens).size()));
+    BOOST_TEST((e > 0 && e <= 1), tokens << e);
+  }
   // The planner reads it: a plan on a cluster of that device.
   const std::string cluster = "/tmp/maestro_e2e_calibrated_cluster_" + std::to_string(::getpid()) + ".toml";
   std::ofstream(cluster) << "[cluster]\ndevices = 2\ndevice = \"" << out << "\"\n";

@@ -107,46 +107,61 @@ BOOST_AUTO_TEST_CASE(device_profile_round_trip) {
   BOOST_TEST(load_device_profile(path).memory_bytes == int64_t(80e9));
   std::ofstream(path) << "bf16_tflops = 1e-3\nmemory_gb = 1e-3\ngemm_max_efficiency = 1e-3\n" << rest;
   BOOST_TEST(load_device_profile(path).gemm.max == 1e-3);
-  BOOST_TEST(load_device_profile(path).attention.max == 0.0);  // not measured
+  BOOST_TEST(load_device_profile(path).attention.empty());  // not measured
   std::filesystem::remove(path);
 }
 
-// --calibrate's attention curve: written only when measured, read back,
-// and both of its keys or neither.
-BOOST_AUTO_TEST_CASE(a_device_profile_carries_the_measured_attention_curve) {
+// Attention's efficiency as --calibrate measured it, at a few lengths:
+// interpolated in log(tokens) between them, the nearest outside.
+BOOST_AUTO_TEST_CASE(an_efficiency_table_interpolates_in_log_size) {
+  const EfficiencyTable t{{{100, 0.2}, {400, 0.4}, {1600, 0.1}}};
+  BOOST_TEST(t.at(1) == 0.2);
+  BOOST_TEST(t.at(100) == 0.2);
+  BOOST_TEST(t.at(200) == 0.3, boost::test_tools::tolerance(1e-12));  // halfway in log
+  BOOST_TEST(t.at(400) == 0.4, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(t.at(800) == 0.25, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(t.at(1e6) == 0.1);
+  BOOST_TEST(EfficiencyTable{}.at(100) == 0.0);
+}
+
+// --calibrate's attention table: written only when measured, read back,
+// and refused unless it is [tokens, efficiency] pairs with tokens ascending.
+BOOST_AUTO_TEST_CASE(a_device_profile_carries_the_measured_attention_efficiency) {
   const std::string path = (std::filesystem::temp_directory_path() / "maestro_cost_test_attention.toml").string();
   DeviceSpec d{"bench-gpu", 800e12, 50e12, int64_t(141e9), 4e12, true, {0.6, 1e7}};
   write_device_profile(d, path);
-  BOOST_TEST(load_device_profile(path).attention.max == 0.0);
-  d.attention = {0.35, 300};
+  BOOST_TEST(load_device_profile(path).attention.empty());
+  d.attention = {{{256, 0.2}, {1024, 0.35}, {4096, 0.4}}};
   write_device_profile(d, path);
   const DeviceSpec back = load_device_profile(path);
-  BOOST_TEST(back.attention.max == 0.35);
-  BOOST_TEST(back.attention.half_size == 300);
+  BOOST_TEST((back.attention.points == d.attention.points));
   const std::string rest = "bf16_tflops = 100\nfp32_tflops = 50\nmemory_gb = 80\nmemory_bandwidth_gbps = 1000\n";
-  for (const char* bad : {"attention_max_efficiency = 0.3\n", "attention_half_size = 100\n",
-                          "attention_max_efficiency = 0\nattention_half_size = 100\n",
-                          "attention_max_efficiency = 1.5\nattention_half_size = 100\n",
-                          "attention_max_efficiency = 0.3\nattention_half_size = -1\n",
-                          "attention_max_efficiency = 0.3\nattention_half_size = nan\n",
-                          "attention_max_efficiency = 'x'\nattention_half_size = 100\n"}) {
+  std::ofstream(path) << "attention_efficiency = [[64, 0.2], [2048, 1]]\n" << rest;
+  BOOST_TEST(load_device_profile(path).attention.at(2048) == 1.0);
+  for (const char* bad : {"attention_efficiency = []\n", "attention_efficiency = 0.3\n",
+                          "attention_efficiency = [0.3]\n", "attention_efficiency = [[64]]\n",
+                          "attention_efficiency = [[64, 0.2, 3]]\n", "attention_efficiency = [[64, 0]]\n",
+                          "attention_efficiency = [[64, 1.5]]\n", "attention_efficiency = [[0, 0.2]]\n",
+                          "attention_efficiency = [[64, nan]]\n", "attention_efficiency = [[64, 'x']]\n",
+                          "attention_efficiency = [[256, 0.2], [64, 0.3]]\n",
+                          "attention_efficiency = [[64, 0.2], [64, 0.3]]\n"}) {
     std::ofstream(path) << bad << rest;
     BOOST_CHECK_THROW(load_device_profile(path), PlanError);
   }
   std::filesystem::remove(path);
 }
 
-// With a measured attention curve each sequence's attention FLOPs run at
-// its own length's efficiency: only that term of a micro-batch's forward
-// changes with the curve (differences cancel the rest), and backward stays
-// twice the forward.
-BOOST_AUTO_TEST_CASE(a_measured_attention_curve_costs_each_sequence_at_its_length) {
+// With measured attention efficiencies each sequence's attention FLOPs run
+// at its own length's: only that term of a micro-batch's forward changes
+// with the table (differences cancel the rest), and backward stays twice
+// the forward.
+BOOST_AUTO_TEST_CASE(a_measured_attention_table_costs_each_sequence_at_its_length) {
   const Program program = load("bench/plan_calibration/llama2_7b.sect");
   const SectionGraph g = build_graph(program);
   const Sample a = text(1, 4000), b = text(2, 500);
   const std::vector<const Sample*> mb{&a, &b};
   const SectionPlan p{0, 1, 1, 1, 1, 2};
-  auto forward_with = [&](GemmEfficiency attention) {
+  auto forward_with = [&](EfficiencyTable attention) {
     Cluster cl = h100s(8);
     cl.device.attention = attention;
     const RooflineCost cost(g, cl);
@@ -156,13 +171,14 @@ BOOST_AUTO_TEST_CASE(a_measured_attention_curve_costs_each_sequence_at_its_lengt
   };
   const ModelSpec& model = program.sections[0].model;
   const double a1 = attention_forward_flops(model, 4000), a2 = attention_forward_flops(model, 500), peak = 989e12;
-  const double flat_half = forward_with({0.5, 0}), flat_quarter = forward_with({0.25, 0});
+  const double flat_half = forward_with({{{1000, 0.5}}}), flat_quarter = forward_with({{{1000, 0.25}}});
   BOOST_TEST(flat_quarter - flat_half == (a1 + a2) * (4 - 2) / peak, boost::test_tools::tolerance(1e-9));
-  // half_size 1000: the 500-token sequence at a third of the max, the 4000-token one at 4/5.
-  const double curved = forward_with({0.5, 1000});
-  BOOST_TEST(curved - flat_half == (a1 * (1 / 0.4 - 2) + a2 * (6 - 2)) / peak, boost::test_tools::tolerance(1e-9));
+  // 500 tokens at 0.2, 4000 at 0.4: each at its own.
+  const double by_length = forward_with({{{500, 0.2}, {4000, 0.4}}});
+  BOOST_TEST(by_length - flat_half == (a1 * (1 / 0.4 - 2) + a2 * (1 / 0.2 - 2)) / peak,
+             boost::test_tools::tolerance(1e-9));
   // Not measured: the gemm curve's max and the longest sequence's shortfall, as before.
-  BOOST_TEST(forward_with({0, 0}) != flat_half);
+  BOOST_TEST(forward_with({}) != flat_half);
 }
 
 BOOST_AUTO_TEST_CASE(ring_all_reduce_hand_case) {
