@@ -127,7 +127,8 @@ caf::response_promise fetch_inputs(caf::stateful_actor<ReplicaState>* self, Peer
     }
     ++st->left;
     const uint64_t key = in.tensor.buffer->offset;
-    self->request(server, std::chrono::seconds(60), FetchTensor{key, peers->transport().describe(dst), peers->announcement(dst)})
+    FetchTensor fetch{key, peers->transport().describe(dst), peers->announcement(dst)};
+    self->request(server, std::chrono::seconds(60), std::move(fetch))
         .then(
             [=](std::string& error) mutable {
               if (error.empty())

@@ -29,11 +29,11 @@ struct Point {
 };
 
 // Median of 5 timed training steps (after 2 warm-up steps) of a transformer
-// section on `samples` sequences of `tokens` tokens. With a measured
-// attention curve, the efficiency of the FLOPs other than attention's, in
-// the time left once attention's (at that curve) is taken out — the cost
-// model charges attention by that curve, so the gemm curve must not count
-// it again.
+// section on `samples` sequences of `tokens` tokens. With attention's
+// efficiency measured, the efficiency of the FLOPs other than attention's,
+// in the time left once attention's (at that efficiency) is taken out —
+// the cost model charges attention by the measured efficiency, so the
+// gemm curve must not count it again.
 Point measure(const CalibrationShape& shape, double peak, Backend& backend, const EfficiencyTable& attention) {
   const int64_t hidden = shape.hidden, samples = shape.samples, tokens = shape.tokens;
   const std::string text = fmt::format(
@@ -74,10 +74,15 @@ Point measure(const CalibrationShape& shape, double peak, Backend& backend, cons
   return {double(samples * tokens * hidden), flops / time / peak};
 }
 
+// Causal attention (q, k, v of `heads` × `head_dim`, no GQA) over
+// `sequences` sequences of `tokens` tokens each.
+struct AttentionShape {
+  int64_t heads, head_dim, tokens, sequences;
+};
+
 // Median of 5 timed causal attention forward + backward passes (after 2
-// warm-up passes) over `shape.sequences` sequences of `shape.tokens`
-// tokens, as the share of `peak` of the FLOPs the planner counts for them
-// (graph/counts.h: forward, and backward as twice the forward).
+// warm-up passes), as the share of `peak` of the FLOPs the planner counts
+// for them (graph/counts.h: forward, and backward as twice the forward).
 Point measure_attention(const AttentionShape& shape, double peak, Backend& b) {
   const int64_t L = shape.tokens, H = shape.heads, D = shape.head_dim, N = shape.sequences * L;
   const std::string text = fmt::format(
@@ -119,22 +124,6 @@ Point measure_attention(const AttentionShape& shape, double peak, Backend& b) {
   for (float* p : {q, k, v, out, dout, dq, dk, dv, lse}) b.release(p);
   std::sort(times.begin(), times.end());
   return {double(L), flops / times[times.size() / 2] / peak};
-}
-
-// max · size / (size + half_size) through two points (size, efficiency);
-// flat at the larger point's efficiency when it does not fall off.
-GemmEfficiency fit_curve(const Point& small, const Point& large) {
-  const double x1 = 1 / small.size, y1 = 1 / small.efficiency, x2 = 1 / large.size, y2 = 1 / large.efficiency;
-  const double slope = (y1 - y2) / (x1 - x2), intercept = y2 - slope * x2;
-  GemmEfficiency g;
-  if (slope <= 0 || intercept <= 0) {  // no fall-off measured: a flat curve at the larger point
-    g.max = std::min(1.0, large.efficiency);
-    g.half_size = 0;
-  } else {
-    g.max = std::min(1.0, 1 / intercept);
-    g.half_size = slope * g.max;
-  }
-  return g;
 }
 
 }  // namespace
@@ -184,8 +173,19 @@ DeviceSpec calibrate_local_gpu(int device) {
 GemmEfficiency fit_engine_efficiency(double peak_flops, Backend& backend, const CalibrationShape& small_shape,
                                      const CalibrationShape& large_shape, const EfficiencyTable& attention) {
   // 1/e = 1/max + (half/max) · 1/size: a line through the two points.
-  return fit_curve(measure(small_shape, peak_flops, backend, attention),
-                   measure(large_shape, peak_flops, backend, attention));
+  const Point small = measure(small_shape, peak_flops, backend, attention);
+  const Point large = measure(large_shape, peak_flops, backend, attention);
+  const double x1 = 1 / small.size, y1 = 1 / small.efficiency, x2 = 1 / large.size, y2 = 1 / large.efficiency;
+  const double slope = (y1 - y2) / (x1 - x2), intercept = y2 - slope * x2;
+  GemmEfficiency g;
+  if (slope <= 0 || intercept <= 0) {  // no fall-off measured: a flat curve at the larger point
+    g.max = std::min(1.0, large.efficiency);
+    g.half_size = 0;
+  } else {
+    g.max = std::min(1.0, 1 / intercept);
+    g.half_size = slope * g.max;
+  }
+  return g;
 }
 
 }  // namespace maestro

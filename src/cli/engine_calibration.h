@@ -33,15 +33,10 @@ struct CalibrationShape {
 GemmEfficiency fit_engine_efficiency(double peak_flops, Backend& backend, const CalibrationShape& small_shape,
                                      const CalibrationShape& large_shape, const EfficiencyTable& attention);
 
-// Causal attention (q, k, v of `heads` × `head_dim`, no GQA) over
-// `sequences` sequences of `tokens` tokens each.
-struct AttentionShape {
-  int64_t heads, head_dim, tokens, sequences;
-};
-// DeviceSpec::attention: the backend's attention forward + backward (the
-// kernel it picks for that length, as in training) timed at each of
-// `lengths` over `tokens / length` sequences, as shares of `peak_flops` of
-// the FLOPs the planner counts.
+// DeviceSpec::attention: the backend's causal attention forward + backward
+// (`heads` of `head_dim`, no GQA; the kernel it picks for that length, as
+// in training) timed at each of `lengths` over `tokens / length` sequences,
+// as shares of `peak_flops` of the FLOPs the planner counts.
 EfficiencyTable measure_attention_efficiency(double peak_flops, Backend& backend, int64_t heads, int64_t head_dim,
                                              const std::vector<int64_t>& lengths, int64_t tokens);
 
