@@ -13,6 +13,11 @@
 //   copies    the backend's copies between the device and host memory
 //             that is pageable or pinned (cuda_pin_host, as the runtime
 //             pins its hand-off and staging memory): GB/s per size
+//   long      attention over one sequence too long for the batched paths'
+//             [H, L, L] buffers within the backend's budget (an eighth of
+//             the device's memory: the shortest multiple of 1,024 tokens
+//             past it, 16 heads of 128): Auto (the tiled kernel then) vs the
+//             tensor-core batched path, same inputs (5e-2), both timed
 //   nccl      every collective over NCCL groups of all the GPUs here
 //             (gpu/collective_check.h), made both ways the runtime makes
 //             them: ncclCommInitAll, and the unique id + non-blocking
@@ -343,6 +348,82 @@ int run_nccl() {
 #endif
 }
 
+// Causal attention forward + backward over one sequence of L tokens, twice
+// on the same inputs: Auto with the backend's default scratch budget (past
+// it, the tiled kernel: what a long context trains with) and the tensor-core
+// batched path. Relative errors of out, dq, dk, dv; median of 3 timed runs
+// after one warm-up each.
+int run_long_attention(int device) {
+  const int64_t H = 16, D = 128, budget = device_memory_bytes(device) / 8;
+  int64_t L = 1024;
+  while (batched_attention_scratch_bytes(H, L, true) <= budget) L += 1024;
+  const size_t n = size_t(L * H * D);
+  std::vector<float> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = float(int64_t(i * 2654435761u % 2001) - 1000) * 1e-3f;
+  const std::vector<int32_t> cu = {0, int32_t(L)};
+  nlohmann::ordered_json j;
+  j["check"] = "long";
+  j["tokens"] = L;
+  j["heads"] = H;
+  j["head_dim"] = D;
+  j["batched_scratch_gb"] = double(batched_attention_scratch_bytes(H, L, true)) / 1e9;
+  j["budget_gb"] = double(budget) / 1e9;
+  const bool tiled = choose_attention(AttentionPath::Auto, true, D, L, H, budget) == AttentionKernel::Tiled;
+  j["auto_kernel"] = tiled ? "tiled" : "batched";
+  // out, dq, dk, dv of one path, and its median time
+  auto run_path = [&](AttentionPath path, const char* name) {
+    CudaBackendOptions o;
+    o.device = device;
+    o.attention = path;
+    const std::unique_ptr<Backend> b = make_cuda_backend(o);
+    float* q = b->allocate(n);  // [L, H*D] each; q, k, v and dout share the values
+    float* k = b->allocate(n);
+    float* v = b->allocate(n);
+    float* dout = b->allocate(n);
+    float* out = b->allocate(n);
+    float* dq = b->allocate(n);
+    float* dk = b->allocate(n);
+    float* dv = b->allocate(n);
+    float* lse = b->allocate(size_t(L * H));  // [L, H]
+    for (float* p : {q, k, v, dout}) b->copy_from_host(p, host.data(), n * sizeof(float));
+    std::vector<double> ms;
+    for (int i = 0; i < 4; ++i) {
+      const auto t = Clock::now();
+      b->attention_forward(out, lse, q, k, v, cu.data(), 1, L, H, H, D, true);
+      b->attention_backward(Grad::overwrite(dq), Grad::overwrite(dk), Grad::overwrite(dv), dout, out, lse, q, k, v,
+                            cu.data(), 1, L, H, H, D, true);
+      float sink = 0;
+      b->copy_to_host(&sink, dv, sizeof(float));
+      if (i > 0) ms.push_back(seconds_since(t) * 1e3);
+    }
+    std::sort(ms.begin(), ms.end());
+    j[name]["ms"] = ms[1];
+    std::vector<std::vector<float>> r;
+    for (const float* p : {out, dq, dk, dv}) {
+      r.emplace_back(n);
+      b->copy_to_host(r.back().data(), p, n * sizeof(float));
+    }
+    return r;
+  };
+  const auto a = run_path(AttentionPath::Auto, "auto");
+  const auto c = run_path(AttentionPath::TensorCore, "tensorcore");
+  bool ok = tiled;
+  const char* names[] = {"out", "dq", "dk", "dv"};
+  for (size_t t = 0; t < 4; ++t) {
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < n; ++i) {
+      diff = std::max(diff, double(std::fabs(a[t][i] - c[t][i])));
+      ref = std::max(ref, double(std::fabs(c[t][i])));
+    }
+    const double e = diff / ref;
+    j["rel_err"][names[t]] = e;
+    ok = ok && e <= kSelfCheckTensorCoreAttentionTolerance;  // NaN fails
+  }
+  j["ok"] = ok;
+  fmt::print("{}\n", j.dump());
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -367,6 +448,8 @@ int main(int argc, char** argv) {
   auto* gemm = app.add_subcommand("gemm", "cuBLASLt bf16 GEMM rate");
   auto* copies = app.add_subcommand("copies", "device <-> host copies, pageable vs pinned");
   auto* nccl = app.add_subcommand("nccl", "every collective over NCCL groups of the GPUs here, checked exactly");
+  auto* long_attention =
+      app.add_subcommand("long", "attention past the batched paths' memory budget: Auto (tiled) vs tensor cores");
   for (auto* sub : {model, step}) {
     sub->add_option("--layers", m.layers);
     sub->add_option("--hidden", m.hidden);
@@ -395,6 +478,7 @@ int main(int argc, char** argv) {
     if (*gemm) return run_gemm(device);
     if (*copies) return run_copies(device);
     if (*nccl) return run_nccl();
+    if (*long_attention) return run_long_attention(device);
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_gpu: error: {}\n", e.what());
     return 1;

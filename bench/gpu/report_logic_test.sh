@@ -39,6 +39,7 @@ for a; do case "$a" in
       echo "{\"check\": \"nccl\", \"ranks\": $r, \"init_all\": {\"passed\": $n}, \"init_rank\": {\"passed\": $n}, \"ok\": true}"; exit 0; fi
     echo "{\"check\": \"nccl\", \"ranks\": $r, \"init_all\": {\"passed\": $n}, \"init_rank\": {\"failed\": [{\"call\": \"all_gather(in place) n=4099\", \"wrong\": 3, \"error\": \"\"}], \"passed\": $((n - 1))}, \"ok\": false}"; exit 1;;
   ops|model) echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
+  long) echo "{\"check\": \"long\", \"tokens\": 8192, \"heads\": 16, \"head_dim\": 128, \"batched_scratch_gb\": 12.9, \"budget_gb\": 10.0, \"auto_kernel\": \"tiled\", \"auto\": {\"ms\": 90.0}, \"tensorcore\": {\"ms\": 30.0}, \"rel_err\": {\"out\": 0.004, \"dq\": 0.006, \"dk\": 0.005, \"dv\": 0.003}, \"ok\": true}"; exit 0;;
 esac; done; exit 2'
 run() { PATH="$fake/bin:$PATH" TORCH_PYTHON="$fake/bin/${TORCHPY:-nopython}" bash bench/gpu/run.sh --no-build --build "$fake/build" --report "$fake/report.md" ${STEP_TIMEOUT:+--step-timeout $STEP_TIMEOUT} >"$fake/stdout" 2>&1; }
 fail=0
@@ -50,7 +51,8 @@ check 'grep -q "^## torch step: SKIP" "$fake/report.md" && grep -q "^## torch st
 check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBLASLt peak 700.0" "$fake/report.md"' "MFU against 989 and against the measured peak, in the report"
 check 'grep -q "without the engine.s bf16 copies of GEMM operands 19000 tokens/s: the copies. speed-up 1.053x" "$fake/report.md"' "the step without the bf16 copies of GEMM operands, and the copies' speed-up"
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 19 ]' "19 steps PASS (all but build, skipped, and torch)"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 20 ]' "20 steps PASS (all but build, skipped, and torch)"
+check 'grep -q "one sequence of 8192 tokens (batched buffers 12.9 GB, budget 10.0 GB): Auto took the tiled kernel, fwd+bwd 90.0 ms against 30.0 ms on the tensor cores (3.00x); rel err out 0.004, dq 0.006, dk 0.005, dv 0.003" "$fake/report.md"' "the long attention: the kernel Auto took, its time against the tensor cores, its errors"
 check 'grep -q "NCCL, 1 rank(s), one per GPU: init_all 25 calls passed; init_rank 25 calls passed" "$fake/report.md"' "one GPU: the NCCL check's groups of one rank, in the report"
 check 'grep -q "maestro-run 16384 tokens/s (median step 250.0 ms over steps 2-7, the first 900 ms), 0.82 of the bare section loop" "$fake/report.md"' "maestro-run's steady step time against the bare loop, in the report"
 check 'grep -q "64 MiB device->host: pinned 25.0 GB/s, pageable 10.0 GB/s (2.50x); host->device: 12.5 / 12.0 GB/s, held from pinned memory (DMA, no staging) 50.0 GB/s (4.00x)" "$fake/report.md"' "the host copies, pinned against pageable, in the report"
@@ -80,7 +82,7 @@ check 'grep -q "PyTorch (SDPA, fused AdamW) 40000 tokens/s, maestro 20000 tokens
 
 STALL=1 STEP_TIMEOUT=2 run; st=$?
 check '[ $st = 1 ] && grep -q "^## selfcheck: FAIL" "$fake/report.md" && grep -q "stopped after --step-timeout 2 s" "$fake/report.md"' "a step that hangs is stopped at --step-timeout and FAILs ($st)"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 18 ]' "... and the steps after it still run"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 19 ]' "... and the steps after it still run"
 
 [ "$fail" = 0 ] || { echo "--- report headers:"; grep "^## " "$fake/report.md"; }
 exit $fail

@@ -17,6 +17,9 @@
 #      vocabulary-parallel loss kernels), 3 steps cuda vs cpu; SKIP on < 2 GPUs
 #   6e. every collective over NCCL groups of all the GPUs here, checked
 #      exactly (bench_gpu nccl): with one GPU, groups of one rank
+#   6f. attention over one sequence whose batched [H, L, L] buffers pass an
+#      eighth of the device's memory: Auto takes the tiled kernel, checked
+#      against the tensor-core batched path (5e-2) and timed (bench_gpu long)
 #   7. cuBLASLt bf16 GEMM peak, then the 1.3B transformer section (layers 24,
 #      hidden 2048, heads 16, ffn 5504, vocab 32000, seq 2048, bf16):
 #      tokens/s, MFU vs 989 TFLOP/s (H100) and vs the measured GEMM peak;
@@ -95,6 +98,7 @@ plan=(
   "dp 2 over processes|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --processes 2 --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "tp 2 over NCCL|$run $cfg_dir/tiny_mllm_tp2.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_tp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "nccl collectives|$bench nccl"
+  "long attention|$bench long"
   "gemm peak|$bench gemm"
   "host copies|$bench copies"
   "transformer step|$bench step $big --steps 5 --warmup 2 --no-bf16-copies && $bench step $big --steps 5 --warmup 2"
@@ -112,7 +116,7 @@ if [ "$dry" = 1 ]; then
     if [ -x "$f" ]; then echo "  ok  $f"; else echo "  MISSING  $f (build with the CUDA toolkit: make build)"; fail=1; fi
   done
   if [ -x "$bench" ]; then
-    for sub in ops selfcheck model step gemm copies nccl; do
+    for sub in ops selfcheck model step gemm copies nccl long; do
       "$bench" "$sub" --help >/dev/null 2>&1 && echo "  ok  bench_gpu $sub --help" || { echo "  FAIL bench_gpu $sub --help"; fail=1; }
     done
     # without a device the CUDA backend must refuse with a clear error, never crash
@@ -247,6 +251,19 @@ def group(k):
     bad = "; ".join("%s (%s)" % (f["call"], f["error"] or "%d wrong" % f["wrong"]) for f in g.get("failed", []))
     return "%s %d calls passed%s" % (k, g["passed"], ", failed: " + bad if bad else "")
 print("NCCL, %d rank(s), one per GPU: %s; %s" % (j["ranks"], group("init_all"), group("init_rank")))
+PY
+      ;;
+    "long attention")
+      $py - "$log" <<'PY'
+import json, sys
+lines = [l for l in sys.argv[1].splitlines() if l.startswith("{")]
+if not lines:
+    sys.exit("no result line: bench_gpu long stopped before its check (its error is in the log)")
+j = json.loads(lines[-1]); e = j["rel_err"]
+print("one sequence of %d tokens (batched buffers %.1f GB, budget %.1f GB): Auto took the %s kernel, fwd+bwd %.1f ms "
+      "against %.1f ms on the tensor cores (%.2fx); rel err out %.2g, dq %.2g, dk %.2g, dv %.2g"
+      % (j["tokens"], j["batched_scratch_gb"], j["budget_gb"], j["auto_kernel"], j["auto"]["ms"],
+         j["tensorcore"]["ms"], j["auto"]["ms"] / j["tensorcore"]["ms"], e["out"], e["dq"], e["dk"], e["dv"]))
 PY
       ;;
     "host copies")
