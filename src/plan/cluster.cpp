@@ -71,7 +71,7 @@ DeviceSpec load_device_profile(const std::string& path) {
 }
 
 void write_device_profile(const DeviceSpec& d, const std::string& path) {
-  const toml::table t{{"name", d.name},
+  toml::table t{{"name", d.name},
                       {"bf16_tflops", d.bf16_flops / 1e12},
                       {"fp32_tflops", d.fp32_flops / 1e12},
                       {"memory_gb", double(d.memory_bytes) / 1e9},
@@ -79,15 +79,14 @@ void write_device_profile(const DeviceSpec& d, const std::string& path) {
                       {"fused_attention", d.fused_attention},
                       {"gemm_max_efficiency", d.gemm.max},
                       {"gemm_half_size", d.gemm.half_size}};
-  toml::table profile = t;
   if (!d.attention.empty()) {
     toml::array points;
     for (const auto& [tokens, e] : d.attention.points) points.push_back(toml::array{tokens, e});
-    profile.insert("attention_efficiency", std::move(points));
+    t.insert("attention_efficiency", std::move(points));
   }
   std::ofstream out(path);
   out << "# Device profile measured by maestro-run --calibrate; use as [cluster] device = \"" << path << "\"\n"
-      << profile << "\n";
+      << t << "\n";
   if (!out) throw PlanError(fmt::format("{}: error: cannot write the device profile", path));
 }
 
