@@ -23,9 +23,10 @@ uint64_t PeerTensors::export_tensor(const TensorRef& t) {
 }
 
 TensorRef PeerTensors::imported(uint64_t owner_id, uint64_t key, std::vector<int64_t> shape, DType dtype) {
-  if (owner_id == owner()) {
+  if (owner_id == owner()) {  // back home: its one use, so the export goes
     TensorRef t = exported(key);
     if (t.empty()) throw std::invalid_argument(fmt::format("tensor handle {} is not (or no longer) exported here", key));
+    drop_export(key);
     return t;
   }
   auto b = std::make_shared<Buffer>();  // a placeholder: no bytes, the owner and key
@@ -52,6 +53,11 @@ TensorRef PeerTensors::exported(uint64_t key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = exports_.find(key);
   return it == exports_.end() ? TensorRef{} : it->second;
+}
+
+void PeerTensors::drop_export(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  exports_.erase(key);
 }
 
 void PeerTensors::forget_exports() {
@@ -124,7 +130,11 @@ namespace {
 
 struct ServerState {
   uint64_t next = 1;
-  std::unordered_map<uint64_t, caf::typed_response_promise<std::string>> pending;
+  struct Put {
+    caf::typed_response_promise<std::string> rp;
+    uint64_t key;  // the export being put
+  };
+  std::unordered_map<uint64_t, Put> pending;  // by token
 };
 
 caf::behavior tensor_server(caf::stateful_actor<ServerState>* self, PeerTensors* tensors) {
@@ -141,7 +151,7 @@ caf::behavior tensor_server(caf::stateful_actor<ServerState>* self, PeerTensors*
         }
         const uint64_t token = self->state.next++;
         auto rp = self->make_response_promise<std::string>();
-        self->state.pending.emplace(token, rp);
+        self->state.pending.emplace(token, ServerState::Put{rp, f.key});
         caf::actor me = caf::actor_cast<caf::actor>(self);
         // `done` runs inside put() or on the transport's progress thread: back to this actor by message.
         tensors->transport().put(src, f.dst, [me, token, src](const std::string& error) {
@@ -152,8 +162,11 @@ caf::behavior tensor_server(caf::stateful_actor<ServerState>* self, PeerTensors*
       [=](const PutEnded& e) {
         auto it = self->state.pending.find(e.token);
         if (it == self->state.pending.end()) return;
-        if (e.error.empty()) tensors->count_put(e.bytes);
-        it->second.deliver(e.error);
+        if (e.error.empty()) {  // the handle's one use is done: the tensor goes (the put held it so far)
+          tensors->count_put(e.bytes);
+          tensors->drop_export(it->second.key);
+        }
+        it->second.rp.deliver(e.error);
         self->state.pending.erase(it);
       },
   };

@@ -22,9 +22,16 @@
 // connect()s before its put: the peer learns the new rkey exactly when it
 // first needs it. Pools stay until the run ends (the peak in flight).
 // A handle coming back to its owner is the owner's tensor again (no copy).
-// Exports are dropped when a step's gradients are reduced (ReduceGrads: by
-// then every task of the step, and so every fetch, is done). A pipeline
-// stage's geometry is exported the same way, until the same point.
+// A handle has one use: the scheduler hands each flow tensor and stage
+// hand-off to one task (StepExecution), and each message leaving a process
+// exports its tensors under new keys. So an export is dropped at that use —
+// once its put into the consumer's pool has landed, or when the handle
+// arrives back in its owner's process — and the owner's block is free for
+// the next output while the step runs. (A failed put keeps it: the run
+// stops.) What is never used (a step that failed) is dropped when the
+// step's gradients are reduced (ReduceGrads: by then every task of the
+// step is done), with the step's pipeline geometries, which are exported
+// the same way and kept until then.
 #pragma once
 
 #include <atomic>
@@ -75,8 +82,9 @@ class PeerTensors final : public TensorExporter {
   uint64_t export_geometry(std::shared_ptr<const StageGeometry> g) override;
   std::shared_ptr<const StageGeometry> exported_geometry(uint64_t key) const override;
 
-  TensorRef exported(uint64_t key) const;  // empty when unknown (or forgotten)
-  void forget_exports();
+  TensorRef exported(uint64_t key) const;  // empty when unknown (or dropped)
+  void drop_export(uint64_t key);          // its one use is done (below)
+  void forget_exports();                   // every export and geometry: the step ended
   size_t exports() const;
   UcxTransport& transport() { return *transport_; }
   // A tensor to receive into: a block of the first receive pool with room,

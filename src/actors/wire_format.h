@@ -71,7 +71,7 @@ struct StageGeometry;  // nn/section_model.h: a pipeline micro-batch's layout
 struct TensorExporter {
   virtual ~TensorExporter() = default;
   virtual uint64_t owner() const = 0;                        // this process's transport id
-  virtual uint64_t export_tensor(const TensorRef& t) = 0;     // keeps it until forget_exports(); its key
+  virtual uint64_t export_tensor(const TensorRef& t) = 0;     // keeps it until its one use (peer_tensors.h); its key
   // The tensor for a handle: this process's own (owner == owner()), else a placeholder.
   virtual TensorRef imported(uint64_t owner, uint64_t key, std::vector<int64_t> shape, DType dtype) = 0;
   // A pipeline stage's layout (StageTensor, messages.h) crosses the same

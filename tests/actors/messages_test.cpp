@@ -277,7 +277,9 @@ BOOST_FIXTURE_TEST_CASE(a_stage_geometry_does_not_serialise, System) {
 // geometry crosses as a handle: a worker's TaskDone leaves it in the
 // worker's table, the scheduler's process keeps only the handle and sends
 // it on in the next stage's RunTask, and back at the worker it is the same
-// object again; once the step's exports are forgotten it is refused.
+// object again. The hand-off's tensor was used by that (its one use: the
+// export goes); the geometry is kept until the step's exports are
+// forgotten, then refused.
 BOOST_FIXTURE_TEST_CASE(a_stage_geometry_crosses_as_a_handle_back_to_its_owner, System) {
   PeerTensors worker(std::make_shared<UcxTransport>()), coordinator(std::make_shared<UcxTransport>());
   // x serialised in process `from`, deserialised in process `to` (the installed exporter says which)
@@ -310,9 +312,14 @@ BOOST_FIXTURE_TEST_CASE(a_stage_geometry_crosses_as_a_handle_back_to_its_owner, 
   BOOST_TEST(at_worker.stage_in.geometry == geometry);  // the same object
   BOOST_TEST(at_worker.stage_in.geometry_key == 0u);
   BOOST_TEST(values_of(at_worker.stage_in.tensor) == (std::vector<float>{1, 2}));
+  BOOST_TEST(worker.exports() == 0u);  // the tensor's handle was used
 
+  RunTask geometry_only;
+  geometry_only.stage_in.geometry_owner = rt.stage_in.geometry_owner;
+  geometry_only.stage_in.geometry_key = rt.stage_in.geometry_key;
+  BOOST_TEST(cross(coordinator, worker, geometry_only).second.stage_in.geometry == geometry);
   worker.forget_exports();  // the step ended
-  BOOST_TEST(!cross(coordinator, worker, rt).first);
+  BOOST_TEST(!cross(coordinator, worker, geometry_only).first);
 }
 
 // A rank of a GPU dp group spanning processes, its GPU and (rank 0's) the

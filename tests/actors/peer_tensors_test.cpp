@@ -7,9 +7,12 @@
 // real tensor server.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <caf/all.hpp>
+#include <chrono>
 #include <numeric>
 #include <string>
+#include <thread>
 
 #include "actors/peer_tensors.h"
 #include "actors/processes.h"
@@ -89,6 +92,7 @@ BOOST_FIXTURE_TEST_CASE(a_tensor_beyond_the_receive_pools_adds_one_that_the_owne
   const std::string refused = fetch(big_key, large, {});
   BOOST_TEST(refused.find("announced no pool") != std::string::npos, refused);
   BOOST_TEST(!counts_up(large));
+  BOOST_TEST(!producer.exported(big_key).empty());  // a failed put keeps the export
   // Announced, it arrives.
   BOOST_TEST(fetch(big_key, large, announcement) == "");
   BOOST_TEST(counts_up(large));
@@ -101,13 +105,37 @@ BOOST_FIXTURE_TEST_CASE(a_tensor_beyond_the_receive_pools_adds_one_that_the_owne
   TensorRef second = consumer.receive_buffer({big}, DType::F32);
   BOOST_TEST(consumer.receive_pools() == 3u);
   BOOST_TEST(consumer_ucx->stats().pool_bytes - pool_bytes == int64_t(9 * kMiB));
-  BOOST_TEST(fetch(big_key, second, consumer.announcement(second)) == "");
+  BOOST_TEST(fetch(export_floats(big), second, consumer.announcement(second)) == "");
   BOOST_TEST(counts_up(second));
   // Once released, a block of the grown pools is used again: no fourth.
   large = TensorRef{};
   TensorRef again = consumer.receive_buffer({big}, DType::F32);
   BOOST_TEST(consumer.receive_pools() == 3u);
   BOOST_TEST(again.buffer->pool != small.buffer->pool);
+}
+
+// A handle has one use (peer_tensors.h): once its put has landed the owner
+// drops the export, so its block is free again long before the step ends,
+// and a second fetch of the handle is refused, writing nothing.
+BOOST_FIXTURE_TEST_CASE(an_export_is_dropped_once_its_put_lands, TwoProcesses) {
+  const int64_t n = int64_t(kMiB / sizeof(float));
+  const uint64_t key = export_floats(n);
+  const int64_t live = producer_ucx->stats().live;
+  BOOST_TEST(producer.exports() == 1u);
+  TensorRef dst = consumer.receive_buffer({n}, DType::F32);
+  BOOST_TEST(fetch(key, dst, consumer.announcement(dst)) == "");
+  BOOST_TEST(counts_up(dst));
+  BOOST_TEST(producer.exports() == 0u);
+  // The block goes back once the transport lets go of the put's source too
+  // (it may still hold the finished put's record for a moment).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (producer_ucx->stats().live != live - 1 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  BOOST_TEST(producer_ucx->stats().live == live - 1);
+  std::fill_n(reinterpret_cast<float*>(dst.buffer->data), n, -1.0f);
+  const std::string again = fetch(key, dst, {});
+  BOOST_TEST(again.find("not (or no longer) exported") != std::string::npos, again);
+  BOOST_TEST(reinterpret_cast<const float*>(dst.buffer->data)[0] == -1.0f);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_bad_shape_is_refused_not_a_new_pool, TwoProcesses) {
