@@ -323,9 +323,13 @@ SectionRunner::Result SectionRunner::backward_rank(const RunTask& rt) {
   }
   for (size_t k = 0; k < n && k < in_grads.size(); ++k)
     for (size_t b = 0; b < in_grads[k].size() && b < pending.spliced_flows[k].size(); ++b) {
+      const int32_t flow = pending.spliced_flows[k][b];
+      // Only a producer that trains takes the gradient (a frozen encoder
+      // runs no backward): the rest are not copied out, nor shipped.
+      const Section* producer = program_.find_section(program_.flows[size_t(flow)].from);
+      if (!producer || producer->mode != Mode::Train) continue;
       const RowsView& v = in_grads[k][b];
-      out.outputs.push_back(
-          {pending.spliced_flows[k][b], rt.samples[k], host_copy(transport_, *backend_, {v.rows, v.cols}, v.data)});
+      out.outputs.push_back({flow, rt.samples[k], host_copy(transport_, *backend_, {v.rows, v.cols}, v.data)});
     }
   return out;
 }

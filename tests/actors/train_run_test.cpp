@@ -325,6 +325,17 @@ BOOST_AUTO_TEST_CASE(a_runner_holds_its_uploads_until_the_backend_syncs) {
   BOOST_TEST_REQUIRE(sa.losses.size() == 1u);
   BOOST_TEST(sa.losses[0].loss == sb.losses[0].loss);
 
+  // A producer that does not train takes no gradient: with the projector
+  // frozen the LLM's backward copies none out (the same loss).
+  Program frozen_proj = program;
+  for (Section& sec : frozen_proj.sections)
+    if (sec.name == "proj") sec.mode = Mode::Frozen;
+  const auto frozen = std::make_unique<SectionRunner>(frozen_proj, llm, 0, 1, 7, transport, make_cpu_backend(1),
+                                                      nullptr, nullptr, false);
+  frozen->forward(task(Task::Kind::Forward));
+  BOOST_TEST(frozen->backward(task(Task::Kind::Backward)).outputs.empty());
+  BOOST_TEST(frozen->reduce_grads().losses.at(0).loss == sb.losses[0].loss);
+
   // Two consumers' gradients of an encoder's output: the runner sums them
   // into a new tensor and the engine uploads the sum, held. The vision's
   // backward hands nothing back (raw pixels in), so nothing syncs before
