@@ -274,7 +274,11 @@ print('%d MiB device->host: pinned %.1f GB/s, pageable %.1f GB/s (%.2fx); host->
       'held from pinned memory (DMA, no staging) %.1f GB/s (%.2fx)'
       % (x['bytes'] >> 20, x['d2h_pinned_gbs'], x['d2h_pageable_gbs'], x['d2h_pinned_gbs'] / x['d2h_pageable_gbs'],
          x['h2d_pinned_gbs'], x['h2d_pageable_gbs'], x['h2d_held_pinned_gbs'],
-         x['h2d_held_pinned_gbs'] / x['h2d_pinned_gbs']))" "$log"
+         x['h2d_held_pinned_gbs'] / x['h2d_pinned_gbs']))
+r = j.get('rows')
+if r: print('a column slice (%d rows of %d of %d bytes) held from pinned memory: one strided DMA %.1f GB/s, '
+            'a copy per row %.1f GB/s (%.1fx)' % (r['rows'], r['row_bytes'], r['pitch'], r['strided_gbs'],
+            r['per_row_gbs'], r['strided_gbs'] / r['per_row_gbs']))" "$log"
       ;;
     "torch step"|"torch step sdpa")
       [ "$st" = 0 ] && $py - "${out[transformer step]}" "$log" <<'PY'

@@ -98,6 +98,17 @@ class Backend {
   virtual void copy_from_host_held(void* dst, const void* host_src, size_t bytes) {
     copy_from_host(dst, host_src, bytes);
   }
+  // `rows` rows of `row_bytes` each, from host_src every src_pitch bytes to
+  // dst every dst_pitch bytes, held as above (a column slice: the teacher
+  // logits of one tp rank's vocabulary slice, section_model.cpp). The CUDA
+  // backend makes it one strided DMA from pinned memory; by default, a
+  // held copy per row.
+  virtual void copy_rows_from_host_held(void* dst, size_t dst_pitch, const void* host_src, size_t src_pitch,
+                                        size_t row_bytes, size_t rows) {
+    for (size_t r = 0; r < rows; ++r)
+      copy_from_host_held(static_cast<std::byte*>(dst) + r * dst_pitch,
+                          static_cast<const std::byte*>(host_src) + r * src_pitch, row_bytes);
+  }
   // A mark after the work queued so far, and whether all of that work is
   // done — asked without waiting (the CUDA backend records an event and
   // queries it). A backend whose copies are done when they return (the

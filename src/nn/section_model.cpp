@@ -39,9 +39,9 @@ float* pack_teacher_logits(const Section& s, Backend& b, ForwardContext& ctx,
                                  rows, vocab));
     float* dst = packed + ctx.text_offsets[i] * V;
     if (V == vocab) b.copy_from_host_held(dst, t.data(), size_t(rows * V) * sizeof(float));  // whole rows
-    else
-      for (int64_t r = 0; r < rows && width > 0; ++r)
-        b.copy_from_host_held(dst + r * V, t.data() + r * vocab + first, size_t(width) * sizeof(float));
+    else if (rows > 0 && width > 0)  // this rank's columns [first, first + width) of each row
+      b.copy_rows_from_host_held(dst, size_t(V) * sizeof(float), t.data() + first, size_t(vocab) * sizeof(float),
+                                 size_t(width) * sizeof(float), size_t(rows));
   }
   return packed;
 }

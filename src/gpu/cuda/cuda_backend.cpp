@@ -155,6 +155,17 @@ class CudaBackend final : public Backend {
     on_device();
     MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
   }
+  // A column slice from pinned memory: one strided DMA, left queued (the
+  // caller holds the source as above); from other memory, row by row.
+  void copy_rows_from_host_held(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                                size_t rows) override {
+    if (rows == 0 || row_bytes == 0) return;
+    if (!pinned_host_ranges().covers(src, (rows - 1) * src_pitch + row_bytes))
+      return Backend::copy_rows_from_host_held(dst, dst_pitch, src, src_pitch, row_bytes, rows);
+    on_device();
+    MAESTRO_CUDA_CHECK(
+        cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyHostToDevice, stream_));
+  }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     on_device();
     if (bytes > 0) MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
