@@ -26,7 +26,8 @@ backend=$(grep -o "\"[a-z]*\"" "${@: -1}" | tr -d \") ; for a; do [ "$prev" = --
 l2=1.5; [ "${FALLING:-1}" = 0 ] && l2=2.5; [ "$backend" = cpu ] && [ "${AGREE:-1}" = 0 ] && l2=1.0
 case "$1" in *llm_1_3b.sect) for i in 0 1 2 3 4 5 6 7; do  # a first step of 900 ms, then 250 ms
   echo "maestro-run: [debug] step $i done: loss 8.0, 2 samples, $([ $i = 0 ] && echo 900.0 || echo 250.0) ms (0.1 ms in the scheduler)" >&2; done;; esac
-echo "{\"backend\": \"$backend\", \"first_loss\": 2.0, \"final_loss\": $l2, \"losses\": [2.0, $l2]}"'
+sps=120.0; case " $* " in *" --gpu-handoffs=host "*) sps=100.0;; esac
+echo "{\"backend\": \"$backend\", \"first_loss\": 2.0, \"final_loss\": $l2, \"losses\": [2.0, $l2], \"samples_per_s\": $sps}"'
 stub "$fake/build/bench/bench_gpu" '
 for a; do case "$a" in
   gemm) echo "{\"check\": \"gemm\", \"peak_tflops\": 700.0, \"device\": \"stand-in\"}"; exit 0;;
@@ -51,7 +52,8 @@ check 'grep -q "^## torch step: SKIP" "$fake/report.md" && grep -q "^## torch st
 check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBLASLt peak 700.0" "$fake/report.md"' "MFU against 989 and against the measured peak, in the report"
 check 'grep -q "without the engine.s bf16 copies of GEMM operands 19000 tokens/s: the copies. speed-up 1.053x" "$fake/report.md"' "the step without the bf16 copies of GEMM operands, and the copies' speed-up"
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 20 ]' "20 steps PASS (all but build, skipped, and torch)"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 21 ]' "21 steps PASS (all but build, skipped, and torch)"
+check 'grep -q "hand-offs in GPU memory 120.0 samples/s, through host memory 100.0 samples/s (1.20x); per-step loss rel err 0" "$fake/report.md"' "hand-offs in GPU memory against host memory: speed and loss agreement"
 check 'grep -q "one sequence of 8192 tokens (batched buffers 12.9 GB, budget 10.0 GB): Auto took the tiled kernel, fwd+bwd 90.0 ms against 30.0 ms on the tensor cores (3.00x); rel err out 0.004, dq 0.006, dk 0.005, dv 0.003" "$fake/report.md"' "the long attention: the kernel Auto took, its time against the tensor cores, its errors"
 check 'grep -q "NCCL, 1 rank(s), one per GPU: init_all 25 calls passed; init_rank 25 calls passed" "$fake/report.md"' "one GPU: the NCCL check's groups of one rank, in the report"
 check 'grep -q "maestro-run 16384 tokens/s (median step 250.0 ms over steps 2-7, the first 900 ms), 0.82 of the bare section loop" "$fake/report.md"' "maestro-run's steady step time against the bare loop, in the report"
@@ -83,7 +85,7 @@ check 'grep -q "PyTorch (SDPA, fused AdamW) 40000 tokens/s, maestro 20000 tokens
 
 STALL=1 STEP_TIMEOUT=2 run; st=$?
 check '[ $st = 1 ] && grep -q "^## selfcheck: FAIL" "$fake/report.md" && grep -q "stopped after --step-timeout 2 s" "$fake/report.md"' "a step that hangs is stopped at --step-timeout and FAILs ($st)"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 19 ]' "... and the steps after it still run"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 20 ]' "... and the steps after it still run"
 
 [ "$fail" = 0 ] || { echo "--- report headers:"; grep "^## " "$fake/report.md"; }
 exit $fail

@@ -94,6 +94,7 @@ plan=(
   "engine cuda vs cpu|$run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "train tiny_mllm|$run models/tiny_mllm.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
   "train tiny_kd|$run models/tiny_kd.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
+  "hand-offs device vs host|$run models/tiny_mllm.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml --gpu-handoffs=host ; $run models/tiny_mllm.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml --gpu-handoffs=device"
   "dp 2 over NCCL|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "dp 2 over processes|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --processes 2 --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "tp 2 over NCCL|$run $cfg_dir/tiny_mllm_tp2.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_tp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
@@ -198,6 +199,17 @@ assert lines[0]["backend"] == "cuda" and lines[1]["backend"] == "cpu", lines
 err = max(abs(x - y) / abs(y) for x, y in zip(a, b))
 print("per-step loss rel err cuda vs cpu: %.3g" % err)
 assert err <= 1e-2, err  # tiny_kd and tiny_mllm train in fp32; the GPU's atomics reorder sums
+PY
+      ;;
+    "hand-offs device vs host")
+      [ "$st" = 0 ] && { $py - "$log" <<'PY' || verdict=FAIL; }
+import json, sys
+host, device = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")][-2:]
+assert host["backend"] == "cuda" and device["backend"] == "cuda", (host, device)
+err = max(abs(x - y) / abs(y) for x, y in zip(device["losses"], host["losses"]))
+print("hand-offs in GPU memory %.1f samples/s, through host memory %.1f samples/s (%.2fx); per-step loss rel err %.3g"
+      % (device["samples_per_s"], host["samples_per_s"], device["samples_per_s"] / host["samples_per_s"], err))
+assert err <= 1e-2, err  # the same bytes handed on; the GPU's atomics reorder sums
 PY
       ;;
     "train tiny_mllm"|"train tiny_kd")

@@ -230,7 +230,8 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
                 program, int(s), int(k), int(pp), setup.seed, *setup.transport, std::move(backend), std::move(dp_rank),
                 tp > 1 ? tp_group[size_t(t)] : nullptr, run_shards_optimizer(program.train, plan, int(s)),
                 recomputed_layers(graph.section(int(s)), plan.sections[s]),
-                recomputes_stage(graph.section(int(s)), plan.sections[s]));
+                recomputes_stage(graph.section(int(s)), plan.sections[s]),
+                options.resident_handoffs && options.backend == BackendKind::Cuda && options.placement.empty());
             setup.runners[s][size_t(k)][size_t(r)].push_back(std::move(runner));
           }
           // Every rank reads its slice of the whole tensors (load is local: no collective).

@@ -39,13 +39,15 @@ struct SectionRunner::EngineInputs {
 SectionRunner::SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed,
                              Transport& transport, std::unique_ptr<Backend> backend,
                              std::shared_ptr<Communicator> dp_group, std::shared_ptr<Communicator> tp_group,
-                             bool shard_optimizer, int64_t recompute, bool recompute_stage)
+                             bool shard_optimizer, int64_t recompute, bool recompute_stage,
+                             bool resident_handoffs)
     : program_(program),
       section_(section),
       stage_(stage),
       stages_(stages),
       transport_(transport),
       backend_(std::move(backend)),
+      resident_(resident_handoffs && backend_->device() != Device::Host),
       dp_group_(std::move(dp_group)),
       tp_group_(std::move(tp_group)),
       recompute_stage_(recompute_stage && program.sections[size_t(section)].mode == Mode::Train) {
@@ -152,11 +154,42 @@ size_t position_of(const RunTask& t, int32_t sample) {
 
 }  // namespace
 
+TensorRef SectionRunner::hand_off(std::vector<int64_t> shape, const float* src, bool resident) {
+  if (!resident || !resident_) return host_copy(transport_, *backend_, std::move(shape), src);
+  size_t n = 1;
+  for (const int64_t d : shape) n *= size_t(d);
+  TensorRef t{nullptr, std::move(shape), DType::F32};
+  float* p = backend_->allocate(std::max<size_t>(n, 1));
+  backend_->copy(p, src, n);
+  std::shared_ptr<Backend> owner = backend_;  // the block goes back to it, from whichever thread lets go last
+  t.buffer = std::shared_ptr<Buffer>(new Buffer{reinterpret_cast<std::byte*>(p), n * sizeof(float), 0, 0, 0,
+                                                backend_->device(), {}, backend_->ready_marker()},
+                                     [owner](Buffer* b) {
+                                       owner->release(b->data);
+                                       delete b;
+                                     });
+  return t;
+}
+
+std::span<const float> SectionRunner::floats_of(const TensorRef& t) const {
+  if (t.device() == Device::Host) return t.values();
+  if (t.dtype != DType::F32) throw std::logic_error("a resident hand-off that is not fp32");
+  backend_->wait_for(t.buffer->ready);
+  return {reinterpret_cast<const float*>(t.buffer->data), size_t(t.numel())};
+}
+
+bool SectionRunner::resident_gradient(int32_t flow) const {
+  const std::string& producer = program_.flows[size_t(flow)].from;
+  int consumers = 0;
+  for (const Flow& f : program_.flows) consumers += f.from == producer && f.kind != FlowKind::Logits;
+  return consumers == 1;
+}
+
 // One sample's logits on the host; a split transformer's [rows, Vs] gathered
 // from every rank into the whole [rows, vocab] (collective).
 TensorRef SectionRunner::logits_of(const RowsView& v) {
   const int64_t V = std::get<TransformerSpec>(program_.sections[size_t(section_)].model.spec).vocab;
-  if (!tp_group_ || tp_group_->size() == 1) return host_copy(transport_, *backend_, {v.rows, v.cols}, v.data);
+  if (!tp_group_ || tp_group_->size() == 1) return hand_off({v.rows, v.cols}, v.data, true);
   const int64_t R = tp_group_->size(), Vs = v.cols;
   std::vector<float> all(size_t(R * v.rows * Vs));
   {  // gathered in backend memory (an NCCL group's), then read back once
@@ -196,13 +229,13 @@ SectionRunner::EngineInputs SectionRunner::inputs_of(const RunTask& rt) const {
   for (const FlowTensor* ft : ordered) {
     const size_t k = position_of(rt, ft->sample);
     if (program_.flows[size_t(ft->flow)].kind == FlowKind::Logits) {
-      in.teacher[k] = ft->tensor.values();
+      in.teacher[k] = floats_of(ft->tensor);
       in.has_teacher = true;
     } else if (is_mlp) {
-      in.samples[k].values = ft->tensor.values();
+      in.samples[k].values = floats_of(ft->tensor);
       in.spliced_flows[k].push_back(ft->flow);
     } else {
-      in.samples[k].spliced.push_back(ft->tensor.values());
+      in.samples[k].spliced.push_back(floats_of(ft->tensor));
       in.spliced_flows[k].push_back(ft->flow);
     }
   }
@@ -211,7 +244,7 @@ SectionRunner::EngineInputs SectionRunner::inputs_of(const RunTask& rt) const {
       throw std::logic_error(fmt::format("stage {} forward without stage {}'s output", stage_, stage_ - 1));
     if (!rt.stage_in.geometry)  // kept by another process: a replica's stages share one (processes.h)
       throw std::logic_error(fmt::format("stage {} forward without the layout of stage {}'s output", stage_, stage_ - 1));
-    in.stage = {rt.stage_in.tensor.values(), rt.stage_in.geometry};
+    in.stage = {floats_of(rt.stage_in.tensor), rt.stage_in.geometry};
   }
   return in;
 }
@@ -226,8 +259,7 @@ SectionRunner::Result SectionRunner::forward_rank(const RunTask& rt) {
   Result result;
   if (!last) {
     if (tp_rank0())  // the ranks' hidden states are the same
-      result.stage_out = {host_copy(transport_, *backend_, {out.hidden.rows, out.hidden.cols}, out.hidden.data),
-                          out.geometry};
+      result.stage_out = {hand_off({out.hidden.rows, out.hidden.cols}, out.hidden.data, true), out.geometry};
   } else if (!sec.loss.empty()) {
     if (!in.has_teacher) in.teacher.clear();
     const QueuedLoss q{t.id, rt.data->loss_positions.at(size_t(section_)), take_slots(sec.loss.size())};
@@ -246,8 +278,8 @@ SectionRunner::Result SectionRunner::forward_rank(const RunTask& rt) {
     if (whole.empty())
       for (size_t k = 0; k < n; ++k)
         whole.push_back(carries_logits ? logits_of(out.logits.at(k))
-                                       : host_copy(transport_, *backend_, {out.outputs[k].rows, out.outputs[k].cols},
-                                                   out.outputs[k].data));
+                                       : hand_off({out.outputs[k].rows, out.outputs[k].cols}, out.outputs[k].data,
+                                                  true));
     for (size_t k = 0; k < n && tp_rank0(); ++k) result.outputs.push_back({int32_t(fi), rt.samples[k], whole[k]});
   }
   if (sec.mode == Mode::Train) {
@@ -306,19 +338,19 @@ SectionRunner::Result SectionRunner::backward_rank(const RunTask& rt) {
   // (Never a transformer's: its logits leave by logits flows only, which carry no gradient.)
   std::vector<std::span<const float>> output_grads(n);
   for (size_t k = 0; k < n; ++k)
-    if (!summed[k].empty()) output_grads[k] = summed[k].values();
+    if (!summed[k].empty()) output_grads[k] = floats_of(summed[k]);
   std::span<const float> stage_grad;
   if (stage_ < stages_ - 1) {
     if (rt.stage_in.empty())
       throw std::logic_error(fmt::format("stage {} backward without stage {}'s gradient", stage_, stage_ + 1));
-    stage_grad = rt.stage_in.tensor.values();
+    stage_grad = floats_of(rt.stage_in.tensor);
   }
   const std::vector<std::vector<RowsView>> in_grads = model_->backward(*pending.context, output_grads, stage_grad);
   Result out;
   if (!tp_rank0()) return out;  // rank 0's input gradients stand for the replica (the ranks' are the same)
   if (stage_ > 0) {
     const RowsView d = SectionModel::stage_input_grad(*pending.context);
-    out.stage_out.tensor = host_copy(transport_, *backend_, {d.rows, d.cols}, d.data);
+    out.stage_out.tensor = hand_off({d.rows, d.cols}, d.data, true);
     return out;
   }
   for (size_t k = 0; k < n && k < in_grads.size(); ++k)
@@ -329,7 +361,7 @@ SectionRunner::Result SectionRunner::backward_rank(const RunTask& rt) {
       const Section* producer = program_.find_section(program_.flows[size_t(flow)].from);
       if (!producer || producer->mode != Mode::Train) continue;
       const RowsView& v = in_grads[k][b];
-      out.outputs.push_back({flow, rt.samples[k], host_copy(transport_, *backend_, {v.rows, v.cols}, v.data)});
+      out.outputs.push_back({flow, rt.samples[k], hand_off({v.rows, v.cols}, v.data, resident_gradient(flow))});
     }
   return out;
 }

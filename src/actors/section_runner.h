@@ -54,10 +54,19 @@ class SectionRunner {
   // forward and backward keep only the task (its input tensors) and run the
   // forward again (and a loss stage its loss) before the backward — the same
   // results, none of the stage's activations held meanwhile.
+  // `resident_handoffs` (a run in one process on GPUs): what this runner
+  // hands on stays in its backend's memory — a block of the backend, copied
+  // device to device and marked ready (Backend::ready_marker) — and the
+  // consumer's backend waits for the marker and copies it device to
+  // device, or from another GPU peer to peer: no trip through host memory
+  // and no wait for the device. Except: a tp > 1 transformer's logits
+  // (gathered on the host), and the gradient for a producer whose output
+  // has several consumers (their gradients are summed on the host), which
+  // go through host memory as without it.
   SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, Transport& transport,
                 std::unique_ptr<Backend> backend, std::shared_ptr<Communicator> dp_group,
                 std::shared_ptr<Communicator> tp_group, bool shard_optimizer, int64_t recompute = 0,
-                bool recompute_stage = false);
+                bool recompute_stage = false, bool resident_handoffs = false);
   ~SectionRunner();
   // The layers whose activations the engine recomputes in backward.
   int64_t recomputed_layers() const;
@@ -125,7 +134,10 @@ class SectionRunner {
     std::vector<TensorRef> tensors;
   };
   std::deque<Held> held_;
-  std::unique_ptr<Backend> backend_;
+  // Shared with the resident hand-offs it made, whose blocks go back to it
+  // when their last reader lets go (which may be after this runner).
+  std::shared_ptr<Backend> backend_;
+  bool resident_ = false;
   std::shared_ptr<Communicator> dp_group_, tp_group_;
   bool recompute_stage_ = false;
   std::unique_ptr<SectionModel> model_;
@@ -157,6 +169,15 @@ class SectionRunner {
   Result backward_rank(const RunTask& task);
   StepScalars reduce_grads_rank();
   TensorRef logits_of(const RowsView& v);
+  // What this runner hands on of backend memory `src`: a resident hand-off
+  // when `resident` (above), else a host copy from the transport.  [shape]
+  TensorRef hand_off(std::vector<int64_t> shape, const float* src, bool resident);
+  // An incoming tensor's floats for the engine's held uploads: host memory,
+  // or a resident hand-off's device memory once this backend waits for it.
+  std::span<const float> floats_of(const TensorRef& t) const;
+  // Whether the gradient of flow f's tensor may go back resident: its
+  // producer's output has no other consumer to sum it with.
+  bool resident_gradient(int32_t flow) const;
   double* slot(size_t i) { return chunks_[i / kSlots] + i % kSlots; }
 };
 

@@ -75,6 +75,9 @@ struct TrainOptions {
   std::optional<uint64_t> seed;        // overrides train.seed
   int64_t threads = 0;                 // CAF scheduler and CPU backend threads; 0 = all cores (cpu_slots)
   BackendKind backend = BackendKind::Cpu;  // every section replica's (gpu/backend_factory.h)
+  // --gpu-handoffs=device: in a run in one process on cuda, hand-offs stay
+  // in GPU memory (actors/section_runner.h, resident_handoffs).
+  bool resident_handoffs = true;
   const std::atomic<bool>* interrupt = nullptr;  // SIGINT: checkpoint and stop
   std::function<void(const std::vector<std::string>&)> on_plan;  // the plan lines, before the first step
   std::vector<ReplFrontEnd> repl;      // none = no repl actor

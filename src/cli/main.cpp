@@ -78,6 +78,11 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   app.add_option("--gpu-selfcheck", gpu_selfcheck,
                  "on: the first use of a CUDA device checks the fast kernels against the reference path; off skips it")
       ->check(CLI::IsMember({"on", "off"}));
+  std::string gpu_handoffs = "device";
+  app.add_option("--gpu-handoffs", gpu_handoffs,
+                 "device: in a run in one process on cuda, tensors handed between sections stay in GPU memory "
+                 "(device to device, peer to peer between GPUs); host: through pinned host memory")
+      ->check(CLI::IsMember({"device", "host"}));
   auto* calibrate =
       app.add_option("--calibrate", cli.calibrate, "measure this machine and write a device profile to OUT.toml");
   auto* processes = app.add_option("--processes", cli.processes,
@@ -138,6 +143,7 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
     return 2;
   }
   cli.gpu_selfcheck = gpu_selfcheck == "on";
+  cli.gpu_resident_handoffs = gpu_handoffs == "device";
   set_log_level(*parse_log_level(log_level_name));
   if (*steps_opt) cli.steps = steps;
   if (*stop_opt) cli.stop_after = stop_after;

@@ -129,6 +129,7 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
   opt.seed = config.runtime.seed;
   opt.threads = config.runtime.threads;
   opt.backend = backend.kind;
+  opt.resident_handoffs = cli.gpu_resident_handoffs;
   opt.checkpoint_keep = config.checkpoint.keep;
   opt.interrupt = &g_interrupt;
   if (cli.processes > 1) {  // the coordinator of a run over processes (actors/processes.h)

@@ -98,6 +98,11 @@ class Backend {
   virtual void copy_from_host_held(void* dst, const void* host_src, size_t bytes) {
     copy_from_host(dst, host_src, bytes);
   }
+  // A held upload's source may also be another backend's memory on a GPU
+  // of this process (a resident hand-off, actors/section_runner.h: after
+  // wait_for its marker): then the copy is device to device, or between
+  // GPUs (cudaMemcpyPeerAsync), left queued under the same promise.
+  //
   // `rows` rows of `row_bytes` each, from host_src every src_pitch bytes to
   // dst every dst_pitch bytes, held as above (a column slice: the teacher
   // logits of one tp rank's vocabulary slice, section_model.cpp). The CUDA
@@ -109,6 +114,14 @@ class Backend {
       copy_from_host_held(static_cast<std::byte*>(dst) + r * dst_pitch,
                           static_cast<const std::byte*>(host_src) + r * src_pitch, row_bytes);
   }
+  // A marker of the work queued so far that another backend can order its
+  // own work after (wait_for): the CUDA backend records an event; null
+  // where queued work is done when the call returns (the CPU's). Held by
+  // a hand-off in device memory until its last reader lets go.
+  virtual std::shared_ptr<void> ready_marker() { return nullptr; }
+  // Work queued here from now on runs after the marked work (the CUDA
+  // backend: cudaStreamWaitEvent, no host wait). Null: nothing to wait for.
+  virtual void wait_for(const std::shared_ptr<void>& marker) { (void)marker; }
   // A mark after the work queued so far, and whether all of that work is
   // done — asked without waiting (the CUDA backend records an event and
   // queries it). A backend whose copies are done when they return (the

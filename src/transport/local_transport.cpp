@@ -219,7 +219,7 @@ TensorRef LocalTransport::allocate(std::vector<int64_t> shape, DType dtype, uint
   std::shared_ptr<State> state = state_;
   const auto [rid, offset] = at;
   TensorRef ref;
-  ref.buffer = std::shared_ptr<Buffer>(new Buffer{data, capacity, state_->id, rid, offset, Device::Host, {}},
+  ref.buffer = std::shared_ptr<Buffer>(new Buffer{data, capacity, state_->id, rid, offset, Device::Host, {}, nullptr},
                                        [state, rid = rid, offset = offset](Buffer* b) {  // clang 14: no capture of a binding
                                          state->give_back(rid, offset);
                                          delete b;

@@ -8,6 +8,9 @@
 // The block knows where it is registered (owner transport, pool, byte
 // offset) and on which device it lives: that is the handle a peer needs
 // to write into it (Transport::describe gives it as a TensorDescriptor).
+// A hand-off kept in a GPU's memory (actors/section_runner.h, "resident
+// hand-offs") is a block of its producer's backend, in no pool, with the
+// marker of the work that writes it (Backend::ready_marker).
 #pragma once
 
 #include <cstddef>
@@ -31,6 +34,7 @@ struct Buffer {
   uint64_t offset = 0;       // bytes from the pool's start
   Device device = Device::Host;
   std::vector<std::byte> standalone;  // the bytes of a standalone block
+  std::shared_ptr<void> ready;        // device memory: what a reader's stream waits for first (null: written)
 };
 
 struct TensorRef {

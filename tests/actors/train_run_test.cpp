@@ -375,6 +375,96 @@ BOOST_AUTO_TEST_CASE(a_runner_holds_its_uploads_until_the_backend_syncs) {
   BOOST_TEST(va == vb);
 }
 
+// Resident hand-offs (section_runner.h), as a run in one process on GPUs
+// makes them, behind a GPU's memory contract: each runner's CheckedBackend
+// stands for its own GPU (its blocks for that GPU's memory). The
+// projector's outputs stay in its backend's memory, marked ready; the LLM
+// waits for each marker and reads them from there; the LLM's gradients
+// back to the projector, and the projector's back to the vision encoder
+// (each output has one consumer), stay in the producing backend's memory
+// too. Losses, gradient norms and the gradients handed back are the host
+// path's, bit for bit; a hand-off's block goes back to its backend once
+// the last reference is gone, after the runner that made it.
+BOOST_AUTO_TEST_CASE(resident_handoffs_stay_in_backend_memory_and_change_no_result) {
+  const Program program = cpu_runnable(parse(small_mllm("parallel { dp = 1; }")));
+  const SectionGraph graph = build_graph(program);
+  const StepInputs inputs(graph, program.data, program.train.global_batch);
+  const std::shared_ptr<const StepData> data = inputs.step(0);
+  std::vector<int32_t> images;
+  for (size_t i = 0; i < data->batch.samples.size(); ++i)
+    if (!data->inputs[0][i].pixels.empty()) images.push_back(int32_t(i));
+  BOOST_TEST_REQUIRE(images.size() >= 2u);
+  images.resize(2);
+  int32_t to_proj = -1, to_llm = -1;
+  for (size_t f = 0; f < program.flows.size(); ++f)
+    (program.flows[f].from == "vision" ? to_proj : to_llm) = int32_t(f);
+  const int proj = graph.find("proj"), llm = graph.find("llm");
+  struct Side {
+    double loss = 0, llm_norm = 0, proj_norm = 0;
+    std::vector<std::vector<float>> to_vision;  // the projector's input gradients
+  };
+  std::weak_ptr<Buffer> handed;  // a resident hand-off of the projector
+  auto run = [&](bool resident) {
+    LocalTransport transport;
+    auto* proj_backend = new test_support::CheckedBackend(1);
+    auto* llm_backend = new test_support::CheckedBackend(1);
+    auto p = std::make_unique<SectionRunner>(program, proj, 0, 1, 7, transport, std::unique_ptr<Backend>(proj_backend),
+                                             nullptr, nullptr, false, 0, false, resident);
+    auto l = std::make_unique<SectionRunner>(program, llm, 0, 1, 7, transport, std::unique_ptr<Backend>(llm_backend),
+                                             nullptr, nullptr, false, 0, false, resident);
+    auto task = [&](Task::Kind kind, std::vector<FlowTensor> in) {
+      RunTask t;
+      t.task.kind = kind, t.task.micro_batch = 0, t.task.id = kind == Task::Kind::Backward ? 1 : 0;
+      t.samples = images, t.data = data, t.inputs = std::move(in);
+      return t;
+    };
+    std::vector<FlowTensor> patches;  // the vision encoder's outputs: [4, 32] per image
+    for (const int32_t i : images) {
+      TensorRef e = transport.allocate({4, 32});
+      for (size_t j = 0; j < e.values().size(); ++j) e.values()[j] = float((j * 5 + size_t(i)) % 13) * 0.05f - 0.3f;
+      patches.push_back({to_proj, i, e});
+    }
+    Side side;
+    {
+      const SectionRunner::Result embedded = p->forward(task(Task::Kind::Forward, patches));
+      BOOST_TEST_REQUIRE(embedded.outputs.size() == 2u);
+      for (const FlowTensor& o : embedded.outputs) {
+        BOOST_TEST((o.tensor.device() == Device::Cuda) == resident);
+        BOOST_TEST(proj_backend->holds(o.tensor.buffer->data) == resident);
+        BOOST_TEST((o.tensor.buffer->ready != nullptr) == resident);
+      }
+      if (resident) handed = embedded.outputs[0].tensor.buffer;
+      l->forward(task(Task::Kind::Forward, embedded.outputs));
+      if (resident) BOOST_TEST(llm_backend->waits() == 2);  // each embedding's marker, before reading it
+      const SectionRunner::Result back = l->backward(task(Task::Kind::Backward, {}));
+      BOOST_TEST_REQUIRE(back.outputs.size() == 2u);
+      for (const FlowTensor& o : back.outputs) {
+        BOOST_TEST(o.flow == to_llm);
+        BOOST_TEST(llm_backend->holds(o.tensor.buffer->data) == resident);
+      }
+      const SectionRunner::Result to_vision = p->backward(task(Task::Kind::Backward, back.outputs));
+      if (resident) BOOST_TEST(proj_backend->waits() == 2);
+      BOOST_TEST_REQUIRE(to_vision.outputs.size() == 2u);
+      for (const FlowTensor& o : to_vision.outputs) {
+        BOOST_TEST(proj_backend->holds(o.tensor.buffer->data) == resident);
+        const auto* f = reinterpret_cast<const float*>(o.tensor.buffer->data);  // CheckedBackend memory is host memory
+        side.to_vision.emplace_back(f, f + o.tensor.numel());
+      }
+    }
+    const SectionRunner::StepScalars ls = l->reduce_grads(), ps = p->reduce_grads();
+    side.loss = ls.losses.at(0).loss, side.llm_norm = ls.grad_sq_norm, side.proj_norm = ps.grad_sq_norm;
+    BOOST_TEST(side.proj_norm > 0);
+    p.reset();  // the projector's runner first: the LLM's runner still holds the task with its hand-offs
+    return side;
+  };
+  const Side host = run(false), resident = run(true);
+  BOOST_TEST(resident.loss == host.loss);
+  BOOST_TEST(resident.llm_norm == host.llm_norm);
+  BOOST_TEST(resident.proj_norm == host.proj_norm);
+  BOOST_TEST((resident.to_vision == host.to_vision));
+  BOOST_TEST(handed.expired());  // given back (to a backend that outlived its runner until then)
+}
+
 // The runner's tensor-parallel paths behind a GPU's memory contract
 // (CheckedBackend: host and backend memory kept apart): tp = 2 ranks, one
 // thread each over an in-process group, hand on what one tp = 1 runner does

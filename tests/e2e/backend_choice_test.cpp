@@ -2,7 +2,8 @@
 // CLI: "cpu" trains on the CPU backend, "auto" on the one it resolves to,
 // and both say so in --json; without a CUDA device "cuda" is a clear error
 // with exit status 2, never a silent CPU run (with one, the same cases train
-// on the GPU); --gpu-selfcheck takes on or off only.
+// on the GPU); --gpu-selfcheck takes on or off only, --gpu-handoffs device
+// or host.
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>
@@ -144,6 +145,16 @@ BOOST_AUTO_TEST_CASE(gpu_selfcheck_takes_on_or_off) {
   const std::string path = config_file("maestro_e2e_selfcheck", "cuda");
   const ProcessResult off = maestro_run({"models/tiny_mllm.sect", "--config", path, "--gpu-selfcheck=off", "--steps", "1", "--quiet"});
   BOOST_TEST(off.status == (gpu_here() ? 0 : 2));  // skipping the check does not make a GPU appear
+}
+
+// --gpu-handoffs takes device or host only; host trains on the CPU as
+// device does (the CPU backend's hand-offs are host memory either way).
+BOOST_AUTO_TEST_CASE(gpu_handoffs_takes_device_or_host) {
+  const ProcessResult bad = maestro_run({"models/tiny_mllm.sect", "--gpu-handoffs=gpu", "--steps", "1", "--quiet"});
+  BOOST_TEST(bad.status == 2);
+  BOOST_TEST(bad.first_err_line().find("--gpu-handoffs") != std::string::npos, bad.err);
+  const ProcessResult host = maestro_run({"models/tiny_mllm.sect", "--gpu-handoffs=host", "--steps", "1", "--quiet"});
+  BOOST_TEST(host.status == 0, host.err);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -19,6 +19,9 @@
 // before the op runs, so a read of its old contents shows in the results;
 // so is the bf16 copy AdamW is to write (Backend::adamw's p16).
 //
+// A held upload's source may be another backend's memory (a resident
+// hand-off: another CheckedBackend's blocks stand for another GPU's).
+//
 // And it checks copy_from_host_held's promise as the CUDA backend needs it,
 // which reads a source in pinned memory (transport/pinned_ranges.h) later,
 // by DMA: its fences pass only at a copy_to_host (the sync), and there,
@@ -84,6 +87,15 @@ class CheckedBackend final : public Backend {
   uint64_t fence() override { return syncs_; }
   bool passed(uint64_t fence) override { return syncs_ > fence; }
   int64_t held_uploads() const { return held_uploads_; }  // held pinned sources checked at a sync so far
+  // Resident hand-offs (actors/section_runner.h): a fresh marker each time;
+  // the waits for one are counted. Whether p lies in this backend's memory.
+  std::shared_ptr<void> ready_marker() override { return std::make_shared<int>(0); }
+  void wait_for(const std::shared_ptr<void>& marker) override { waits_ += marker != nullptr; }
+  int64_t waits() const { return waits_; }
+  bool holds(const void* p) const {
+    std::lock_guard lock(mu_);
+    return block_of(p) != blocks_.end();
+  }
   void convert(void* d, DType dd, const void* s, DType sd, size_t n) override {
     dev("convert", "dst", d, n * dtype_size(dd)), dev("convert", "src", s, n * dtype_size(sd));
     ++converts_;
@@ -338,6 +350,7 @@ class CheckedBackend final : public Backend {
   std::vector<std::pair<const char*, std::string>> held_;
   std::atomic<uint64_t> syncs_{0};
   int64_t held_uploads_ = 0;
+  std::atomic<int64_t> waits_{0};
 };
 
 }  // namespace maestro::test_support

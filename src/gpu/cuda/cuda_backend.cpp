@@ -148,19 +148,50 @@ class CudaBackend final : public Backend {
   }
   // Pinned memory (cuda_pin_host: the transport's hand-off pools): DMA
   // straight from the caller's bytes, left queued — the caller keeps them
-  // until passed(fence()). Other memory: through the ring as above.
+  // until passed(fence()). A resident hand-off (device memory of this or
+  // another GPU): device to device, or peer to peer, left queued likewise.
+  // Other memory: through the ring as above.
   void copy_from_host_held(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
+    if (const int from = device_of(src); from >= 0) {
+      on_device();
+      if (from == opt_.device)
+        MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+      else
+        MAESTRO_CUDA_CHECK(cudaMemcpyPeerAsync(dst, opt_.device, src, from, bytes, stream_));
+      return;
+    }
     if (!pinned_host_ranges().covers(src, bytes)) return copy_from_host(dst, src, bytes);
     on_device();
     MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  // A resident hand-off's marker: an event recorded after the work so far
+  // (its own, not the fence ledger's: it lives as long as the hand-off).
+  std::shared_ptr<void> ready_marker() override {
+    on_device();
+    cudaEvent_t e = nullptr;
+    MAESTRO_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    std::shared_ptr<void> marker(e, [](void* ev) { cudaEventDestroy(static_cast<cudaEvent_t>(ev)); });
+    MAESTRO_CUDA_CHECK(cudaEventRecord(e, stream_));
+    return marker;
+  }
+  void wait_for(const std::shared_ptr<void>& marker) override {
+    if (!marker) return;
+    on_device();
+    MAESTRO_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(marker.get()), 0));
   }
   // A column slice from pinned memory: one strided DMA, left queued (the
   // caller holds the source as above); from other memory, row by row.
   void copy_rows_from_host_held(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                                 size_t rows) override {
     if (rows == 0 || row_bytes == 0) return;
-    if (!pinned_host_ranges().covers(src, (rows - 1) * src_pitch + row_bytes))
+    if (device_of(src) == opt_.device) {  // a resident hand-off on this GPU
+      on_device();
+      MAESTRO_CUDA_CHECK(
+          cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice, stream_));
+      return;
+    }
+    if (device_of(src) >= 0 || !pinned_host_ranges().covers(src, (rows - 1) * src_pitch + row_bytes))
       return Backend::copy_rows_from_host_held(dst, dst_pitch, src, src_pitch, row_bytes, rows);
     on_device();
     MAESTRO_CUDA_CHECK(
@@ -474,6 +505,16 @@ class CudaBackend final : public Backend {
   // per process): every entry point makes ours current first.
   void on_device() { MAESTRO_CUDA_CHECK(cudaSetDevice(opt_.device)); }
 
+  // The GPU whose memory p is in, or -1 for host memory (pinned, pageable
+  // or unknown to CUDA).
+  static int device_of(const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();  // an unknown pointer is host memory; clear the sticky-free error
+      return -1;
+    }
+    return a.type == cudaMemoryTypeDevice ? a.device : -1;
+  }
   void* place(size_t bytes) {
     on_device();
     std::lock_guard lock(mu_);
