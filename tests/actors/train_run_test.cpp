@@ -465,6 +465,53 @@ BOOST_AUTO_TEST_CASE(resident_handoffs_stay_in_backend_memory_and_change_no_resu
   BOOST_TEST(handed.expired());  // given back (to a backend that outlived its runner until then)
 }
 
+// The exception: the gradient for an output with two consumers goes back
+// through host memory, since its producer sums the two there. The vision
+// encoder feeds two projectors; the projector's backward, resident, hands
+// its input gradient back on the host.
+BOOST_AUTO_TEST_CASE(a_gradient_for_an_output_with_two_consumers_goes_back_on_the_host) {
+  std::string text = small_mllm("parallel { dp = 1; }");
+  const std::string one = "flow vision -> proj -> llm;";
+  text.replace(text.find(one), one.size(),
+               "section proj2 { model = mlp(in: 32, out: 32); }\n"
+               "flow vision -> proj -> llm;\nflow vision -> proj2 -> llm;");
+  const Program program = cpu_runnable(parse(text));
+  const SectionGraph graph = build_graph(program);
+  const StepInputs inputs(graph, program.data, program.train.global_batch);
+  const std::shared_ptr<const StepData> data = inputs.step(0);
+  int32_t image = -1;
+  for (size_t i = 0; i < data->batch.samples.size() && image < 0; ++i)
+    if (!data->inputs[0][i].pixels.empty()) image = int32_t(i);
+  BOOST_TEST_REQUIRE(image >= 0);
+  int32_t to_proj = -1, to_llm = -1;
+  for (size_t f = 0; f < program.flows.size(); ++f) {
+    if (program.flows[f].from == "vision" && program.flows[f].to == "proj") to_proj = int32_t(f);
+    if (program.flows[f].from == "proj") to_llm = int32_t(f);
+  }
+  BOOST_TEST_REQUIRE((to_proj >= 0 && to_llm >= 0));
+  LocalTransport transport;
+  auto* backend = new test_support::CheckedBackend(1);
+  SectionRunner proj(program, graph.find("proj"), 0, 1, 7, transport, std::unique_ptr<Backend>(backend), nullptr,
+                     nullptr, false, 0, false, /*resident_handoffs=*/true);
+  auto task = [&](Task::Kind kind, int32_t flow) {
+    RunTask t;
+    t.task.kind = kind, t.task.micro_batch = 0, t.task.id = kind == Task::Kind::Backward ? 1 : 0;
+    t.samples = {image}, t.data = data;
+    TensorRef x = transport.allocate({4, 32});
+    for (size_t j = 0; j < x.values().size(); ++j) x.values()[j] = float(j % 7) * 0.1f - 0.3f;
+    t.inputs.push_back({flow, image, x});
+    return t;
+  };
+  const SectionRunner::Result out = proj.forward(task(Task::Kind::Forward, to_proj));
+  BOOST_TEST_REQUIRE(out.outputs.size() == 1u);
+  BOOST_TEST((out.outputs[0].tensor.device() == Device::Cuda));  // the LLM is its only consumer
+  const SectionRunner::Result back = proj.backward(task(Task::Kind::Backward, to_llm));
+  BOOST_TEST_REQUIRE(back.outputs.size() == 1u);
+  BOOST_TEST(back.outputs[0].flow == to_proj);
+  BOOST_TEST((back.outputs[0].tensor.device() == Device::Host));
+  BOOST_TEST(!backend->holds(back.outputs[0].tensor.buffer->data));
+}
+
 // The runner's tensor-parallel paths behind a GPU's memory contract
 // (CheckedBackend: host and backend memory kept apart): tp = 2 ranks, one
 // thread each over an in-process group, hand on what one tp = 1 runner does
