@@ -438,4 +438,40 @@ std::vector<OpCheck> compare_backends(Backend& test, Backend& ref, const Compare
   return std::move(c.results_);
 }
 
+std::vector<OpCheck> check_handoff_copies(Backend& producer, Backend& consumer, uint32_t seed) {
+  constexpr int64_t rows = 37, cols = 53, first = 11, width = 29;  // a slice of columns [first, first + width)
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> host(size_t(rows * cols));               // [rows, cols]
+  for (float& x : host) x = dist(rng);
+  float* block = producer.allocate(host.size());               // the hand-off [rows, cols]
+  producer.copy_from_host(block, host.data(), host.size() * sizeof(float));
+  consumer.wait_for(producer.ready_marker());
+  float* whole = consumer.allocate(host.size());               // [rows, cols]
+  float* slice = consumer.allocate(size_t(rows * width));      // [rows, width]
+  consumer.copy_from_host_held(whole, block, host.size() * sizeof(float));
+  consumer.copy_rows_from_host_held(slice, width * sizeof(float), block + first, cols * sizeof(float),
+                                    width * sizeof(float), rows);
+  std::vector<float> got_whole(host.size()), got_slice(size_t(rows * width)), want_slice(got_slice.size());
+  consumer.copy_to_host(got_whole.data(), whole, got_whole.size() * sizeof(float));  // the consumer's sync
+  consumer.copy_to_host(got_slice.data(), slice, got_slice.size() * sizeof(float));
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(host.begin() + r * cols + first, width, want_slice.begin() + r * width);
+  consumer.release(whole);
+  consumer.release(slice);
+  producer.release(block);  // after the consumer's copies are done
+  auto rel_err = [](const std::vector<float>& got, const std::vector<float>& want) {
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double d = std::abs(double(got[i]) - double(want[i]));
+      diff = std::isnan(d) ? std::numeric_limits<double>::quiet_NaN() : std::max(diff, d);
+      if (std::isnan(diff)) break;
+      scale = std::max(scale, std::abs(double(want[i])));
+    }
+    return diff / std::max(scale, 1e-30);
+  };
+  return {{"copy_from_host_held (a hand-off in another backend's memory)", rel_err(got_whole, host), 0.0},
+          {"copy_rows_from_host_held (a hand-off in another backend's memory)", rel_err(got_slice, want_slice), 0.0}};
+}
+
 }  // namespace maestro

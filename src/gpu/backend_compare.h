@@ -41,4 +41,13 @@ const std::vector<std::string>& compared_op_families();
 // Throws std::invalid_argument for an unknown name in options.ops.
 std::vector<OpCheck> compare_backends(Backend& test, Backend& ref, const CompareOptions& options);
 
+// A hand-off left in `producer`'s memory (actors/section_runner.h), read by
+// `consumer` as a runner reads one: wait_for the producer's ready_marker,
+// then a held copy of the whole block (copy_from_host_held) and of a
+// column slice of it (copy_rows_from_host_held). Both must give back the
+// producer's bytes exactly (tolerance 0). On one GPU the copies run device
+// to device; from another GPU, peer to peer. The CUDA self-check runs it
+// between two backends of its device (self_check.h).
+std::vector<OpCheck> check_handoff_copies(Backend& producer, Backend& consumer, uint32_t seed = 1);
+
 }  // namespace maestro

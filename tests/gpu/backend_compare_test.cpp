@@ -3,7 +3,8 @@
 // CPU backends agree on every op of every family; a backend with one op off
 // by 1e-3 is caught and named, the others still pass; so is a norm whose
 // bits vary from call to call, and one that reads a gradient it is to
-// overwrite.
+// overwrite; a hand-off read from another backend's memory comes back
+// exact (check_handoff_copies), and a strided copy that drops a row is named.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -22,7 +23,7 @@ namespace {
 // its operands' bf16 copies (a backend that wants them) computing from the
 // copies — not what it computes when it gets none — or a gradient it is
 // to overwrite (nn/backend.h's Grad) added to instead, old contents read.
-enum class Nudge { Gelu, NormBits, Bf16Copy, OverwriteAdds, AdamwSkipsCopy };
+enum class Nudge { Gelu, NormBits, Bf16Copy, OverwriteAdds, AdamwSkipsCopy, SliceDropsARow };
 class Nudged final : public Backend {
  public:
   explicit Nudged(Nudge nudge) : Backend(Device::Host), b_(make_cpu_backend(1)), nudge_(nudge) {}
@@ -32,6 +33,9 @@ class Nudged final : public Backend {
   void release(void* p) override { b_->release(p); }
   void copy_from_host(void* d, const void* s, size_t n) override { b_->copy_from_host(d, s, n); }
   void copy_to_host(void* d, const void* s, size_t n) override { b_->copy_to_host(d, s, n); }
+  void copy_rows_from_host_held(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t rows) override {
+    Backend::copy_rows_from_host_held(d, dp, s, sp, w, nudge_ == Nudge::SliceDropsARow && rows > 0 ? rows - 1 : rows);
+  }
   void convert(void* d, DType dd, const void* s, DType sd, size_t n) override { b_->convert(d, dd, s, sd, n); }
   void zero(float* p, size_t n) override { b_->zero(p, n); }
   void zero_scalars(double* p, size_t n) override { b_->zero_scalars(p, n); }
@@ -219,6 +223,22 @@ BOOST_AUTO_TEST_CASE(an_adamw_that_leaves_the_bf16_copy_unwritten_is_named) {
   const std::vector<OpCheck> r = compare_backends(skips, *cpu, {});
   BOOST_TEST(std::any_of(r.begin(), r.end(), [](const OpCheck& c) { return c.op == "adamw(bf16 copy).p16"; }));
   for (const OpCheck& c : r) BOOST_TEST(c.ok() == (c.op != "adamw(bf16 copy).p16"), c.op << " rel err " << c.rel_err);
+}
+
+// A hand-off in another backend's memory (check_handoff_copies), as the
+// CUDA self-check reads one: the consumer waits for the producer's marker
+// and gets its bytes back exactly; a strided copy that drops a row is named.
+BOOST_AUTO_TEST_CASE(a_handoff_read_from_another_backend_gives_its_bytes_back) {
+  test_support::CheckedBackend producer(1), consumer(1);  // each other's memory is not their own
+  const std::vector<OpCheck> r = check_handoff_copies(producer, consumer);
+  BOOST_TEST_REQUIRE(r.size() == 2u);
+  for (const OpCheck& c : r) BOOST_TEST((c.ok() && c.rel_err == 0.0), c.op << " rel err " << c.rel_err);
+  BOOST_TEST(consumer.waits() == 1);
+  auto cpu = make_cpu_backend(1);
+  Nudged drops(Nudge::SliceDropsARow);
+  const std::vector<OpCheck> broken = check_handoff_copies(*cpu, drops);
+  BOOST_TEST(broken.at(0).ok());
+  BOOST_TEST(!broken.at(1).ok(), broken.at(1).op);
 }
 
 BOOST_AUTO_TEST_CASE(families_can_be_chosen) {

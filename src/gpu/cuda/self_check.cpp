@@ -66,6 +66,11 @@ std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm, bool tensor_para
   for (OpCheck& c : tc_checks) c.op += " (tensor cores)";
   refuse(tc_checks, "the reference path");
   checks.insert(checks.end(), tc_checks.begin(), tc_checks.end());
+  // 4. a hand-off left in one backend's memory, read by another of this
+  // device as a consumer section reads it (device to device, event-ordered)
+  std::vector<OpCheck> handoff_checks = check_handoff_copies(*ref, *fast);
+  refuse(handoff_checks, "the producer's bytes");
+  checks.insert(checks.end(), handoff_checks.begin(), handoff_checks.end());
   return checks;
 }
 

@@ -6,7 +6,8 @@
 // bidirectional, GQA; the bf16 cuBLASLt GEMMs) and (3) the tensor-core
 // attention against that reference path on the same device — small random
 // inputs (gpu/backend_compare.h) — and a disagreement beyond bf16
-// tolerance refuses the run. This is what makes
+// tolerance refuses the run; (4) a hand-off left in one backend's memory
+// and read by another (check_handoff_copies) must come back exact. This is what makes
 // kernels written without a GPU safe to ship: on new hardware they prove
 // themselves before training.
 #pragma once
