@@ -325,6 +325,54 @@ int run_copies(int device) {
     gpu->release(d);
     if (pin) cuda_unpin_host(src.data());
   }
+  // A 64 MiB hand-off from one backend to another of this GPU, as runners
+  // make it (docs/gpu.md, "Hand-offs"): kept in GPU memory (the producer
+  // copies into a block of its own and marks it; the consumer's stream
+  // waits for the mark and copies device to device) against through
+  // pinned host memory (download, then a held upload); best of 5 each, to
+  // the consumer's sync, and the kept way's bytes.
+  {
+    const size_t bytes = size_t(64) << 20, n = bytes / sizeof(float);
+    const std::unique_ptr<Backend> consumer = make_cuda_backend(o);
+    std::vector<float> pattern(n), back(n);
+    for (size_t i = 0; i < n; ++i) pattern[i] = float(i % 1021) * 0.5f;
+    std::vector<char> staging(bytes);
+    const bool pin = cuda_pin_host(staging.data(), bytes);
+    float* out = gpu->allocate(n);  // the producer's output
+    gpu->copy_from_host(out, pattern.data(), bytes);
+    float* in = consumer->allocate(n);  // the consumer's activations
+    auto best_gbs = [&](bool kept) {
+      double best = 0;
+      for (int i = 0; i < 6; ++i) {
+        const auto t = Clock::now();
+        if (kept) {
+          float* block = gpu->allocate(n);
+          gpu->copy(block, out, n);
+          consumer->wait_for(gpu->ready_marker());
+          consumer->copy_from_host_held(in, block, bytes);
+          consumer->copy_to_host(back.data(), in, 0);
+          gpu->release(block);
+        } else {
+          gpu->copy_to_host(staging.data(), out, bytes);
+          consumer->copy_from_host_held(in, staging.data(), bytes);
+          consumer->copy_to_host(back.data(), in, 0);
+        }
+        if (i > 0) best = std::max(best, double(bytes) / seconds_since(t) / 1e9);
+      }
+      return best;
+    };
+    const double host_way = best_gbs(false);
+    consumer->zero(in, n);
+    const double kept_way = best_gbs(true);
+    consumer->copy_to_host(back.data(), in, bytes);
+    const bool same = back == pattern;
+    j["handoff"] = {{"bytes", bytes}, {"kept_gbs", kept_way}, {"host_gbs", host_way}, {"pinned", pin},
+                    {"bytes_match", same}};
+    ok = ok && same;
+    consumer->release(in);
+    gpu->release(out);
+    if (pin) cuda_unpin_host(staging.data());
+  }
   j["device"] = device_name(device);
   j["ok"] = ok;
   fmt::print("{}\n", j.dump());

@@ -31,7 +31,7 @@ echo "{\"backend\": \"$backend\", \"first_loss\": 2.0, \"final_loss\": $l2, \"lo
 stub "$fake/build/bench/bench_gpu" '
 for a; do case "$a" in
   gemm) echo "{\"check\": \"gemm\", \"peak_tflops\": 700.0, \"device\": \"stand-in\"}"; exit 0;;
-  copies) echo "{\"check\": \"copies\", \"sizes\": [{\"bytes\": 67108864, \"d2h_pageable_gbs\": 10.0, \"d2h_pinned_gbs\": 25.0, \"h2d_pageable_gbs\": 12.0, \"h2d_pinned_gbs\": 12.5, \"h2d_held_pinned_gbs\": 50.0, \"held_bytes_match\": true, \"pinned\": true}], \"rows\": {\"rows\": 2048, \"row_bytes\": 64000, \"pitch\": 128000, \"pinned\": true, \"per_row_gbs\": 2.0, \"strided_gbs\": 40.0, \"bytes_match\": true}, \"ok\": true}"; exit 0;;
+  copies) echo "{\"check\": \"copies\", \"sizes\": [{\"bytes\": 67108864, \"d2h_pageable_gbs\": 10.0, \"d2h_pinned_gbs\": 25.0, \"h2d_pageable_gbs\": 12.0, \"h2d_pinned_gbs\": 12.5, \"h2d_held_pinned_gbs\": 50.0, \"held_bytes_match\": true, \"pinned\": true}], \"rows\": {\"rows\": 2048, \"row_bytes\": 64000, \"pitch\": 128000, \"pinned\": true, \"per_row_gbs\": 2.0, \"strided_gbs\": 40.0, \"bytes_match\": true}, \"handoff\": {\"bytes\": 67108864, \"kept_gbs\": 500.0, \"host_gbs\": 10.0, \"pinned\": true, \"bytes_match\": true}, \"ok\": true}"; exit 0;;
   step) case " $* " in  # rounding every GEMM operand on each call: 19,000 tokens/s
     *" --no-bf16-copies "*) echo "{\"check\": \"step\", \"tokens_per_s\": 19000.0, \"tflops\": 199.5, \"bf16_copies\": false}";;
     *) echo "{\"check\": \"step\", \"tokens_per_s\": 20000.0, \"tflops\": 210.0, \"bf16_copies\": true}";; esac; exit 0;;
@@ -59,6 +59,7 @@ check 'grep -q "NCCL, 1 rank(s), one per GPU: init_all 25 calls passed; init_ran
 check 'grep -q "maestro-run 16384 tokens/s (median step 250.0 ms over steps 2-7, the first 900 ms), 0.82 of the bare section loop" "$fake/report.md"' "maestro-run's steady step time against the bare loop, in the report"
 check 'grep -q "64 MiB device->host: pinned 25.0 GB/s, pageable 10.0 GB/s (2.50x); host->device: 12.5 / 12.0 GB/s, held from pinned memory (DMA, no staging) 50.0 GB/s (4.00x)" "$fake/report.md"' "the host copies, pinned against pageable, in the report"
 check 'grep -q "a column slice (2048 rows of 64000 of 128000 bytes) held from pinned memory: one strided DMA 40.0 GB/s, a copy per row 2.0 GB/s (20.0x)" "$fake/report.md"' "the column slice's strided upload against a copy per row"
+check 'grep -q "a 64 MiB hand-off between two backends of the GPU: kept in GPU memory 500.0 GB/s, through pinned host memory 10.0 GB/s (50.0x)" "$fake/report.md"' "a hand-off kept in GPU memory against one through host memory"
 check 'grep -q "^## dp 2 over NCCL: SKIP" "$fake/report.md" && grep -q "^## tp 2 over NCCL: SKIP" "$fake/report.md"' "one GPU: the dp 2 and tp 2 steps are SKIP"
 check 'grep -q "^## dp 2 over processes: PASS" "$fake/report.md"' "... but dp 2 over processes runs (the staged ring on one GPU)"
 

@@ -290,7 +290,10 @@ print('%d MiB device->host: pinned %.1f GB/s, pageable %.1f GB/s (%.2fx); host->
 r = j.get('rows')
 if r: print('a column slice (%d rows of %d of %d bytes) held from pinned memory: one strided DMA %.1f GB/s, '
             'a copy per row %.1f GB/s (%.1fx)' % (r['rows'], r['row_bytes'], r['pitch'], r['strided_gbs'],
-            r['per_row_gbs'], r['strided_gbs'] / r['per_row_gbs']))" "$log"
+            r['per_row_gbs'], r['strided_gbs'] / r['per_row_gbs']))
+h = j.get('handoff')
+if h: print('a %d MiB hand-off between two backends of the GPU: kept in GPU memory %.1f GB/s, through pinned host '
+            'memory %.1f GB/s (%.1fx)' % (h['bytes'] >> 20, h['kept_gbs'], h['host_gbs'], h['kept_gbs'] / h['host_gbs']))" "$log"
       ;;
     "torch step"|"torch step sdpa")
       [ "$st" = 0 ] && $py - "${out[transformer step]}" "$log" <<'PY'
