@@ -156,11 +156,15 @@ size_t position_of(const RunTask& t, int32_t sample) {
 
 TensorRef SectionRunner::hand_off(std::vector<int64_t> shape, const float* src, bool resident) {
   if (!resident || !resident_) return host_copy(transport_, *backend_, std::move(shape), src);
+  return kept(std::move(shape), [&](float* block, size_t n) { backend_->copy(block, src, n); });
+}
+
+TensorRef SectionRunner::kept(std::vector<int64_t> shape, const std::function<void(float*, size_t)>& write) {
   size_t n = 1;
   for (const int64_t d : shape) n *= size_t(d);
   TensorRef t{nullptr, std::move(shape), DType::F32};
   float* p = backend_->allocate(std::max<size_t>(n, 1));
-  backend_->copy(p, src, n);
+  write(p, n);
   std::shared_ptr<Backend> owner = backend_;  // the block goes back to it, from whichever thread lets go last
   t.buffer = std::shared_ptr<Buffer>(new Buffer{reinterpret_cast<std::byte*>(p), n * sizeof(float), 0, 0, 0,
                                                 backend_->device(), {}, backend_->ready_marker()},
@@ -191,6 +195,16 @@ TensorRef SectionRunner::logits_of(const RowsView& v) {
   const int64_t V = std::get<TransformerSpec>(program_.sections[size_t(section_)].model.spec).vocab;
   if (!tp_group_ || tp_group_->size() == 1) return hand_off({v.rows, v.cols}, v.data, true);
   const int64_t R = tp_group_->size(), Vs = v.cols;
+  if (resident_) {  // gathered and laid side by side in backend memory: a resident hand-off
+    const ScopedBuffer gathered(*backend_, size_t(R * v.rows * Vs));  // [R, rows, Vs]
+    tp_group_->all_gather(gathered.get(), v.data, size_t(R * v.rows * Vs));
+    return kept({v.rows, V}, [&](float* block, size_t) {  // [rows, V]: rank r's columns [r·Vs, r·Vs + its width)
+      for (int64_t r = 0; r < R; ++r)
+        if (const int64_t width = std::min(Vs, V - r * Vs); width > 0)
+          backend_->copy_rows(block + r * Vs, size_t(V), gathered.get() + r * v.rows * Vs, size_t(Vs), size_t(width),
+                              size_t(v.rows));
+    });
+  }
   std::vector<float> all(size_t(R * v.rows * Vs));
   {  // gathered in backend memory (an NCCL group's), then read back once
     const ScopedBuffer gathered(*backend_, all.size());

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,10 +60,10 @@ class SectionRunner {
   // device to device and marked ready (Backend::ready_marker) — and the
   // consumer's backend waits for the marker and copies it device to
   // device, or from another GPU peer to peer: no trip through host memory
-  // and no wait for the device. Except: a tp > 1 transformer's logits
-  // (gathered on the host), and the gradient for a producer whose output
-  // has several consumers (their gradients are summed on the host), which
-  // go through host memory as without it.
+  // and no wait for the device (a tp > 1 transformer's logits are gathered
+  // and laid side by side in backend memory too). Except the gradient for
+  // a producer whose output has several consumers (their gradients are
+  // summed on the host), which goes through host memory as without it.
   SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, Transport& transport,
                 std::unique_ptr<Backend> backend, std::shared_ptr<Communicator> dp_group,
                 std::shared_ptr<Communicator> tp_group, bool shard_optimizer, int64_t recompute = 0,
@@ -172,6 +173,9 @@ class SectionRunner {
   // What this runner hands on of backend memory `src`: a resident hand-off
   // when `resident` (above), else a host copy from the transport.  [shape]
   TensorRef hand_off(std::vector<int64_t> shape, const float* src, bool resident);
+  // A resident hand-off of `shape` whose block write(block, numel) fills
+  // (queued on this backend), then marked ready.
+  TensorRef kept(std::vector<int64_t> shape, const std::function<void(float*, size_t)>& write);
   // An incoming tensor's floats for the engine's held uploads: host memory,
   // or a resident hand-off's device memory once this backend waits for it.
   std::span<const float> floats_of(const TensorRef& t) const;

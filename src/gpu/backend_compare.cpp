@@ -105,6 +105,9 @@ void run_elementwise(Comparison& c) {
   c.check("add", out);
   c.both([&](Backend& be, bool is_t) { be.accumulate(ON(out), ON(g), n); be.scale(ON(out), 0.5f, n); });
   c.check("accumulate+scale", out);
+  // a column block: rows 0..19 of a [20, 50] view, columns 7..36, into a [20, 50] view at column 13
+  c.both([&](Backend& be, bool is_t) { be.copy_rows(ON(out) + 13, 50, ON(a) + 7, 50, 30, 20); });
+  c.check("copy_rows", out);
   double *st = c.t_.allocate_scalars(1), *sr = c.r_.allocate_scalars(1);
   c.t_.sq_norm(st, a.on_t, n);
   c.r_.sq_norm(sr, a.on_r, n);

@@ -135,6 +135,14 @@ class Backend {
   virtual void zero(float* p, size_t n) = 0;
   virtual void zero_scalars(double* p, size_t n) = 0;
   virtual void copy(float* dst, const float* src, size_t n) = 0;  // dst = src, both backend memory
+  // `rows` rows of `width` floats, from src every src_stride floats to dst
+  // every dst_stride floats, both backend memory (a column block of a
+  // matrix: the tp ranks' logits laid side by side). By default a copy()
+  // per row; the CUDA backend makes it one cudaMemcpy2DAsync.
+  virtual void copy_rows(float* dst, size_t dst_stride, const float* src, size_t src_stride, size_t width,
+                         size_t rows) {
+    for (size_t r = 0; r < rows; ++r) copy(dst + r * dst_stride, src + r * src_stride, width);
+  }
   virtual void add(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b
   virtual void accumulate(float* dst, const float* src, size_t n) = 0;     // dst += src
   virtual void scale(float* p, float s, size_t n) = 0;                    // p *= s

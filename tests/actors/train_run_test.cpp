@@ -518,7 +518,9 @@ BOOST_AUTO_TEST_CASE(a_gradient_for_an_output_with_two_consumers_goes_back_on_th
 // — a text encoder's hidden states (rank 0's copy) and, backward from their
 // gradients, the same gradient norm² (the ranks' shares summed); a frozen
 // teacher's logits gathered whole from the ranks' columns through backend
-// memory.
+// memory. The same with resident hand-offs (section_runner.h): what they
+// hand on stays in backend memory, the teacher's logits laid side by side
+// there (Backend::copy_rows), with the same values.
 BOOST_AUTO_TEST_CASE(tensor_parallel_runners_hand_on_what_one_runner_does) {
   const Program program = cpu_runnable(parse(R"(
 section enc {
@@ -554,20 +556,22 @@ train { global_batch = 4; steps = 1; seed = 2; optimizer = adamw(lr: 1e-3); prec
     t.data = data;
     return t;
   };
-  auto close = [](const TensorRef& a, const TensorRef& b) {
+  auto close = [](const TensorRef& a, const TensorRef& b) {  // CheckedBackend memory is host memory too
     if (a.shape != b.shape) return false;
+    const auto* x = reinterpret_cast<const float*>(a.buffer->data);
+    const auto* y = reinterpret_cast<const float*>(b.buffer->data);
     double diff = 0, norm = 0;
-    for (size_t j = 0; j < a.values().size(); ++j)
-      diff += std::pow(double(a.values()[j]) - b.values()[j], 2), norm += std::pow(double(b.values()[j]), 2);
+    for (int64_t j = 0; j < a.numel(); ++j) diff += std::pow(double(x[j]) - y[j], 2), norm += std::pow(double(y[j]), 2);
     return std::sqrt(diff) <= 1e-5 * std::sqrt(norm);
   };
+  for (const bool resident : {false, true})
   for (const std::string name : {"enc", "teacher"}) {
-    BOOST_TEST_CONTEXT(name) {
+    BOOST_TEST_CONTEXT(name << (resident ? ", resident hand-offs" : "")) {
       const int section = graph.find(name);
       auto runner = [&](std::shared_ptr<Communicator> tp_group) {
         return std::make_unique<SectionRunner>(program, section, 0, 1, 7, transport,
                                                std::make_unique<test_support::CheckedBackend>(1), nullptr,
-                                               std::move(tp_group), false);
+                                               std::move(tp_group), false, 0, false, resident);
       };
       const auto whole = runner(nullptr);
       const auto group = make_local_group(2);
@@ -597,6 +601,7 @@ train { global_batch = 4; steps = 1; seed = 2; optimizer = adamw(lr: 1e-3); prec
         BOOST_TEST(got[0].outputs[i].flow == want.outputs[i].flow);
         BOOST_TEST(got[0].outputs[i].sample == want.outputs[i].sample);
         BOOST_TEST(want.outputs[i].tensor.shape.back() == width);
+        BOOST_TEST((got[0].outputs[i].tensor.device() == (resident ? Device::Cuda : Device::Host)));
         BOOST_TEST(close(got[0].outputs[i].tensor, want.outputs[i].tensor), "output " << i);
       }
       if (name != "enc") continue;

@@ -237,6 +237,13 @@ class CudaBackend final : public Backend {
     on_device();
     if (n) MAESTRO_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(double), stream_));
   }
+  void copy_rows(float* dst, size_t dst_stride, const float* src, size_t src_stride, size_t width,
+                 size_t rows) override {
+    on_device();
+    if (rows && width)
+      MAESTRO_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_stride * sizeof(float), src, src_stride * sizeof(float),
+                                           width * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream_));
+  }
   void copy(float* dst, const float* src, size_t n) override {
     on_device();
     if (n && dst != src)
