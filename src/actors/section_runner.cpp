@@ -190,7 +190,8 @@ bool SectionRunner::resident_gradient(int32_t flow) const {
 }
 
 // One sample's logits on the host; a split transformer's [rows, Vs] gathered
-// from every rank into the whole [rows, vocab] (collective).
+// from every rank into the whole [rows, vocab] (collective; on rank 0 only:
+// the other ranks' results are never handed on, so they get none).
 TensorRef SectionRunner::logits_of(const RowsView& v) {
   const int64_t V = std::get<TransformerSpec>(program_.sections[size_t(section_)].model.spec).vocab;
   if (!tp_group_ || tp_group_->size() == 1) return hand_off({v.rows, v.cols}, v.data, true);
@@ -198,6 +199,7 @@ TensorRef SectionRunner::logits_of(const RowsView& v) {
   if (resident_) {  // gathered and laid side by side in backend memory: a resident hand-off
     const ScopedBuffer gathered(*backend_, size_t(R * v.rows * Vs));  // [R, rows, Vs]
     tp_group_->all_gather(gathered.get(), v.data, size_t(R * v.rows * Vs));
+    if (!tp_rank0()) return {};  // rank 0's stands for the replica: the others take part in the gather only
     return kept({v.rows, V}, [&](float* block, size_t) {  // [rows, V]: rank r's columns [r·Vs, r·Vs + its width)
       for (int64_t r = 0; r < R; ++r)
         if (const int64_t width = std::min(Vs, V - r * Vs); width > 0)
@@ -205,10 +207,12 @@ TensorRef SectionRunner::logits_of(const RowsView& v) {
                               size_t(v.rows));
     });
   }
-  std::vector<float> all(size_t(R * v.rows * Vs));
-  {  // gathered in backend memory (an NCCL group's), then read back once
-    const ScopedBuffer gathered(*backend_, all.size());
-    tp_group_->all_gather(gathered.get(), v.data, all.size());
+  std::vector<float> all;
+  {  // gathered in backend memory (an NCCL group's), then read back once, by rank 0
+    const ScopedBuffer gathered(*backend_, size_t(R * v.rows * Vs));
+    tp_group_->all_gather(gathered.get(), v.data, size_t(R * v.rows * Vs));
+    if (!tp_rank0()) return {};  // as above
+    all.resize(size_t(R * v.rows * Vs));
     backend_->copy_to_host(all.data(), gathered.get(), all.size() * sizeof(float));
   }
   TensorRef t = transport_.allocate({v.rows, V});
