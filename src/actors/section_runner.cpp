@@ -154,9 +154,15 @@ size_t position_of(const RunTask& t, int32_t sample) {
 
 }  // namespace
 
-TensorRef SectionRunner::hand_off(std::vector<int64_t> shape, const float* src, bool resident) {
-  if (!resident || !resident_) return host_copy(transport_, *backend_, std::move(shape), src);
-  return kept(std::move(shape), [&](float* block, size_t n) { backend_->copy(block, src, n); });
+bool SectionRunner::fits_resident(size_t bytes) const {
+  return resident_ && resident_bytes_->load() + bytes <= backend_->device_memory_bytes() / kResidentShare;
+}
+
+TensorRef SectionRunner::hand_off(std::vector<int64_t> shape, const float* src) {
+  size_t n = 1;
+  for (const int64_t d : shape) n *= size_t(d);
+  if (!fits_resident(n * sizeof(float))) return host_copy(transport_, *backend_, std::move(shape), src);
+  return kept(std::move(shape), [&](float* block, size_t count) { backend_->copy(block, src, count); });
 }
 
 TensorRef SectionRunner::kept(std::vector<int64_t> shape, const std::function<void(float*, size_t)>& write) {
@@ -164,14 +170,19 @@ TensorRef SectionRunner::kept(std::vector<int64_t> shape, const std::function<vo
   for (const int64_t d : shape) n *= size_t(d);
   TensorRef t{nullptr, std::move(shape), DType::F32};
   float* p = backend_->allocate(std::max<size_t>(n, 1));
+  // The block goes back to its backend, from whichever thread lets go last.
+  std::shared_ptr<Backend> owner = backend_;
+  std::shared_ptr<std::atomic<size_t>> counted = resident_bytes_;
+  *counted += n * sizeof(float);
+  t.buffer = std::shared_ptr<Buffer>(
+      new Buffer{reinterpret_cast<std::byte*>(p), n * sizeof(float), 0, 0, 0, backend_->device(), {}, nullptr},
+      [owner, counted](Buffer* b) {
+        *counted -= b->capacity;
+        owner->release(b->data);
+        delete b;
+      });
   write(p, n);
-  std::shared_ptr<Backend> owner = backend_;  // the block goes back to it, from whichever thread lets go last
-  t.buffer = std::shared_ptr<Buffer>(new Buffer{reinterpret_cast<std::byte*>(p), n * sizeof(float), 0, 0, 0,
-                                                backend_->device(), {}, backend_->ready_marker()},
-                                     [owner](Buffer* b) {
-                                       owner->release(b->data);
-                                       delete b;
-                                     });
+  t.buffer->ready = backend_->ready_marker();
   return t;
 }
 
@@ -182,39 +193,27 @@ std::span<const float> SectionRunner::floats_of(const TensorRef& t) const {
   return {reinterpret_cast<const float*>(t.buffer->data), size_t(t.numel())};
 }
 
-bool SectionRunner::resident_gradient(int32_t flow) const {
-  const std::string& producer = program_.flows[size_t(flow)].from;
-  int consumers = 0;
-  for (const Flow& f : program_.flows) consumers += f.from == producer && f.kind != FlowKind::Logits;
-  return consumers == 1;
-}
-
 // One sample's logits on the host; a split transformer's [rows, Vs] gathered
 // from every rank into the whole [rows, vocab] (collective; on rank 0 only:
 // the other ranks' results are never handed on, so they get none).
 TensorRef SectionRunner::logits_of(const RowsView& v) {
   const int64_t V = std::get<TransformerSpec>(program_.sections[size_t(section_)].model.spec).vocab;
-  if (!tp_group_ || tp_group_->size() == 1) return hand_off({v.rows, v.cols}, v.data, true);
+  if (!tp_group_ || tp_group_->size() == 1) return hand_off({v.rows, v.cols}, v.data);
   const int64_t R = tp_group_->size(), Vs = v.cols;
-  if (resident_) {  // gathered and laid side by side in backend memory: a resident hand-off
-    const ScopedBuffer gathered(*backend_, size_t(R * v.rows * Vs));  // [R, rows, Vs]
-    tp_group_->all_gather(gathered.get(), v.data, size_t(R * v.rows * Vs));
-    if (!tp_rank0()) return {};  // rank 0's stands for the replica: the others take part in the gather only
+  // Gathered in backend memory (an NCCL group's). Rank 0's stands for the
+  // replica: the other ranks take part in the gather only.
+  const ScopedBuffer gathered(*backend_, size_t(R * v.rows * Vs));  // [R, rows, Vs]
+  tp_group_->all_gather(gathered.get(), v.data, size_t(R * v.rows * Vs));
+  if (!tp_rank0()) return {};
+  if (fits_resident(size_t(v.rows * V) * sizeof(float)))  // laid side by side in backend memory: a resident hand-off
     return kept({v.rows, V}, [&](float* block, size_t) {  // [rows, V]: rank r's columns [r·Vs, r·Vs + its width)
       for (int64_t r = 0; r < R; ++r)
         if (const int64_t width = std::min(Vs, V - r * Vs); width > 0)
           backend_->copy_rows(block + r * Vs, size_t(V), gathered.get() + r * v.rows * Vs, size_t(Vs), size_t(width),
                               size_t(v.rows));
     });
-  }
-  std::vector<float> all;
-  {  // gathered in backend memory (an NCCL group's), then read back once, by rank 0
-    const ScopedBuffer gathered(*backend_, size_t(R * v.rows * Vs));
-    tp_group_->all_gather(gathered.get(), v.data, size_t(R * v.rows * Vs));
-    if (!tp_rank0()) return {};  // as above
-    all.resize(size_t(R * v.rows * Vs));
-    backend_->copy_to_host(all.data(), gathered.get(), all.size() * sizeof(float));
-  }
+  std::vector<float> all(size_t(R * v.rows * Vs));  // read back once, and laid side by side on the host
+  backend_->copy_to_host(all.data(), gathered.get(), all.size() * sizeof(float));
   TensorRef t = transport_.allocate({v.rows, V});
   std::span<float> dst = t.values();
   for (int64_t r = 0; r < R; ++r)
@@ -277,7 +276,7 @@ SectionRunner::Result SectionRunner::forward_rank(const RunTask& rt) {
   Result result;
   if (!last) {
     if (tp_rank0())  // the ranks' hidden states are the same
-      result.stage_out = {hand_off({out.hidden.rows, out.hidden.cols}, out.hidden.data, true), out.geometry};
+      result.stage_out = {hand_off({out.hidden.rows, out.hidden.cols}, out.hidden.data), out.geometry};
   } else if (!sec.loss.empty()) {
     if (!in.has_teacher) in.teacher.clear();
     const QueuedLoss q{t.id, rt.data->loss_positions.at(size_t(section_)), take_slots(sec.loss.size())};
@@ -296,8 +295,7 @@ SectionRunner::Result SectionRunner::forward_rank(const RunTask& rt) {
     if (whole.empty())
       for (size_t k = 0; k < n; ++k)
         whole.push_back(carries_logits ? logits_of(out.logits.at(k))
-                                       : hand_off({out.outputs[k].rows, out.outputs[k].cols}, out.outputs[k].data,
-                                                  true));
+                                       : hand_off({out.outputs[k].rows, out.outputs[k].cols}, out.outputs[k].data));
     for (size_t k = 0; k < n && tp_rank0(); ++k) result.outputs.push_back({int32_t(fi), rt.samples[k], whole[k]});
   }
   if (sec.mode == Mode::Train) {
@@ -334,29 +332,35 @@ SectionRunner::Result SectionRunner::backward_rank(const RunTask& rt) {
   }
   const size_t n = rt.samples.size();
   // The gradient of each sample's output: summed over the consumers in flow
-  // order (a fixed order, whatever order they finished in).
-  std::vector<TensorRef> summed(n);
-  std::vector<const FlowTensor*> ordered;
-  for (const FlowTensor& ft : rt.inputs) ordered.push_back(&ft);
-  std::stable_sort(ordered.begin(), ordered.end(), [](auto* a, auto* b) { return a->flow < b->flow; });
-  for (const FlowTensor* ft : ordered) {
-    const size_t k = position_of(rt, ft->sample);
-    if (summed[k].empty()) {
-      summed[k] = ft->tensor;
-      continue;
-    }
-    TensorRef sum = transport_.copy_of(summed[k].shape, summed[k].values().data());
-    std::span<float> dst = sum.values();
-    std::span<const float> src = ft->tensor.values();
-    if (src.size() != dst.size()) throw std::logic_error("output gradients of different shapes");
-    for (size_t j = 0; j < dst.size(); ++j) dst[j] += src[j];
-    summed[k] = sum;
-    held_.back().tensors.push_back(std::move(sum));
+  // order (a fixed order, whatever order they finished in), in backend
+  // memory — each uploaded held (host memory) or copied (a resident
+  // hand-off, once this backend waits for its marker), then added.
+  std::vector<std::vector<const TensorRef*>> grads(n);
+  {
+    std::vector<const FlowTensor*> ordered;
+    for (const FlowTensor& ft : rt.inputs) ordered.push_back(&ft);
+    std::stable_sort(ordered.begin(), ordered.end(), [](auto* a, auto* b) { return a->flow < b->flow; });
+    for (const FlowTensor* ft : ordered) grads[position_of(rt, ft->sample)].push_back(&ft->tensor);
   }
   // (Never a transformer's: its logits leave by logits flows only, which carry no gradient.)
   std::vector<std::span<const float>> output_grads(n);
-  for (size_t k = 0; k < n; ++k)
-    if (!summed[k].empty()) output_grads[k] = floats_of(summed[k]);
+  for (size_t k = 0; k < n; ++k) {
+    if (grads[k].size() < 2) {
+      if (!grads[k].empty()) output_grads[k] = floats_of(*grads[k][0]);
+      continue;
+    }
+    TensorRef sum = kept(grads[k][0]->shape, [&](float* block, size_t count) {  // [shape]
+      const ScopedBuffer next(*backend_, count);
+      for (size_t g = 0; g < grads[k].size(); ++g) {
+        const std::span<const float> src = floats_of(*grads[k][g]);
+        if (src.size() != count) throw std::logic_error("output gradients of different shapes");
+        backend_->copy_from_host_held(g == 0 ? block : next.get(), src.data(), count * sizeof(float));
+        if (g > 0) backend_->accumulate(block, next.get(), count);
+      }
+    });
+    output_grads[k] = floats_of(sum);
+    held_.back().tensors.push_back(std::move(sum));
+  }
   std::span<const float> stage_grad;
   if (stage_ < stages_ - 1) {
     if (rt.stage_in.empty())
@@ -368,7 +372,7 @@ SectionRunner::Result SectionRunner::backward_rank(const RunTask& rt) {
   if (!tp_rank0()) return out;  // rank 0's input gradients stand for the replica (the ranks' are the same)
   if (stage_ > 0) {
     const RowsView d = SectionModel::stage_input_grad(*pending.context);
-    out.stage_out.tensor = hand_off({d.rows, d.cols}, d.data, true);
+    out.stage_out.tensor = hand_off({d.rows, d.cols}, d.data);
     return out;
   }
   for (size_t k = 0; k < n && k < in_grads.size(); ++k)
@@ -379,7 +383,7 @@ SectionRunner::Result SectionRunner::backward_rank(const RunTask& rt) {
       const Section* producer = program_.find_section(program_.flows[size_t(flow)].from);
       if (!producer || producer->mode != Mode::Train) continue;
       const RowsView& v = in_grads[k][b];
-      out.outputs.push_back({flow, rt.samples[k], hand_off({v.rows, v.cols}, v.data, resident_gradient(flow))});
+      out.outputs.push_back({flow, rt.samples[k], hand_off({v.rows, v.cols}, v.data)});
     }
   return out;
 }

@@ -8,6 +8,7 @@
 // only by the backend's explicit copies.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -61,9 +62,12 @@ class SectionRunner {
   // consumer's backend waits for the marker and copies it device to
   // device, or from another GPU peer to peer: no trip through host memory
   // and no wait for the device (a tp > 1 transformer's logits are gathered
-  // and laid side by side in backend memory too). Except the gradient for
-  // a producer whose output has several consumers (their gradients are
-  // summed on the host), which goes through host memory as without it.
+  // and laid side by side in backend memory too; the gradients of an output
+  // with several consumers are summed in the producer's backend memory,
+  // with or without it). While this runner's blocks in flight would pass
+  // an eighth of its GPU's memory (kResidentShare; a producer that runs
+  // ahead of its consumer, a KD teacher's logits), a hand-off goes through
+  // host memory instead.
   SectionRunner(const Program& program, int section, int stage, int stages, uint64_t seed, Transport& transport,
                 std::unique_ptr<Backend> backend, std::shared_ptr<Communicator> dp_group,
                 std::shared_ptr<Communicator> tp_group, bool shard_optimizer, int64_t recompute = 0,
@@ -139,6 +143,11 @@ class SectionRunner {
   // when their last reader lets go (which may be after this runner).
   std::shared_ptr<Backend> backend_;
   bool resident_ = false;
+  // Bytes of this runner's blocks (kept) not yet given back, shared with
+  // their deleters; resident hand-offs stay under
+  // backend_->device_memory_bytes() / kResidentShare.
+  static constexpr size_t kResidentShare = 8;
+  std::shared_ptr<std::atomic<size_t>> resident_bytes_ = std::make_shared<std::atomic<size_t>>(0);
   std::shared_ptr<Communicator> dp_group_, tp_group_;
   bool recompute_stage_ = false;
   std::unique_ptr<SectionModel> model_;
@@ -171,17 +180,17 @@ class SectionRunner {
   StepScalars reduce_grads_rank();
   TensorRef logits_of(const RowsView& v);
   // What this runner hands on of backend memory `src`: a resident hand-off
-  // when `resident` (above), else a host copy from the transport.  [shape]
-  TensorRef hand_off(std::vector<int64_t> shape, const float* src, bool resident);
-  // A resident hand-off of `shape` whose block write(block, numel) fills
-  // (queued on this backend), then marked ready.
+  // (above), else a host copy from the transport.  [shape]
+  TensorRef hand_off(std::vector<int64_t> shape, const float* src);
+  // Whether a resident hand-off of `bytes` more stays under the budget above.
+  bool fits_resident(size_t bytes) const;
+  // A tensor of `shape` in a block of this backend's memory, which
+  // write(block, numel) fills (queued on this backend), then marked ready:
+  // a resident hand-off, or a sum of fan-in gradients.
   TensorRef kept(std::vector<int64_t> shape, const std::function<void(float*, size_t)>& write);
   // An incoming tensor's floats for the engine's held uploads: host memory,
   // or a resident hand-off's device memory once this backend waits for it.
   std::span<const float> floats_of(const TensorRef& t) const;
-  // Whether the gradient of flow f's tensor may go back resident: its
-  // producer's output has no other consumer to sum it with.
-  bool resident_gradient(int32_t flow) const;
   double* slot(size_t i) { return chunks_[i / kSlots] + i % kSlots; }
 };
 

@@ -75,6 +75,9 @@ class Backend {
 
   // ---- memory -----------------------------------------------------------
   Device device() const { return device_; }
+  // The memory of the device this backend's buffers live on, in bytes (the
+  // CUDA backend: its GPU's); 0 for host memory.
+  virtual size_t device_memory_bytes() const { return 0; }
   // n elements of `dtype`, zero-filled, 64-byte aligned; freed by release().
   virtual void* allocate(size_t n, DType dtype) = 0;
   float* allocate(size_t floats) { return static_cast<float*>(allocate(floats, DType::F32)); }

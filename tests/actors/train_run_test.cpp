@@ -260,7 +260,7 @@ BOOST_AUTO_TEST_CASE(a_stage_recomputed_whole_holds_its_input_only) {
 // uploads the spliced embeddings; the caller then drops its task, and the
 // transport hands the embeddings' blocks to new tensors, written over; the
 // backward's sync (CheckedBackend) finds every held source unchanged. The
-// same for the sum of two consumers' gradients, which the runner makes.
+// same for two consumers' gradients, which the runner sums.
 // The results are the CPU backend's, bit for bit.
 BOOST_AUTO_TEST_CASE(a_runner_holds_its_uploads_until_the_backend_syncs) {
   const Program program = cpu_runnable(parse(small_mllm("parallel { dp = 1; }")));
@@ -336,10 +336,10 @@ BOOST_AUTO_TEST_CASE(a_runner_holds_its_uploads_until_the_backend_syncs) {
   BOOST_TEST(frozen->backward(task(Task::Kind::Backward)).outputs.empty());
   BOOST_TEST(frozen->reduce_grads().losses.at(0).loss == sb.losses[0].loss);
 
-  // Two consumers' gradients of an encoder's output: the runner sums them
-  // into a new tensor and the engine uploads the sum, held. The vision's
-  // backward hands nothing back (raw pixels in), so nothing syncs before
-  // reduce_grads: the runner must keep the sum, not only the task, until then.
+  // Two consumers' gradients of an encoder's output: the runner uploads
+  // each, held, and sums them in backend memory. The vision's backward
+  // hands nothing back (raw pixels in), so nothing syncs before
+  // reduce_grads: the runner must keep the task's gradients until then.
   auto* checked_vision = new test_support::CheckedBackend(1);
   const auto vision_held = std::make_unique<SectionRunner>(
       program, 0, 0, 1, 7, transport, std::unique_ptr<Backend>(checked_vision), nullptr, nullptr, false);
@@ -370,7 +370,7 @@ BOOST_AUTO_TEST_CASE(a_runner_holds_its_uploads_until_the_backend_syncs) {
     }
   }
   const double va = vision_held->reduce_grads().grad_sq_norm, vb = vision_plain->reduce_grads().grad_sq_norm;
-  BOOST_TEST(checked_vision->held_uploads() == 1);  // the sum
+  BOOST_TEST(checked_vision->held_uploads() == 2);  // the two gradients
   BOOST_TEST(va > 0);
   BOOST_TEST(va == vb);
 }
@@ -465,11 +465,56 @@ BOOST_AUTO_TEST_CASE(resident_handoffs_stay_in_backend_memory_and_change_no_resu
   BOOST_TEST(handed.expired());  // given back (to a backend that outlived its runner until then)
 }
 
-// The exception: the gradient for an output with two consumers goes back
-// through host memory, since its producer sums the two there. The vision
-// encoder feeds two projectors; the projector's backward, resident, hands
-// its input gradient back on the host.
-BOOST_AUTO_TEST_CASE(a_gradient_for_an_output_with_two_consumers_goes_back_on_the_host) {
+// Resident hand-offs stay under an eighth of the producer's GPU memory
+// (section_runner.h): here 600 bytes, so of a projector's two [4, 32]
+// outputs (512 bytes each) the first stays in backend memory and the
+// second goes through host memory; once the first is let go, the next
+// forward's first output fits again.
+BOOST_AUTO_TEST_CASE(resident_handoffs_over_their_budget_go_through_host_memory) {
+  const Program program = cpu_runnable(parse(small_mllm("parallel { dp = 1; }")));
+  const SectionGraph graph = build_graph(program);
+  const StepInputs inputs(graph, program.data, program.train.global_batch);
+  const std::shared_ptr<const StepData> data = inputs.step(0);
+  std::vector<int32_t> images;
+  for (size_t i = 0; i < data->batch.samples.size(); ++i)
+    if (!data->inputs[0][i].pixels.empty()) images.push_back(int32_t(i));
+  BOOST_TEST_REQUIRE(images.size() >= 2u);
+  images.resize(2);
+  LocalTransport transport;
+  auto* backend = new test_support::CheckedBackend(1);
+  backend->set_device_memory_bytes(8 * 600);
+  SectionRunner proj(program, graph.find("proj"), 0, 1, 7, transport, std::unique_ptr<Backend>(backend), nullptr, nullptr,
+                     false, 0, false, /*resident_handoffs=*/true);
+  auto forward = [&](int64_t micro_batch) {
+    RunTask t;
+    t.task.kind = Task::Kind::Forward, t.task.micro_batch = micro_batch, t.task.id = micro_batch;
+    t.samples = images, t.data = data;
+    for (const int32_t i : images) {
+      TensorRef e = transport.allocate({4, 32});
+      for (size_t j = 0; j < e.values().size(); ++j) e.values()[j] = float((j + size_t(i)) % 5) * 0.1f;
+      t.inputs.push_back({0, i, e});
+    }
+    return proj.forward(t);
+  };
+  SectionRunner::Result first = forward(0);
+  BOOST_TEST_REQUIRE(first.outputs.size() == 2u);
+  BOOST_TEST((first.outputs[0].tensor.device() == Device::Cuda));
+  BOOST_TEST(backend->holds(first.outputs[0].tensor.buffer->data));
+  BOOST_TEST((first.outputs[1].tensor.device() == Device::Host));
+  first.outputs.clear();  // the consumer lets go
+  const SectionRunner::Result second = forward(1);
+  BOOST_TEST_REQUIRE(second.outputs.size() == 2u);
+  BOOST_TEST((second.outputs[0].tensor.device() == Device::Cuda));
+  BOOST_TEST((second.outputs[1].tensor.device() == Device::Host));
+}
+
+// An output with two consumers: the vision encoder feeds two projectors.
+// Each projector's input gradient goes back resident like any other; the
+// encoder's runner sums the two in its backend's memory, in flow order —
+// one from host memory, one a resident hand-off of another backend (each
+// a CheckedBackend standing for its own GPU), or both from host memory —
+// and trains to the gradient norm of the sum made here, bit for bit.
+BOOST_AUTO_TEST_CASE(an_output_with_two_consumers_sums_their_gradients_in_backend_memory) {
   std::string text = small_mllm("parallel { dp = 1; }");
   const std::string one = "flow vision -> proj -> llm;";
   text.replace(text.find(one), one.size(),
@@ -483,33 +528,68 @@ BOOST_AUTO_TEST_CASE(a_gradient_for_an_output_with_two_consumers_goes_back_on_th
   for (size_t i = 0; i < data->batch.samples.size() && image < 0; ++i)
     if (!data->inputs[0][i].pixels.empty()) image = int32_t(i);
   BOOST_TEST_REQUIRE(image >= 0);
-  int32_t to_proj = -1, to_llm = -1;
+  int32_t to_proj = -1, to_proj2 = -1, to_llm = -1;
   for (size_t f = 0; f < program.flows.size(); ++f) {
-    if (program.flows[f].from == "vision" && program.flows[f].to == "proj") to_proj = int32_t(f);
+    if (program.flows[f].from == "vision") (program.flows[f].to == "proj" ? to_proj : to_proj2) = int32_t(f);
     if (program.flows[f].from == "proj") to_llm = int32_t(f);
   }
-  BOOST_TEST_REQUIRE((to_proj >= 0 && to_llm >= 0));
+  BOOST_TEST_REQUIRE((to_proj >= 0 && to_proj2 >= 0 && to_llm >= 0));
   LocalTransport transport;
-  auto* backend = new test_support::CheckedBackend(1);
-  SectionRunner proj(program, graph.find("proj"), 0, 1, 7, transport, std::unique_ptr<Backend>(backend), nullptr,
-                     nullptr, false, 0, false, /*resident_handoffs=*/true);
-  auto task = [&](Task::Kind kind, int32_t flow) {
+  auto task = [&](Task::Kind kind, std::vector<FlowTensor> in) {
     RunTask t;
     t.task.kind = kind, t.task.micro_batch = 0, t.task.id = kind == Task::Kind::Backward ? 1 : 0;
-    t.samples = {image}, t.data = data;
-    TensorRef x = transport.allocate({4, 32});
-    for (size_t j = 0; j < x.values().size(); ++j) x.values()[j] = float(j % 7) * 0.1f - 0.3f;
-    t.inputs.push_back({flow, image, x});
+    t.samples = {image}, t.data = data, t.inputs = std::move(in);
     return t;
   };
-  const SectionRunner::Result out = proj.forward(task(Task::Kind::Forward, to_proj));
-  BOOST_TEST_REQUIRE(out.outputs.size() == 1u);
-  BOOST_TEST((out.outputs[0].tensor.device() == Device::Cuda));  // the LLM is its only consumer
-  const SectionRunner::Result back = proj.backward(task(Task::Kind::Backward, to_llm));
-  BOOST_TEST_REQUIRE(back.outputs.size() == 1u);
-  BOOST_TEST(back.outputs[0].flow == to_proj);
-  BOOST_TEST((back.outputs[0].tensor.device() == Device::Host));
-  BOOST_TEST(!backend->holds(back.outputs[0].tensor.buffer->data));
+  auto host_tensor = [&](int salt) {  // [4, 32]: an image's 4 patch rows
+    TensorRef x = transport.allocate({4, 32});
+    for (size_t j = 0; j < x.values().size(); ++j) x.values()[j] = float((j * 5 + size_t(salt)) % 7) * 0.1f - 0.3f;
+    return x;
+  };
+  {  // a projector hands its input gradient back resident
+    auto* backend = new test_support::CheckedBackend(1);
+    SectionRunner proj(program, graph.find("proj"), 0, 1, 7, transport, std::unique_ptr<Backend>(backend), nullptr,
+                       nullptr, false, 0, false, /*resident_handoffs=*/true);
+    BOOST_TEST_REQUIRE(proj.forward(task(Task::Kind::Forward, {{to_proj, image, host_tensor(0)}})).outputs.size() == 1u);
+    const SectionRunner::Result back = proj.backward(task(Task::Kind::Backward, {{to_llm, image, host_tensor(1)}}));
+    BOOST_TEST_REQUIRE(back.outputs.size() == 1u);
+    BOOST_TEST(back.outputs[0].flow == to_proj);
+    BOOST_TEST((back.outputs[0].tensor.device() == Device::Cuda));
+    BOOST_TEST(backend->holds(back.outputs[0].tensor.buffer->data));
+  }
+  const TensorRef g1 = host_tensor(2), g2 = host_tensor(3);
+  TensorRef both = transport.allocate({4, 32});  // g1 + g2, in flow order
+  for (size_t j = 0; j < both.values().size(); ++j)
+    both.values()[j] = to_proj < to_proj2 ? g1.values()[j] + g2.values()[j] : g2.values()[j] + g1.values()[j];
+  auto other = std::make_shared<test_support::CheckedBackend>(1);  // another GPU, holding g2 as a resident hand-off
+  TensorRef g2_resident{nullptr, {4, 32}, DType::F32};
+  {
+    auto* block = static_cast<float*>(other->allocate(g2.values().size(), DType::F32));
+    other->copy_from_host(block, g2.values().data(), g2.bytes());
+    g2_resident.buffer = std::shared_ptr<Buffer>(
+        new Buffer{reinterpret_cast<std::byte*>(block), g2.bytes(), 0, 0, 0, Device::Cuda, {}, other->ready_marker()},
+        [other](Buffer* b) {
+          other->release(b->data);
+          delete b;
+        });
+  }
+  auto norm_after = [&](bool resident, std::vector<FlowTensor> grads, int64_t* waits = nullptr) {
+    auto* backend = new test_support::CheckedBackend(1);
+    SectionRunner vision(program, graph.find("vision"), 0, 1, 7, transport, std::unique_ptr<Backend>(backend), nullptr,
+                         nullptr, false, 0, false, resident);
+    BOOST_TEST_REQUIRE(vision.forward(task(Task::Kind::Forward, {})).outputs.size() == 2u);
+    vision.backward(task(Task::Kind::Backward, std::move(grads)));
+    if (waits) *waits = backend->waits();
+    return vision.reduce_grads().grad_sq_norm;
+  };
+  const double want = norm_after(false, {{to_proj, image, both}});
+  BOOST_TEST(want > 0);
+  BOOST_TEST(norm_after(false, {{to_proj2, image, g2}, {to_proj, image, g1}}) == want);
+  for (const bool resident : {false, true}) {
+    int64_t waits = 0;
+    BOOST_TEST(norm_after(resident, {{to_proj2, image, g2_resident}, {to_proj, image, g1}}, &waits) == want);
+    BOOST_TEST(waits >= 1);  // g2's marker, before reading it
+  }
 }
 
 // The runner's tensor-parallel paths behind a GPU's memory contract

@@ -19,8 +19,10 @@
 // before the op runs, so a read of its old contents shows in the results;
 // so is the bf16 copy AdamW is to write (Backend::adamw's p16).
 //
-// A held upload's source may be another backend's memory (a resident
-// hand-off: another CheckedBackend's blocks stand for another GPU's).
+// A held upload's source may be device memory: another backend's (a
+// resident hand-off: another CheckedBackend's blocks stand for another
+// GPU's) or, within a block's extent, this one's (a sum of fan-in
+// gradients) — the CUDA backend tells device memory from host memory there.
 //
 // And it checks copy_from_host_held's promise as the CUDA backend needs it,
 // which reads a source in pinned memory (transport/pinned_ranges.h) later,
@@ -55,6 +57,9 @@ class CheckedBackend final : public Backend {
   explicit CheckedBackend(int threads = 1) : Backend(Device::Cuda), b_(make_cpu_backend(threads)) {}
   const char* name() const override { return "checked"; }
 
+  // The memory of the GPU it stands for (1 GiB unless a test says).
+  size_t device_memory_bytes() const override { return device_memory_; }
+  void set_device_memory_bytes(size_t bytes) { device_memory_ = bytes; }
   void* allocate(size_t n, DType d) override { return track(b_->allocate(n, d), std::max<size_t>(n, 1) * dtype_size(d)); }
   double* allocate_scalars(size_t n) override {
     return static_cast<double*>(track(b_->allocate_scalars(n), std::max<size_t>(n, 1) * sizeof(double)));
@@ -76,7 +81,8 @@ class CheckedBackend final : public Backend {
     b_->copy_to_host(d, s, n);
   }
   void copy_from_host_held(void* d, const void* s, size_t n) override {
-    dev("copy_from_host_held", "dst", d, n), host("copy_from_host_held", "host_src", s);
+    dev("copy_from_host_held", "dst", d, n);
+    if (holds(s)) dev("copy_from_host_held", "host_src", s, n);  // device to device, as the CUDA backend copies it
     b_->copy_from_host(d, s, n);
     if (n == 0 || !pinned_host_ranges().covers(s, n)) return;
     std::lock_guard lock(mu_);
@@ -343,6 +349,7 @@ class CheckedBackend final : public Backend {
   }
 
   std::unique_ptr<Backend> b_;
+  size_t device_memory_ = size_t(1) << 30;
   mutable std::mutex mu_;  // the activation pool may release from another thread
   std::map<const char*, size_t> blocks_;  // base -> bytes
   int64_t bf16_copy_uses_ = 0, converts_ = 0, overwrites_ = 0, adamw_copies_ = 0;

@@ -79,12 +79,9 @@ class CudaBackend final : public Backend {
     if (o.device < 0 || o.device >= count)
       throw CudaError(fmt::format("CUDA device {} does not exist ({} device(s) found)", o.device, count));
     MAESTRO_CUDA_CHECK(cudaSetDevice(o.device));
-    scratch_budget_ = o.attention_scratch_budget;
-    if (scratch_budget_ == 0) {
-      size_t free_bytes = 0, total_bytes = 0;
-      MAESTRO_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-      scratch_budget_ = int64_t(total_bytes / 8);
-    }
+    size_t free_bytes = 0;
+    MAESTRO_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &device_memory_));
+    scratch_budget_ = o.attention_scratch_budget ? o.attention_scratch_budget : int64_t(device_memory_ / 8);
     MAESTRO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     MAESTRO_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
     load_cublas();  // dlopen, once per process (cublas_library.h)
@@ -123,6 +120,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
   // ---- memory -----------------------------------------------------------------
+  size_t device_memory_bytes() const override { return device_memory_; }
   void* allocate(size_t n, DType dtype) override { return place(n * dtype_size(dtype)); }
   double* allocate_scalars(size_t n) override { return static_cast<double*>(place(n * sizeof(double))); }
   void release(void* p) override {
@@ -704,6 +702,7 @@ class CudaBackend final : public Backend {
 
   CudaBackendOptions opt_;
   int64_t scratch_budget_ = 0;  // bytes the batched attention's [H, L, L] buffers may take (choose_attention)
+  size_t device_memory_ = 0;    // the GPU's, in bytes
   cudaStream_t stream_ = nullptr;
   std::mutex fence_mu_;  // fences_ and spare_events_: a runner asks from its worker thread
   FenceLedger<cudaEvent_t> fences_;
