@@ -11,6 +11,25 @@ int64_t grid_blocks(int64_t n, int threads, int64_t max_blocks) {
   return std::clamp<int64_t>((n + threads - 1) / threads, 1, max_blocks);
 }
 
+TokenRows group_rows_by_token(const int32_t* tokens, int64_t N) {
+  std::vector<int32_t> rows(size_t(N), 0);
+  for (int64_t i = 0; i < N; ++i) rows[size_t(i)] = int32_t(i);
+  std::stable_sort(rows.begin(), rows.end(), [&](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
+  std::vector<int32_t> offsets{0}, distinct;
+  for (int64_t k = 0; k < N; ++k) {
+    if (k > 0 && tokens[rows[size_t(k)]] == tokens[rows[size_t(k - 1)]]) continue;
+    if (k > 0) offsets.push_back(int32_t(k));
+    distinct.push_back(tokens[rows[size_t(k)]]);
+  }
+  if (N > 0) offsets.push_back(int32_t(N));
+  TokenRows out;
+  out.distinct = int64_t(distinct.size());
+  out.packed = std::move(offsets);
+  out.packed.insert(out.packed.end(), distinct.begin(), distinct.end());
+  out.packed.insert(out.packed.end(), rows.begin(), rows.end());
+  return out;
+}
+
 std::vector<AttentionTile> plan_attention_tiles(const int32_t* cu, int64_t n_seq, int rows_per_tile) {
   if (rows_per_tile <= 0) throw std::invalid_argument("plan_attention_tiles: rows_per_tile must be positive");
   if (n_seq > 0 && cu[0] != 0) throw std::invalid_argument("plan_attention_tiles: cu_seqlens[0] must be 0");

@@ -14,6 +14,23 @@ namespace maestro {
 // kernels are grid-stride loops); at least 1.
 int64_t grid_blocks(int64_t n, int threads, int64_t max_blocks = 65535LL * 8);
 
+// Column sums over rows (weight gradients: norms' dw, db, a bias): chunks of
+// kColumnRows rows, each chunk's sums to scratch, then added to the
+// gradient in chunk order — no atomics, the same bits on every run.
+constexpr int64_t kColumnRows = 256;
+inline int64_t column_chunks(int64_t N) { return (N + kColumnRows - 1) / kColumnRows; }
+
+// The embedding backward's rows grouped by token, so that one thread per
+// (token, column) adds that token's rows in row order — the CPU backend's
+// order, with no atomics: `tokens` the distinct tokens (ascending),
+// rows[offsets[u], offsets[u + 1]) the rows of tokens[u], ascending. Packed
+// for one upload as [offsets (U + 1) | tokens (U) | rows (N)].
+struct TokenRows {
+  int64_t distinct = 0;        // U
+  std::vector<int32_t> packed;  // [2U + 1 + N]
+};
+TokenRows group_rows_by_token(const int32_t* tokens, int64_t N);
+
 // Rows [row0, row0 + rows) of one sequence whose keys are [seq_begin, seq_end).
 struct AttentionTile {
   int32_t row0, rows, seq_begin, seq_end;

@@ -394,9 +394,63 @@ BOOST_AUTO_TEST_CASE(adamw_norm_and_bf16_match_the_cpu_backend) {
   }
 }
 
-// The fast attention kernel's algorithm, lane by lane: tiles of 8 query
+// The embedding backward's kernel, thread by thread: each (token, column)
+// adds its rows in row order from launch_plan.h's TokenRows, starting from
+// the gradient's old value — the CPU backend's order, so bit for bit its
+// result, with no atomics.
+BOOST_AUTO_TEST_CASE(embedding_backward_by_token_is_the_cpu_backends_bit_for_bit) {
+  const int64_t N = 300, C = 24, V = 40;
+  std::vector<int32_t> tokens(static_cast<size_t>(N));
+  std::mt19937 rng(3);
+  for (int32_t& t : tokens) t = int32_t(rng() % 7) * 5;  // 7 distinct, repeated
+  const Vec dout = randn(size_t(N * C), 21), start = randn(size_t(V * C), 22);
+  Vec dtable = start, cpu_dtable = start;
+  const TokenRows g = group_rows_by_token(tokens.data(), N);
+  const int32_t *offsets = g.packed.data(), *distinct = offsets + g.distinct + 1, *rows = distinct + g.distinct;
+  for (int64_t u = 0; u < g.distinct; ++u)
+    for (int64_t c = 0; c < C; ++c) {
+      float& d = dtable[size_t(int64_t(distinct[u]) * C + c)];
+      float acc = d;
+      for (int32_t k = offsets[u]; k < offsets[u + 1]; ++k) acc += dout[size_t(int64_t(rows[k]) * C + c)];
+      d = acc;
+    }
+  Cpu cpu;
+  cpu.b->embedding_backward(cpu_dtable.data(), dout.data(), tokens.data(), N, C);
+  BOOST_TEST((dtable == cpu_dtable));
+}
+
+// Column sums (a norm's dw, a bias gradient), block by block: chunks of
+// kColumnRows rows summed, then added to the gradient in chunk order —
+// within fp32 rounding of the CPU backend's sum (another association).
+BOOST_AUTO_TEST_CASE(column_sums_by_chunk_match_the_cpu_backend) {
+  const int64_t N = 700, C = 33;  // 3 chunks, the last partial
+  const Vec x = randn(size_t(N * C), 23), start = randn(size_t(C), 24);
+  Vec out = start, cpu_out = start;
+  const int64_t chunks = column_chunks(N);
+  BOOST_TEST(chunks == 3);
+  Vec partial(size_t(chunks * C));
+  for (int64_t k = 0; k < chunks; ++k)
+    for (int64_t c = 0; c < C; ++c) {
+      float s = 0;
+      for (int64_t i = k * kColumnRows; i < std::min(N, (k + 1) * kColumnRows); ++i) s += x[size_t(i * C + c)];
+      partial[size_t(k * C + c)] = s;
+    }
+  for (int64_t c = 0; c < C; ++c) {
+    float s = out[size_t(c)];
+    for (int64_t k = 0; k < chunks; ++k) s += partial[size_t(k * C + c)];
+    out[size_t(c)] = s;
+  }
+  Cpu cpu;  // dbias of a linear layer with no input gradient nor weight gradient: the column sum alone
+  const Vec w(size_t(C * C), 0.0f);
+  cpu.b->linear_backward(Grad(nullptr), Grad(nullptr), cpu_out.data(), x.data(), Operand{nullptr, nullptr}, Operand{w.data(), nullptr},
+                         N, C, C);
+  BOOST_TEST(rel_err(out, cpu_out) <= kF32);
+}
+
+// The fast attention kernels' algorithm, lane by lane: tiles of 8 query
 // rows from plan_attention_tiles, keys in tiles of 32, online softmax with
-// the running max rescaling; backward with dS from attention_dscore.
+// the running max rescaling; backward with dS from attention_dscore, dq per
+// query row and dk, dv per key row (no atomics).
 BOOST_AUTO_TEST_CASE(tiled_online_softmax_attention_matches_the_cpu_backend) {
   const int64_t H = 4, KV = 2, D = 16, g = H / KV;
   const std::vector<int32_t> cu = {0, 37, 37, 101, 106};  // 37, 0, 64, 5 tokens
@@ -441,26 +495,53 @@ BOOST_AUTO_TEST_CASE(tiled_online_softmax_attention_matches_the_cpu_backend) {
           for (int64_t d = 0; d < D; ++d) out[size_t((row * H + h) * D + d)] = acc[size_t(d)] / l;
           lse[size_t(row * H + h)] = m + std::log(l);
         }
-    // backward, the fast kernel's way: delta per row, then per visible key
+    // backward, the fast kernels' way, no atomics: delta per row; dq per
+    // query row over the visible keys; dk, dv per key row over the query
+    // heads of its group, then the visible query rows in tiles of 32, each
+    // summed in that order and added once
+    Vec delta(size_t(N * H), 0.0f);
+    for (int64_t row = 0; row < N; ++row)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d)
+          delta[size_t(row * H + h)] += dout[size_t((row * H + h) * D + d)] * out[size_t((row * H + h) * D + d)];
+    auto p_ds = [&](int64_t row, int64_t h, int64_t key) {  // p and dS of one score
+      const int64_t kh = h / g;
+      float s = 0, dp = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        s += q[size_t((row * H + h) * D + d)] * k[size_t((key * KV + kh) * D + d)];
+        dp += dout[size_t((row * H + h) * D + d)] * v[size_t((key * KV + kh) * D + d)];
+      }
+      const float p = std::exp(s * sc - lse[size_t(row * H + h)]);
+      return std::pair<float, float>{p, gm::attention_dscore(p, dp, delta[size_t(row * H + h)])};
+    };
     for (const AttentionTile& t : tiles)
       for (int64_t h = 0; h < H; ++h)
         for (int64_t row = t.row0; row < t.row0 + t.rows; ++row) {
           const int64_t kh = h / g, key_end = causal ? t.row0 + t.rows : t.seq_end;
-          float delta = 0;
-          for (int64_t d = 0; d < D; ++d) delta += dout[size_t((row * H + h) * D + d)] * out[size_t((row * H + h) * D + d)];
+          std::vector<float> acc(size_t(D), 0.0f);
           for (int64_t key = t.seq_begin; key < key_end; ++key) {
             if (!gm::attention_visible(row, key, causal)) continue;
-            float s = 0, dp = 0;
-            for (int64_t d = 0; d < D; ++d) {
-              s += q[size_t((row * H + h) * D + d)] * k[size_t((key * KV + kh) * D + d)];
-              dp += dout[size_t((row * H + h) * D + d)] * v[size_t((key * KV + kh) * D + d)];
+            const float ds = p_ds(row, h, key).second;
+            for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += ds * sc * k[size_t((key * KV + kh) * D + d)];
+          }
+          for (int64_t d = 0; d < D; ++d) dq[size_t((row * H + h) * D + d)] += acc[size_t(d)];
+        }
+    for (const AttentionTile& t : tiles)  // the same tiles, read as key rows
+      for (int64_t kh = 0; kh < KV; ++kh)
+        for (int64_t key = t.row0; key < t.row0 + t.rows; ++key) {
+          std::vector<float> dk_acc(size_t(D), 0.0f), dv_acc(size_t(D), 0.0f);
+          for (int64_t h = kh * g; h < (kh + 1) * g; ++h)
+            for (int64_t row = causal ? t.row0 : t.seq_begin; row < t.seq_end; ++row) {
+              if (!gm::attention_visible(row, key, causal)) continue;
+              const auto [p, ds] = p_ds(row, h, key);
+              for (int64_t d = 0; d < D; ++d) {
+                dk_acc[size_t(d)] += ds * sc * q[size_t((row * H + h) * D + d)];
+                dv_acc[size_t(d)] += p * dout[size_t((row * H + h) * D + d)];
+              }
             }
-            const float p = std::exp(s * sc - lse[size_t(row * H + h)]), ds = gm::attention_dscore(p, dp, delta);
-            for (int64_t d = 0; d < D; ++d) {
-              dq[size_t((row * H + h) * D + d)] += ds * sc * k[size_t((key * KV + kh) * D + d)];
-              dk[size_t((key * KV + kh) * D + d)] += ds * sc * q[size_t((row * H + h) * D + d)];
-              dv[size_t((key * KV + kh) * D + d)] += p * dout[size_t((row * H + h) * D + d)];
-            }
+          for (int64_t d = 0; d < D; ++d) {
+            dk[size_t((key * KV + kh) * D + d)] += dk_acc[size_t(d)];
+            dv[size_t((key * KV + kh) * D + d)] += dv_acc[size_t(d)];
           }
         }
     cpu.b->attention_forward(cpu_out.data(), cpu_lse.data(), q.data(), k.data(), v.data(), cu.data(), n_seq, N, H, KV,

@@ -106,4 +106,24 @@ BOOST_AUTO_TEST_CASE(causal_block_sizes) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(rows_grouped_by_token_keep_row_order) {
+  const std::vector<int32_t> tokens = {7, 2, 7, 0, 2, 7};
+  const TokenRows g = group_rows_by_token(tokens.data(), 6);
+  BOOST_TEST(g.distinct == 3);
+  // [offsets (U + 1) | tokens (U) | rows (N)]
+  const std::vector<int32_t> want = {0, 1, 3, 6, /**/ 0, 2, 7, /**/ 3, 1, 4, 0, 2, 5};
+  BOOST_TEST(g.packed == want, boost::test_tools::per_element());
+  const TokenRows none = group_rows_by_token(nullptr, 0);
+  BOOST_TEST(none.distinct == 0);
+  BOOST_TEST(none.packed == std::vector<int32_t>{0}, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(column_sums_split_rows_into_chunks) {
+  BOOST_TEST(column_chunks(0) == 0);
+  BOOST_TEST(column_chunks(1) == 1);
+  BOOST_TEST(column_chunks(kColumnRows) == 1);
+  BOOST_TEST(column_chunks(kColumnRows + 1) == 2);
+  BOOST_TEST(column_chunks(4096) == 16);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

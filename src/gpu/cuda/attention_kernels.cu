@@ -229,16 +229,19 @@ __global__ void fast_attention_forward_kernel(float* out, float* lse, const floa
   if (lane == 0) lse[row * H + h] = m + logf(l);
 }
 
-__global__ void fast_attention_backward_kernel(float* dq, float* dk, float* dv, const float* dout, const float* lse,
-                                               const float* delta, const float* q, const float* k, const float* v,
-                                               const AttentionTile* tiles, int64_t H, int64_t KV, int64_t D,
-                                               bool causal) {
+// Backward, no atomics (the same bits on every run): dq here, one warp per
+// query row as the forward; dk and dv in fast_attention_backward_kv_kernel,
+// one warp per key row. Both recompute p and dS from lse and delta.
+__global__ void fast_attention_backward_q_kernel(float* dq, bool add_dq, const float* dout, const float* lse,
+                                                 const float* delta, const float* q, const float* k, const float* v,
+                                                 const AttentionTile* tiles, int64_t H, int64_t KV, int64_t D,
+                                                 bool causal) {
   extern __shared__ float smem[];
   const FastWarp w = fast_warp(smem, tiles, H, KV, D);
   float *Ks = w.Ks, *Vs = w.Vs, *qs = w.rows, *dos = w.rows + D;
   const AttentionTile t = w.t;
   const int lane = w.lane;
-  const int64_t h = w.h, kh = w.kh, row = w.row;
+  const int64_t h = w.h, row = w.row;
   const bool active = w.active;
   const float scale = w.scale;
   float row_lse = 0, row_delta = 0;
@@ -256,38 +259,113 @@ __global__ void fast_attention_backward_kernel(float* dq, float* dk, float* dv, 
   for (int64_t key0 = t.seq_begin; key0 < key_end; key0 += kKeys) {
     const int64_t keys = key_end - key0 < kKeys ? key_end - key0 : int64_t(kKeys);
     __syncthreads();
-    load_kv_tile(Ks, Vs, k, v, key0, keys, kh, KV, D);
+    load_kv_tile(Ks, Vs, k, v, key0, keys, w.kh, KV, D);
     __syncthreads();
     if (!active) continue;
     const int64_t key = key0 + lane;
     const bool visible = lane < keys && gm::attention_visible(row, key, causal);
-    float p = 0, ds = 0;
+    float ds = 0;
     if (visible) {
       float s = 0, dp = 0;
       for (int64_t d = 0; d < D; ++d) {
         s += qs[d] * Ks[lane * (D + 1) + d];
         dp += dos[d] * Vs[lane * (D + 1) + d];
       }
-      p = expf(s * scale - row_lse);
-      ds = gm::attention_dscore(p, dp, row_delta);
+      ds = gm::attention_dscore(expf(s * scale - row_lse), dp, row_delta);
     }
     for (int j = 0; j < keys; ++j) {
-      const float pj = __shfl_sync(0xffffffffu, p, j), dsj = __shfl_sync(0xffffffffu, ds, j);
-      if (pj == 0.0f && dsj == 0.0f) continue;  // masked (the same on every lane)
-      const int64_t kv_row = ((key0 + j) * KV + kh) * D;
+      const float dsj = __shfl_sync(0xffffffffu, ds, j);
       for (int sl = 0; sl < kSlots; ++sl) {
         const int64_t d = lane + 32 * sl;
-        if (d >= D) continue;
-        dq_acc[sl] += dsj * scale * Ks[j * (D + 1) + d];
-        if (dk) atomicAdd(dk + kv_row + d, dsj * scale * qs[d]);
-        if (dv) atomicAdd(dv + kv_row + d, pj * dos[d]);
+        if (d < D) dq_acc[sl] += dsj * scale * Ks[j * (D + 1) + d];
       }
     }
   }
-  if (!active || !dq) return;
+  if (!active) return;
   for (int sl = 0; sl < kSlots; ++sl) {
     const int64_t d = lane + 32 * sl;
-    if (d < D) dq[(row * H + h) * D + d] += dq_acc[sl];
+    if (d < D) gm::put_grad(dq[(row * H + h) * D + d], dq_acc[sl], add_dq);
+  }
+}
+
+// Shared memory of the kv kernel: query and dout tiles [kKeys][D+1] (the K/V
+// tiles' place), their lse and delta [kKeys] each, then per warp two rows of
+// D (its key's k and v).
+size_t fast_kv_shared_bytes(int64_t D) { return fast_shared_bytes(D) + sizeof(float) * 2 * kKeys; }
+
+// grid (n_tiles over key rows, KV), block kFastRowsPerTile warps; warp w owns
+// key row tile.row0 + w of kv head blockIdx.y. For each query head of the
+// group in turn and each tile of 32 query rows (lane = query), p and dS as
+// the q kernel computes them; dv += Σ p·dO and dk += Σ scale·dS·q, summed
+// in a fixed order (heads, then query rows), written once.
+__global__ void fast_attention_backward_kv_kernel(float* dk, bool add_dk, float* dv, bool add_dv, const float* dout,
+                                                  const float* lse, const float* delta, const float* q, const float* k,
+                                                  const float* v, const AttentionTile* tiles, int64_t H, int64_t KV,
+                                                  int64_t D, bool causal) {
+  extern __shared__ float smem[];
+  float* Qs = smem;                          // [kKeys][D+1]
+  float* dOs = Qs + kKeys * (D + 1);         // [kKeys][D+1]
+  float* rows = dOs + kKeys * (D + 1);       // [warps][2][D]
+  float* lse_s = rows + kFastRowsPerTile * 2 * D;  // [kKeys]
+  float* delta_s = lse_s + kKeys;                  // [kKeys]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const AttentionTile t = tiles[blockIdx.x];
+  const int64_t kh = blockIdx.y, g = H / KV, key = t.row0 + warp;
+  const bool active = warp < t.rows;
+  float *ks = rows + warp * 2 * D, *vs = ks + D;
+  if (active)
+    for (int64_t d = lane; d < D; d += 32) {
+      ks[d] = k[(key * KV + kh) * D + d];
+      vs[d] = v[(key * KV + kh) * D + d];
+    }
+  const float scale = rsqrtf(float(D));
+  float dk_acc[kSlots], dv_acc[kSlots];
+  for (int s = 0; s < kSlots; ++s) dk_acc[s] = dv_acc[s] = 0.0f;
+  // Causal: a query sees keys up to itself, so the tile's keys are seen from its first row on.
+  const int64_t query_begin = causal ? int64_t(t.row0) : int64_t(t.seq_begin);
+  for (int64_t h = kh * g; h < (kh + 1) * g; ++h)
+    for (int64_t q0 = query_begin; q0 < t.seq_end; q0 += kKeys) {
+      const int64_t queries = t.seq_end - q0 < kKeys ? t.seq_end - q0 : int64_t(kKeys);
+      __syncthreads();  // the previous tile is consumed (and this warp's k, v rows written)
+      for (int64_t e = threadIdx.x; e < kKeys * D; e += blockDim.x) {
+        const int64_t j = e / D, d = e % D;
+        const bool in = j < queries;
+        Qs[j * (D + 1) + d] = in ? q[((q0 + j) * H + h) * D + d] : 0.0f;
+        dOs[j * (D + 1) + d] = in ? dout[((q0 + j) * H + h) * D + d] : 0.0f;
+      }
+      for (int64_t j = threadIdx.x; j < kKeys; j += blockDim.x) {
+        lse_s[j] = j < queries ? lse[(q0 + j) * H + h] : 0.0f;
+        delta_s[j] = j < queries ? delta[(q0 + j) * H + h] : 0.0f;
+      }
+      __syncthreads();
+      if (!active) continue;
+      const bool visible = lane < queries && gm::attention_visible(q0 + lane, key, causal);
+      float p = 0, ds = 0;
+      if (visible) {
+        float s = 0, dp = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          s += Qs[lane * (D + 1) + d] * ks[d];
+          dp += dOs[lane * (D + 1) + d] * vs[d];
+        }
+        p = expf(s * scale - lse_s[lane]);
+        ds = gm::attention_dscore(p, dp, delta_s[lane]);
+      }
+      for (int j = 0; j < queries; ++j) {
+        const float pj = __shfl_sync(0xffffffffu, p, j), dsj = __shfl_sync(0xffffffffu, ds, j);
+        for (int sl = 0; sl < kSlots; ++sl) {
+          const int64_t d = lane + 32 * sl;
+          if (d >= D) continue;
+          dk_acc[sl] += dsj * scale * Qs[j * (D + 1) + d];
+          dv_acc[sl] += pj * dOs[j * (D + 1) + d];
+        }
+      }
+    }
+  if (!active) return;
+  for (int sl = 0; sl < kSlots; ++sl) {
+    const int64_t d = lane + 32 * sl;
+    if (d >= D) continue;
+    if (dk) gm::put_grad(dk[(key * KV + kh) * D + d], dk_acc[sl], add_dk);
+    if (dv) gm::put_grad(dv[(key * KV + kh) * D + d], dv_acc[sl], add_dv);
   }
 }
 
@@ -352,15 +430,23 @@ void launch_fast_attention_forward(float* out, float* lse, const float* q, const
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
 
-void launch_fast_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
-                                    const float* delta, const float* q, const float* k, const float* v,
-                                    const AttentionTile* tiles, int64_t n_tiles, int64_t H, int64_t KV, int64_t D,
-                                    bool causal, cudaStream_t st) {
+void launch_fast_attention_backward(float* dq, bool add_dq, float* dk, bool add_dk, float* dv, bool add_dv,
+                                    const float* dout, const float* lse, const float* delta, const float* q,
+                                    const float* k, const float* v, const AttentionTile* tiles, int64_t n_tiles,
+                                    int64_t H, int64_t KV, int64_t D, bool causal, cudaStream_t st) {
   if (n_tiles == 0) return;
-  const dim3 grid{unsigned(n_tiles), unsigned(H)};
-  fast_attention_backward_kernel<<<grid, 32 * kFastRowsPerTile, fast_shared_bytes(D), st>>>(
-      dq, dk, dv, dout, lse, delta, q, k, v, tiles, H, KV, D, causal);
-  MAESTRO_CUDA_LAUNCH_CHECK();
+  if (dq) {
+    const dim3 grid{unsigned(n_tiles), unsigned(H)};
+    fast_attention_backward_q_kernel<<<grid, 32 * kFastRowsPerTile, fast_shared_bytes(D), st>>>(
+        dq, add_dq, dout, lse, delta, q, k, v, tiles, H, KV, D, causal);
+    MAESTRO_CUDA_LAUNCH_CHECK();
+  }
+  if (dk || dv) {
+    const dim3 grid{unsigned(n_tiles), unsigned(KV)};
+    fast_attention_backward_kv_kernel<<<grid, 32 * kFastRowsPerTile, fast_kv_shared_bytes(D), st>>>(
+        dk, add_dk, dv, add_dv, dout, lse, delta, q, k, v, tiles, H, KV, D, causal);
+    MAESTRO_CUDA_LAUNCH_CHECK();
+  }
 }
 
 }  // namespace maestro::cuda_detail

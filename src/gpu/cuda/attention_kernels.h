@@ -41,10 +41,13 @@ constexpr int kFastRowsPerTile = 8;  // query rows (warps) per thread block
 void launch_fast_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                    const AttentionTile* tiles, int64_t n_tiles, int64_t H, int64_t KV, int64_t D,
                                    bool causal, cudaStream_t st);
-// dq, dk, dv += (each may be null); delta from launch_attention_delta.
-void launch_fast_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
-                                    const float* delta, const float* q, const float* k, const float* v,
-                                    const AttentionTile* tiles, int64_t n_tiles, int64_t H, int64_t KV, int64_t D,
-                                    bool causal, cudaStream_t st);
+// dq, dk, dv += (add) or = (each may be null); delta from
+// launch_attention_delta. No atomics: dq one warp per query row, dk and dv
+// one warp per key row (the tiles read as key rows), each summed in a fixed
+// order — the same bits on every run.
+void launch_fast_attention_backward(float* dq, bool add_dq, float* dk, bool add_dk, float* dv, bool add_dv,
+                                    const float* dout, const float* lse, const float* delta, const float* q,
+                                    const float* k, const float* v, const AttentionTile* tiles, int64_t n_tiles,
+                                    int64_t H, int64_t KV, int64_t D, bool causal, cudaStream_t st);
 
 }  // namespace maestro::cuda_detail

@@ -263,7 +263,9 @@ class CudaBackend final : public Backend {
   }
   void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C) override {
     on_device();
-    launch_embedding_backward(dtable, dout, upload_indices(tokens, N, 0), N, C, stream_);
+    const TokenRows by_token = group_rows_by_token(tokens, N);  // no atomics: each token's rows in row order
+    launch_embedding_backward(dtable, dout, upload_indices(by_token.packed.data(), int64_t(by_token.packed.size()), 0),
+                              by_token.distinct, C, stream_);
   }
 
   // ---- linear ------------------------------------------------------------------------
@@ -290,7 +292,7 @@ class CudaBackend final : public Backend {
       gemm(false, false, N, C, OC, dout, OC, w.f32, C, dinp.add, dinp.p, C, nullptr, dout16, w.bf16);
     if (dw.p)  // dw[OC,C] += (or =) doutᵀ·inp
       gemm(true, false, OC, C, N, dout, OC, inp.f32, C, dw.add, dw.p, C, nullptr, dout16, inp.bf16);
-    if (dbias) launch_column_sum(dbias, dout, N, OC, stream_);
+    if (dbias) launch_column_sum(dbias, column_partials(N, OC), dout, N, OC, stream_);
   }
 
   // ---- norms, rotary, activations, patches ---------------------------------------------
@@ -302,7 +304,7 @@ class CudaBackend final : public Backend {
   void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                         int64_t N, int64_t C) override {
     on_device();
-    launch_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, stream_);
+    launch_rmsnorm_backward(dinp, dw, column_partials(N, C), dout, inp, w, rstd, N, C, stream_);
   }
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int64_t N, int64_t C, float eps) override {
@@ -312,7 +314,7 @@ class CudaBackend final : public Backend {
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                           const float* mean, const float* rstd, int64_t N, int64_t C) override {
     on_device();
-    launch_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, stream_);
+    launch_layernorm_backward(dinp, dw, db, column_partials(N, C), dout, inp, w, mean, rstd, N, C, stream_);
   }
   void rope_forward(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta) override {
     on_device();
@@ -400,13 +402,10 @@ class CudaBackend final : public Backend {
     float* delta = scratch(kDelta, size_t(N * H));  // [N, H] = Σ_d dout·out
     launch_attention_delta(delta, dout, out, N, H, D, stream_);
     const AttentionKernel kernel = attention_kernel(cu, n_seq, H, D);
-    if (kernel == AttentionKernel::Tiled) {  // adds with atomics: an overwritten gradient is zeroed first
-      if (dq.p && !dq.add) zero(dq.p, size_t(N * H * D));
-      if (dk.p && !dk.add) zero(dk.p, size_t(N * KV * D));
-      if (dv.p && !dv.add) zero(dv.p, size_t(N * KV * D));
+    if (kernel == AttentionKernel::Tiled) {
       const auto [tiles, n_tiles] = upload_tiles(cu, n_seq);
-      launch_fast_attention_backward(dq.p, dk.p, dv.p, dout, lse, delta, q, k, v, tiles, n_tiles, H, KV, D, causal,
-                                     stream_);
+      launch_fast_attention_backward(dq.p, dq.add, dk.p, dk.add, dv.p, dv.add, dout, lse, delta, q, k, v, tiles, n_tiles,
+                                     H, KV, D, causal, stream_);
       return;
     }
     // Batched GEMMs per sequence (gpu/gemm_plan.h): P from lse; dP = dO·vᵀ;
@@ -450,12 +449,13 @@ class CudaBackend final : public Backend {
   void cross_entropy(double* loss, float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
                      float scale) override {
     zero_scalars(loss, 1);
-    launch_cross_entropy(loss, dlogits, logits, upload_indices(targets, N, 0), N, V, scale, stream_);
+    launch_cross_entropy(loss, row_terms(N), dlogits, logits, upload_indices(targets, N, 0), N, V, scale, stream_);
   }
   void kl_divergence(double* loss, float* dstudent, const float* student, const float* teacher, const int32_t* targets,
                      int64_t N, int64_t V, float T, float scale) override {
     zero_scalars(loss, 1);
-    launch_kl_divergence(loss, dstudent, student, teacher, upload_indices(targets, N, 0), N, V, T, scale, stream_);
+    launch_kl_divergence(loss, row_terms(N), dstudent, student, teacher, upload_indices(targets, N, 0), N, V, T, scale,
+                         stream_);
   }
 
   // ---- vocabulary-parallel losses (vocab_parallel_kernels.h) ----------------------------------------
@@ -476,8 +476,8 @@ class CudaBackend final : public Backend {
                            const float* se, const float* tx, int64_t N, int64_t V, int64_t valid, int64_t v0,
                            float scale) override {
     on_device();
-    launch_shard_cross_entropy(loss, dlogits, x, upload_indices(targets, N, 0), mx, se, tx, N, V, valid, v0, scale,
-                               stream_);
+    launch_shard_cross_entropy(loss, row_terms(N), dlogits, x, upload_indices(targets, N, 0), mx, se, tx, N, V, valid,
+                               v0, scale, stream_);
   }
   void shard_kl(float* kl, float* dstudent, const float* student, const float* teacher, const int32_t* targets,
                 const float* mx_s, const float* se_s, const float* mx_t, const float* se_t, int64_t N, int64_t V,
@@ -504,7 +504,7 @@ class CudaBackend final : public Backend {
 
  private:
   enum ScratchSlot { kScores, kDScores, kDelta, kIndices, kTiles, kBf16A, kBf16B, kBf16Dout, kQ16, kK16, kV16, kDO16,
-                     kP16, kDS16, kNormPartials, kSlots };
+                     kP16, kDS16, kNormPartials, kColumnPartials, kRowTerms, kSlots };
 
   // The caller's thread may have another device current (several backends
   // per process): every entry point makes ours current first.
@@ -543,6 +543,10 @@ class CudaBackend final : public Backend {
     return p;
   }
 
+  // Scratch of the sums that take no atomics: column chunks' sums [column_chunks(N), C]
+  // (launch_plan.h) and a loss's row terms [N] in fp64.
+  float* column_partials(int64_t N, int64_t C) { return scratch(kColumnPartials, size_t(column_chunks(N) * C)); }
+  double* row_terms(int64_t N) { return reinterpret_cast<double*>(scratch(kRowTerms, size_t(2 * N))); }
   // Grow-only device scratch per slot.
   float* scratch(ScratchSlot slot, size_t floats) {
     auto& [p, cap] = scratch_[slot];

@@ -1,8 +1,9 @@
 // Elementwise, row and column kernels (elementwise_kernels.h). Shapes:
 // elementwise kernels are grid-stride loops; row ops (norms, losses) take a
 // block of kRowThreads per row and reduce with device_reduce.cuh; weight
-// gradients (Σ over rows) split the rows into chunks of kColumnRows and
-// atomically add each chunk's column sums.
+// gradients (Σ over rows) split the rows into chunks of kColumnRows
+// (launch_plan.h) and add the chunks' column sums in chunk order. No sum
+// uses atomics: a run's results are the same bits every time.
 #include "gpu/cuda/elementwise_kernels.h"
 
 #include "gpu/cuda/cuda_check.h"
@@ -17,7 +18,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kRowThreads = 256;
-constexpr int64_t kColumnRows = 256;
 
 #define MAESTRO_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(n); i += int64_t(gridDim.x) * blockDim.x)
@@ -69,28 +69,49 @@ __global__ void sum_partials_kernel(double* out, const double* partial, unsigned
 __global__ void embedding_forward_kernel(float* out, const int32_t* tok, const float* table, int64_t N, int64_t C) {
   MAESTRO_GRID_STRIDE(e, N * C) out[e] = table[int64_t(tok[e / C]) * C + e % C];
 }
-__global__ void embedding_backward_kernel(float* dtable, const float* dout, const int32_t* tok, int64_t N, int64_t C) {
-  MAESTRO_GRID_STRIDE(e, N * C) atomicAdd(dtable + int64_t(tok[e / C]) * C + e % C, dout[e]);
+// grid (U distinct tokens, C / kThreads): thread (u, c) adds token u's rows
+// of column c in row order (launch_plan.h's TokenRows, packed).
+__global__ void embedding_backward_kernel(float* dtable, const float* dout, const int32_t* packed, int64_t U,
+                                          int64_t C) {
+  const int64_t u = blockIdx.x, c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  const int32_t *offsets = packed, *tokens = packed + U + 1, *rows = tokens + U;
+  float* d = dtable + int64_t(tokens[u]) * C + c;
+  float s = *d;
+  for (int32_t k = offsets[u]; k < offsets[u + 1]; ++k) s += dout[int64_t(rows[k]) * C + c];
+  *d = s;
 }
 __global__ void bias_add_kernel(float* out, const float* bias, int64_t N, int64_t OC) {
   MAESTRO_GRID_STRIDE(e, N * OC) out[e] += bias[e % OC];
 }
 
-// out[c] += Σ_rows f(i, c): grid (C / kThreads, row chunks).
+// out[c] += Σ_rows f(i, c) in two passes, no atomics (the same bits on
+// every run): pass 1, grid (C / kThreads, row chunks), chunk k's column
+// sums → partial[k, c]; pass 2 adds the chunks to out[c] in chunk order.
 template <class F>
-__global__ void column_sum_kernel(float* out, int64_t N, int64_t C, F f) {
+__global__ void column_chunk_kernel(float* partial, int64_t N, int64_t C, F f) {
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   const int64_t r0 = blockIdx.y * kColumnRows, r1 = min(N, r0 + kColumnRows);
   float s = 0;
   for (int64_t i = r0; i < r1; ++i) s += f(i, c);
-  atomicAdd(out + c, s);
+  partial[blockIdx.y * C + c] = s;
+}
+__global__ void add_column_chunks_kernel(float* out, const float* partial, int64_t chunks, int64_t C) {
+  MAESTRO_GRID_STRIDE(c, C) {
+    float s = out[c];
+    for (int64_t k = 0; k < chunks; ++k) s += partial[k * C + c];
+    out[c] = s;
+  }
 }
 template <class F>
-void column_sum(float* out, int64_t N, int64_t C, F f, cudaStream_t st) {
+void column_sum(float* out, float* partial, int64_t N, int64_t C, F f, cudaStream_t st) {
   if (N == 0 || C == 0) return;
-  const dim3 grid{unsigned((C + kThreads - 1) / kThreads), unsigned((N + kColumnRows - 1) / kColumnRows)};
-  column_sum_kernel<<<grid, kThreads, 0, st>>>(out, N, C, f);
+  const int64_t chunks = column_chunks(N);
+  const dim3 grid{unsigned((C + kThreads - 1) / kThreads), unsigned(chunks)};
+  column_chunk_kernel<<<grid, kThreads, 0, st>>>(partial, N, C, f);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+  add_column_chunks_kernel<<<blocks(C), kThreads, 0, st>>>(out, partial, chunks, C);
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
 struct Column {
@@ -214,27 +235,43 @@ __global__ void im2col_kernel(float* patches, const float* pixels, int64_t I, in
   }
 }
 
-// One block per row.
-__global__ void cross_entropy_kernel(double* loss, float* dlogits, const float* logits, const int32_t* targets,
+// *out += Σ terms[0, n), by one block in a fixed order: a loss's rows
+// summed with the same bits on every run (no atomics).
+__global__ void add_row_terms_kernel(double* out, const double* terms, int64_t n) {
+  __shared__ double shared[32];
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += terms[i];
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) *out += s;
+}
+
+// One block per row; terms[row]: the row's loss (0 for a skipped row).
+__global__ void cross_entropy_kernel(double* terms, float* dlogits, const float* logits, const int32_t* targets,
                                      int64_t V, float scale) {
   __shared__ float shared[64];
   const int64_t row = blockIdx.x;
   const int32_t t = targets[row];
-  if (t < 0) return;  // the whole block leaves together
+  if (t < 0) {  // the whole block leaves together
+    if (threadIdx.x == 0) terms[row] = 0;
+    return;
+  }
   const float* x = logits + row * V;
   gm::SoftmaxState s = gm::softmax_init();
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) s = gm::softmax_push(s, x[j]);
   const float lse = gm::softmax_lse(block_softmax(s, shared));
-  if (threadIdx.x == 0) atomicAdd(loss, double(lse) - double(x[t]));
+  if (threadIdx.x == 0) terms[row] = double(lse) - double(x[t]);
   if (dlogits)
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) dlogits[row * V + j] += gm::ce_grad(x[j], lse, j == t, scale);
 }
-__global__ void kl_kernel(double* loss, float* dstudent, const float* student, const float* teacher,
+__global__ void kl_kernel(double* terms, float* dstudent, const float* student, const float* teacher,
                           const int32_t* targets, int64_t V, float T, float scale) {
   __shared__ float shared[64];
   __shared__ double shared_sum[32];
   const int64_t row = blockIdx.x;
-  if (targets[row] < 0) return;
+  if (targets[row] < 0) {  // the whole block leaves together
+    if (threadIdx.x == 0) terms[row] = 0;
+    return;
+  }
   const float *xs = student + row * V, *xt = teacher + row * V;
   gm::SoftmaxState ss = gm::softmax_init(), st = gm::softmax_init();
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
@@ -249,7 +286,7 @@ __global__ void kl_kernel(double* loss, float* dstudent, const float* student, c
     if (dstudent) dstudent[row * V + j] += gm::kl_grad(xs[j], xt[j], lse_s, lse_t, T, scale);
   }
   total = block_sum(total, shared_sum);
-  if (threadIdx.x == 0) atomicAdd(loss, total);
+  if (threadIdx.x == 0) terms[row] = total;
 }
 
 // p16, when not null, gets the updated p rounded to bf16 (Backend::adamw).
@@ -324,15 +361,18 @@ void launch_sq_norm(double* out, double* partial, const float* p, size_t n, cuda
 void launch_embedding_forward(float* out, const int32_t* tok, const float* table, int64_t N, int64_t C, cudaStream_t st) {
   MAESTRO_LAUNCH(embedding_forward_kernel, N * C, out, tok, table, N, C);
 }
-void launch_embedding_backward(float* dtable, const float* dout, const int32_t* tok, int64_t N, int64_t C,
+void launch_embedding_backward(float* dtable, const float* dout, const int32_t* packed, int64_t U, int64_t C,
                                cudaStream_t st) {
-  MAESTRO_LAUNCH(embedding_backward_kernel, N * C, dtable, dout, tok, N, C);
+  if (U == 0 || C == 0) return;
+  const dim3 grid{unsigned(U), unsigned((C + kThreads - 1) / kThreads)};
+  embedding_backward_kernel<<<grid, kThreads, 0, st>>>(dtable, dout, packed, U, C);
+  MAESTRO_CUDA_LAUNCH_CHECK();
 }
 void launch_bias_add(float* out, const float* bias, int64_t N, int64_t OC, cudaStream_t st) {
   MAESTRO_LAUNCH(bias_add_kernel, N * OC, out, bias, N, OC);
 }
-void launch_column_sum(float* out, const float* in, int64_t N, int64_t C, cudaStream_t st) {
-  column_sum(out, N, C, Column{in, C}, st);
+void launch_column_sum(float* out, float* partial, const float* in, int64_t N, int64_t C, cudaStream_t st) {
+  column_sum(out, partial, N, C, Column{in, C}, st);
 }
 
 void launch_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps,
@@ -341,14 +381,14 @@ void launch_rmsnorm_forward(float* out, float* rstd, const float* inp, const flo
   rmsnorm_forward_kernel<<<unsigned(N), kRowThreads, 0, st>>>(out, rstd, inp, w, C, eps);
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
-void launch_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
-                             const float* rstd, int64_t N, int64_t C, cudaStream_t st) {
+void launch_rmsnorm_backward(float* dinp, float* dw, float* partial, const float* dout, const float* inp,
+                             const float* w, const float* rstd, int64_t N, int64_t C, cudaStream_t st) {
   if (N == 0) return;
   if (dinp) {
     rmsnorm_backward_kernel<<<unsigned(N), kRowThreads, 0, st>>>(dinp, dout, inp, w, rstd, C);
     MAESTRO_CUDA_LAUNCH_CHECK();
   }
-  if (dw) column_sum(dw, N, C, RmsnormDw{inp, dout, rstd, C}, st);
+  if (dw) column_sum(dw, partial, N, C, RmsnormDw{inp, dout, rstd, C}, st);
 }
 void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                               int64_t N, int64_t C, float eps, cudaStream_t st) {
@@ -356,15 +396,16 @@ void launch_layernorm_forward(float* out, float* mean, float* rstd, const float*
   layernorm_forward_kernel<<<unsigned(N), kRowThreads, 0, st>>>(out, mean, rstd, inp, w, b, C, eps);
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
-void launch_layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                               const float* mean, const float* rstd, int64_t N, int64_t C, cudaStream_t st) {
+void launch_layernorm_backward(float* dinp, float* dw, float* db, float* partial, const float* dout, const float* inp,
+                               const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
+                               cudaStream_t st) {
   if (N == 0) return;
   if (dinp) {
     layernorm_backward_kernel<<<unsigned(N), kRowThreads, 0, st>>>(dinp, dout, inp, w, mean, rstd, C);
     MAESTRO_CUDA_LAUNCH_CHECK();
   }
-  if (dw) column_sum(dw, N, C, LayernormDw{inp, dout, mean, rstd, C}, st);
-  if (db) column_sum(db, N, C, Column{dout, C}, st);
+  if (dw) column_sum(dw, partial, N, C, LayernormDw{inp, dout, mean, rstd, C}, st);
+  if (db) column_sum(db, partial, N, C, Column{dout, C}, st);  // after dw's pass 2 in stream order
 }
 
 void launch_rope(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign,
@@ -395,17 +436,24 @@ void launch_im2col_patches(float* patches, const float* pixels, int64_t I, int64
   MAESTRO_LAUNCH(im2col_kernel, I * (S / p) * (S / p) * Ch * p * p, patches, pixels, I, Ch, S, p);
 }
 
-void launch_cross_entropy(double* loss, float* dlogits, const float* logits, const int32_t* targets, int64_t N,
-                          int64_t V, float scale, cudaStream_t st) {
-  if (N == 0) return;
-  cross_entropy_kernel<<<unsigned(N), kRowThreads, 0, st>>>(loss, dlogits, logits, targets, V, scale);
+void launch_add_row_terms(double* out, const double* terms, int64_t n, cudaStream_t st) {
+  if (n == 0) return;
+  add_row_terms_kernel<<<1, 1024, 0, st>>>(out, terms, n);
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
-void launch_kl_divergence(double* loss, float* dstudent, const float* student, const float* teacher,
+void launch_cross_entropy(double* loss, double* terms, float* dlogits, const float* logits, const int32_t* targets,
+                          int64_t N, int64_t V, float scale, cudaStream_t st) {
+  if (N == 0) return;
+  cross_entropy_kernel<<<unsigned(N), kRowThreads, 0, st>>>(terms, dlogits, logits, targets, V, scale);
+  MAESTRO_CUDA_LAUNCH_CHECK();
+  launch_add_row_terms(loss, terms, N, st);
+}
+void launch_kl_divergence(double* loss, double* terms, float* dstudent, const float* student, const float* teacher,
                           const int32_t* targets, int64_t N, int64_t V, float T, float scale, cudaStream_t st) {
   if (N == 0) return;
-  kl_kernel<<<unsigned(N), kRowThreads, 0, st>>>(loss, dstudent, student, teacher, targets, V, T, scale);
+  kl_kernel<<<unsigned(N), kRowThreads, 0, st>>>(terms, dstudent, student, teacher, targets, V, T, scale);
   MAESTRO_CUDA_LAUNCH_CHECK();
+  launch_add_row_terms(loss, terms, N, st);
 }
 
 void launch_adamw(float* p, const float* g, float* m, float* v, uint16_t* p16, size_t n, const gm::AdamWStep& step,

@@ -24,19 +24,25 @@ void launch_sq_norm(double* out, double* partial, const float* p, size_t n, cuda
 
 void launch_embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t N, int64_t C,
                               cudaStream_t st);
-void launch_embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C,
+// dtable[V, C] += the rows of dout[N, C] by token, each token's rows in row
+// order; packed: launch_plan.h's TokenRows of the N tokens (U distinct).
+void launch_embedding_backward(float* dtable, const float* dout, const int32_t* packed, int64_t U, int64_t C,
                                cudaStream_t st);
 void launch_bias_add(float* out, const float* bias, int64_t N, int64_t OC, cudaStream_t st);
-void launch_column_sum(float* out, const float* in, int64_t N, int64_t C, cudaStream_t st);  // out[C] += Σ_rows in
+// Column sums in chunk order, no atomics; partial: column_chunks(N) · C
+// floats of scratch (launch_plan.h), here and in the norms' backward.
+void launch_column_sum(float* out, float* partial, const float* in, int64_t N, int64_t C,
+                       cudaStream_t st);  // out[C] += Σ_rows in
 
 void launch_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps,
                             cudaStream_t st);
-void launch_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
-                             const float* rstd, int64_t N, int64_t C, cudaStream_t st);
+void launch_rmsnorm_backward(float* dinp, float* dw, float* partial, const float* dout, const float* inp,
+                             const float* w, const float* rstd, int64_t N, int64_t C, cudaStream_t st);
 void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                               int64_t N, int64_t C, float eps, cudaStream_t st);
-void launch_layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                               const float* mean, const float* rstd, int64_t N, int64_t C, cudaStream_t st);
+void launch_layernorm_backward(float* dinp, float* dw, float* db, float* partial, const float* dout, const float* inp,
+                               const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
+                               cudaStream_t st);
 
 void launch_rope(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign,
                  cudaStream_t st);
@@ -51,10 +57,13 @@ void launch_relu_backward(float* dinp, bool add, const float* dout, const float*
 void launch_im2col_patches(float* patches, const float* pixels, int64_t I, int64_t Ch, int64_t S, int64_t p,
                            cudaStream_t st);
 
-// *loss must be zeroed first (the kernels add each row's share).
-void launch_cross_entropy(double* loss, float* dlogits, const float* logits, const int32_t* targets, int64_t N,
-                          int64_t V, float scale, cudaStream_t st);
-void launch_kl_divergence(double* loss, float* dstudent, const float* student, const float* teacher,
+// *out += Σ terms[0, n), summed by one block in a fixed order.
+void launch_add_row_terms(double* out, const double* terms, int64_t n, cudaStream_t st);
+// *loss += Σ rows' losses: each row's into terms[N] (fp64 scratch; 0 for a
+// skipped row), then added in a fixed order — the same bits on every run.
+void launch_cross_entropy(double* loss, double* terms, float* dlogits, const float* logits, const int32_t* targets,
+                          int64_t N, int64_t V, float scale, cudaStream_t st);
+void launch_kl_divergence(double* loss, double* terms, float* dstudent, const float* student, const float* teacher,
                           const int32_t* targets, int64_t N, int64_t V, float T, float scale, cudaStream_t st);
 
 // p16[n] (bf16) or null: the updated parameters' bf16 copy (Backend::adamw)

@@ -5,6 +5,7 @@
 
 #include "gpu/cuda/cuda_check.h"
 #include "gpu/cuda/device_reduce.cuh"
+#include "gpu/cuda/elementwise_kernels.h"
 #include "gpu/launch_plan.h"
 
 namespace maestro::cuda_detail {
@@ -49,14 +50,18 @@ __global__ void shard_sumexp_kernel(float* se, float* tx, const float* x, const 
   }
 }
 
-__global__ void shard_cross_entropy_kernel(double* loss, float* dlogits, const float* x, const int32_t* targets,
+// terms[i]: row i's loss (0 for a skipped row), summed afterwards in a fixed order.
+__global__ void shard_cross_entropy_kernel(double* terms, float* dlogits, const float* x, const int32_t* targets,
                                            const float* mx, const float* se, const float* tx, int64_t V,
                                            int64_t valid, int64_t v0, float scale) {
   const int64_t i = blockIdx.x;
   const int32_t t = targets[i];
-  if (t < 0) return;  // the whole block leaves together
+  if (t < 0) {  // the whole block leaves together
+    if (threadIdx.x == 0) terms[i] = 0;
+    return;
+  }
   const double lz = gm::shard_lse(mx[i], se[i]);
-  if (threadIdx.x == 0) atomicAdd(loss, lz - double(tx[i]));
+  if (threadIdx.x == 0) terms[i] = lz - double(tx[i]);
   if (!dlogits) return;
   const float lzf = float(lz);
   const int64_t c = gm::shard_column(t, v0, valid);
@@ -116,14 +121,15 @@ void launch_shard_sumexp(float* se, float* tx, const float* x, const int32_t* ta
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
 
-void launch_shard_cross_entropy(double* loss, float* dlogits, const float* x, const int32_t* targets, const float* mx,
-                                const float* se, const float* tx, int64_t N, int64_t V, int64_t valid, int64_t v0,
-                                float scale, cudaStream_t st) {
+void launch_shard_cross_entropy(double* loss, double* terms, float* dlogits, const float* x, const int32_t* targets,
+                                const float* mx, const float* se, const float* tx, int64_t N, int64_t V, int64_t valid,
+                                int64_t v0, float scale, cudaStream_t st) {
   MAESTRO_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(double), st));
   if (N == 0) return;
-  shard_cross_entropy_kernel<<<unsigned(N), kRowThreads, 0, st>>>(loss, dlogits, x, targets, mx, se, tx, V, valid, v0,
-                                                                  scale);
+  shard_cross_entropy_kernel<<<unsigned(N), kRowThreads, 0, st>>>(terms, dlogits, x, targets, mx, se, tx, V, valid,
+                                                                  v0, scale);
   MAESTRO_CUDA_LAUNCH_CHECK();
+  launch_add_row_terms(loss, terms, N, st);
 }
 
 void launch_shard_kl(float* kl, float* dstudent, const float* student, const float* teacher, const int32_t* targets,

@@ -20,10 +20,12 @@ void launch_max_of_parts(float* mx, const float* parts, int64_t R, int64_t N, cu
 // se[N] = Σ_valid exp(x·inv_t − mx); tx[N] (when not null, targets then too) = the target's logit where it is this rank's, else 0
 void launch_shard_sumexp(float* se, float* tx, const float* x, const int32_t* targets, const float* mx, int64_t N,
                          int64_t V, int64_t valid, int64_t v0, float inv_t, cudaStream_t st);
-// *loss = Σ_rows (mx + log se − tx); dlogits (when not null) += scale · (softmax − onehot) on the valid columns
-void launch_shard_cross_entropy(double* loss, float* dlogits, const float* x, const int32_t* targets, const float* mx,
-                                const float* se, const float* tx, int64_t N, int64_t V, int64_t valid, int64_t v0,
-                                float scale, cudaStream_t st);
+// *loss = Σ_rows (mx + log se − tx), each row's into terms[N] (fp64 scratch)
+// and summed in a fixed order; dlogits (when not null) += scale · (softmax −
+// onehot) on the valid columns
+void launch_shard_cross_entropy(double* loss, double* terms, float* dlogits, const float* x, const int32_t* targets,
+                                const float* mx, const float* se, const float* tx, int64_t N, int64_t V, int64_t valid,
+                                int64_t v0, float scale, cudaStream_t st);
 // kl[N] = this rank's share of each row's T²·KL (0 for skipped rows); dstudent (when not null) += its gradient
 void launch_shard_kl(float* kl, float* dstudent, const float* student, const float* teacher, const int32_t* targets,
                      const float* mx_s, const float* se_s, const float* mx_t, const float* se_t, int64_t N, int64_t V,
