@@ -142,7 +142,7 @@ MAESTRO_INSPECT(ScheduleLevers, x.reorder, x.token_micro_batches, x.per_step_mic
                 x.critical_path_first, x.host_groups, x.consumer_groups)
 MAESTRO_INSPECT(Plan, x.sections, x.levers, x.in_flight_cap, x.cluster_devices)
 MAESTRO_INSPECT(RunSpec, x.model_path, x.model_source, x.steps, x.shard, x.plan, x.schedule, x.stop_after, x.resume,
-                x.seed, x.threads, x.quiet, x.backend, x.gpu_selfcheck)
+                x.seed, x.threads, x.quiet, x.backend, x.gpu_selfcheck, x.gpu_attention)
 MAESTRO_INSPECT(Hello, x.version, x.build, x.host, x.pid, x.session, x.rank)
 MAESTRO_INSPECT(Welcome, x.error, x.process)
 MAESTRO_INSPECT(Assignment, x.process, x.processes, x.spec, x.placement, x.tracer)

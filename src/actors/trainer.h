@@ -50,6 +50,7 @@ struct RunSpec {
   bool quiet = false;        // --quiet: a worker says nothing about its assignment
   std::string backend = "cpu";  // the coordinator's resolved backend (backend_kind_name): the workers run it too
   bool gpu_selfcheck = true;    // --gpu-selfcheck
+  std::string gpu_attention = "auto";  // --gpu-attention (attention_path_name)
 };
 
 // A run over several processes (actors/processes.h); processes = 1 is one process.

@@ -33,6 +33,7 @@ struct CliOptions {
   bool repl = false;               // --repl: the debug REPL on this terminal (cli/repl_terminal.h)
   std::string calibrate;           // --calibrate OUT.toml
   bool gpu_selfcheck = true;       // --gpu-selfcheck=on|off (gpu/backend_factory.h)
+  std::string gpu_attention = "auto";  // --gpu-attention=auto|tiled|tensorcore|reference (gpu/launch_plan.h)
   bool gpu_resident_handoffs = true;  // --gpu-handoffs=device|host (actors/section_runner.h)
   int64_t processes = 1;           // --processes N (docs/runtime.md, "Processes and hosts")
   std::string listen;              // --listen HOST:PORT: the coordinator waits there for workers started by hand

@@ -78,6 +78,10 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
   app.add_option("--gpu-selfcheck", gpu_selfcheck,
                  "on: the first use of a CUDA device checks the fast kernels against the reference path; off skips it")
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--gpu-attention", cli.gpu_attention,
+                 "the attention kernels on cuda: auto (by sequence length), tiled (online softmax, CUDA cores), "
+                 "tensorcore (bf16 GEMMs), reference (fp32 cuBLAS, what the self-check compares against)")
+      ->check(CLI::IsMember({"auto", "tiled", "tensorcore", "reference"}));
   std::string gpu_handoffs = "device";
   app.add_option("--gpu-handoffs", gpu_handoffs,
                  "device: in a run in one process on cuda, tensors handed between sections stay in GPU memory "

@@ -89,7 +89,8 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     return 2;
   }
   BackendChoice backend;
-  set_gpu_settings({cli.gpu_selfcheck, program.train.precision == Precision::BF16});
+  const AttentionPath attention = *parse_attention_path(cli.gpu_attention);  // checked by the CLI
+  set_gpu_settings({cli.gpu_selfcheck, program.train.precision == Precision::BF16, false, attention});
   try {
     backend = choose_backend(config.runtime.backend);
   } catch (const std::exception& e) {
@@ -152,6 +153,7 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     spec.seed = config.runtime.seed.value_or(program.train.seed);
     spec.backend = backend_kind_name(backend.kind);  // the coordinator's choice is every worker's
     spec.gpu_selfcheck = cli.gpu_selfcheck;
+    spec.gpu_attention = cli.gpu_attention;
     spec.threads = config.runtime.threads;
     spec.quiet = cli.quiet;
   }
@@ -185,7 +187,9 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
       if (!refusal.empty()) throw std::invalid_argument(refusal);
       // Before any backend is made: a split section's kernels join the self-check.
       const bool split = std::any_of(plan.sections.begin(), plan.sections.end(), [](const SectionPlan& s) { return s.tp > 1; });
-      set_gpu_settings({cli.gpu_selfcheck, program.train.precision == Precision::BF16, split});
+      set_gpu_settings({cli.gpu_selfcheck, program.train.precision == Precision::BF16, split, attention});
+      if (const std::string refusal = gpu_attention_refusal(attention, program); !refusal.empty())
+        throw std::invalid_argument(refusal);
     }
   } catch (const DataError& e) {
     print_error(e.what());

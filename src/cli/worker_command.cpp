@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -65,7 +66,9 @@ int run_worker(const std::string& address, int32_t rank) {
     // The coordinator's backend, resolved on this machine: a worker that
     // cannot run it refuses its share (exit 2 on both sides).
     run.options.backend = worker_backend(spec.backend, cuda_backend_built(), cuda_device_count().value_or(-1));
-    set_gpu_settings({spec.gpu_selfcheck, b->runnable.train.precision == Precision::BF16});
+    const std::optional<AttentionPath> attention = parse_attention_path(spec.gpu_attention);
+    if (!attention) throw std::invalid_argument("the coordinator's --gpu-attention " + spec.gpu_attention + " is unknown here");
+    set_gpu_settings({spec.gpu_selfcheck, b->runnable.train.precision == Precision::BF16, false, *attention});
     built.push_back(std::move(b));
     return run;
   };

@@ -7,6 +7,8 @@
 #include <functional>
 #include <mutex>
 #include <set>
+#include <type_traits>
+#include <variant>
 
 #include "cpu/cpu_backend.h"
 #include "gpu/device_query.h"
@@ -158,6 +160,27 @@ void connect_peer_dp_ranks(const std::vector<NcclConnection>& ranks, std::chrono
 bool order_collectives_after(Communicator&, Backend&) { return false; }  // no NCCL rank exists
 #endif
 
+std::string gpu_attention_refusal(AttentionPath path, const Program& program) {
+  if (path == AttentionPath::TensorCore && program.train.precision != Precision::BF16)
+    return "--gpu-attention=tensorcore rounds the attention's operands to bf16; train.precision = fp32 wants fp32 "
+           "(take reference or tiled)";
+  if (path != AttentionPath::Fast) return "";
+  for (const Section& sec : program.sections) {
+    const int64_t head = std::visit(
+        [](const auto& m) -> int64_t {
+          using M = std::decay_t<decltype(m)>;
+          if constexpr (std::is_same_v<M, MlpSpec>) return 0;  // no attention
+          else return m.heads > 0 ? m.hidden / m.heads : 0;
+        },
+        sec.model.spec);
+    if (!fast_attention_supports(head) && head > 0)
+      return fmt::format("--gpu-attention=tiled: section {} has attention heads of {}; the tiled kernel takes up to {} "
+                         "(take auto, tensorcore or reference)",
+                         sec.name, head, kFastAttentionMaxHead);
+  }
+  return "";
+}
+
 std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, int device) {
   if (kind == BackendKind::Cpu) return make_cpu_backend(threads);
 #if MAESTRO_HAVE_CUDA_BACKEND
@@ -169,13 +192,14 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, int device)
     std::lock_guard lock(g_mu);
     s = g_settings;
     if (s.self_check && !g_checked_devices.count(device)) {
-      gpu_self_check(device, s.bf16_gemm, s.tensor_parallel);  // throws GpuSelfCheckFailed
+      gpu_self_check(device, s.bf16_gemm, s.tensor_parallel, s.attention);  // throws GpuSelfCheckFailed
       g_checked_devices.insert(device);
     }
   }
   CudaBackendOptions o;
   o.device = device;
   o.bf16_gemm = s.bf16_gemm;
+  o.attention = s.attention;
   return make_cuda_backend(o);
 #else
   (void)device;

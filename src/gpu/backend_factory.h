@@ -30,6 +30,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "dsl/program.h"
+#include "gpu/launch_plan.h"
 #include "gpu/nccl_layout.h"
 #include "nn/backend.h"
 #include "plan/plan.h"
@@ -73,7 +75,12 @@ struct GpuSettings {
   bool self_check = true;  // --gpu-selfcheck=on|off
   bool bf16_gemm = true;   // train.precision = bf16 (fp32: plain fp32 GEMMs)
   bool tensor_parallel = false;  // the plan has tp > 1: the self-check runs the tp-only kernels too
+  AttentionPath attention = AttentionPath::Auto;  // --gpu-attention (gpu/launch_plan.h)
 };
+// Why a run cannot take `--gpu-attention` (exit status 2), or "": tiled
+// with a section whose attention head is over kFastAttentionMaxHead;
+// tensorcore (bf16 operands) with train.precision = fp32.
+std::string gpu_attention_refusal(AttentionPath path, const Program& program);
 void set_gpu_settings(const GpuSettings& s);
 
 // A backend of that kind; threads: the CPU pool's size (0 = all cores).

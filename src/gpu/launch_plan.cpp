@@ -47,6 +47,32 @@ int64_t batched_attention_scratch_bytes(int64_t H, int64_t L, bool bf16) {
   return (bf16 ? 12 : 8) * H * L * L;
 }
 
+std::optional<AttentionPath> parse_attention_path(std::string_view name) {
+  for (const AttentionPath p : {AttentionPath::Auto, AttentionPath::Fast, AttentionPath::TensorCore, AttentionPath::Reference})
+    if (name == attention_path_name(p)) return p;
+  return std::nullopt;
+}
+
+const char* attention_path_name(AttentionPath path) {
+  switch (path) {
+    case AttentionPath::Auto: return "auto";
+    case AttentionPath::Fast: return "tiled";
+    case AttentionPath::TensorCore: return "tensorcore";
+    case AttentionPath::Reference: return "reference";
+  }
+  return "?";
+}
+
+SelfCheckedAttention self_checked_attention(AttentionPath path, bool bf16_gemm) {
+  switch (path) {
+    case AttentionPath::Auto: return {true, bf16_gemm};
+    case AttentionPath::Fast: return {true, false};
+    case AttentionPath::TensorCore: return {false, true};
+    case AttentionPath::Reference: return {false, false};
+  }
+  return {true, true};
+}
+
 AttentionKernel choose_attention(AttentionPath path, bool bf16_gemm, int64_t D, int64_t longest, int64_t H,
                                  int64_t scratch_budget) {
   switch (path) {

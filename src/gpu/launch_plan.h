@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 namespace maestro {
@@ -51,6 +53,19 @@ inline bool fast_attention_supports(int64_t D) { return D > 0 && D <= kFastAtten
 enum class AttentionPath { Auto, Fast, Reference, TensorCore };
 // What runs: the tiled kernel, or the per-sequence batched GEMMs in fp32 or bf16.
 enum class AttentionKernel { Tiled, Batched, BatchedBf16 };
+// The names `--gpu-attention` takes: auto, tiled (Fast), tensorcore,
+// reference; nullopt for any other.
+std::optional<AttentionPath> parse_attention_path(std::string_view name);
+const char* attention_path_name(AttentionPath path);
+// The attention kernels a run on `path` may call, which the start-up
+// self-check (gpu/cuda/self_check.h) runs against the reference path: the
+// tiled kernel unless the path is tensorcore or reference; the tensor-core
+// path under auto with bf16 GEMMs (auto never takes it in fp32) or when
+// asked for. A kernel the run never calls cannot refuse it.
+struct SelfCheckedAttention {
+  bool tiled = false, tensor_core = false;
+};
+SelfCheckedAttention self_checked_attention(AttentionPath path, bool bf16_gemm);
 // Sequences at least this long take the tensor cores under Auto with bf16
 // GEMMs: there the batched GEMMs' [H,L,L] traffic costs less than the tiled
 // kernel's fp32 arithmetic on CUDA cores; shorter ones take the tiled kernel

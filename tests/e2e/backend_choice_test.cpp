@@ -157,4 +157,13 @@ BOOST_AUTO_TEST_CASE(gpu_handoffs_takes_device_or_host) {
   BOOST_TEST(host.status == 0, host.err);
 }
 
+BOOST_AUTO_TEST_CASE(gpu_attention_takes_a_path_name) {
+  const ProcessResult bad = maestro_run({"models/tiny_mllm.sect", "--gpu-attention=fast", "--steps", "1", "--quiet"});
+  BOOST_TEST(bad.status == 2);
+  BOOST_TEST(bad.first_err_line().find("--gpu-attention") != std::string::npos, bad.err);
+  const ProcessResult reference =
+      maestro_run({"models/tiny_mllm.sect", "--gpu-attention=reference", "--steps", "1", "--quiet"});
+  BOOST_TEST(reference.status == 0, reference.err);  // no effect on the CPU backend
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -41,6 +41,28 @@ BOOST_AUTO_TEST_CASE(cuda_needs_the_backend_and_a_device) {
 
 // A worker of a run over processes runs the coordinator's resolved backend
 // or refuses (std::invalid_argument: status 2 on both sides).
+// --gpu-attention's refusals (exit status 2 at the CLI): the tiled kernel
+// with a head over 128, naming the section; the tensor-core path in an fp32
+// run. Any other choice runs.
+BOOST_AUTO_TEST_CASE(gpu_attention_refuses_what_the_model_cannot_take) {
+  Program p;
+  p.train.precision = Precision::BF16;
+  Section proj, vision, llm;
+  proj.name = "proj", proj.model.spec = MlpSpec{4096, 4096, 4096, 2, Activation::Gelu};
+  vision.name = "vision", vision.model.spec = VitSpec{2, 1024, 16, 4096, 14, 224};  // heads of 64
+  llm.name = "llm", llm.model.spec = TransformerSpec{2, 4096, 16, 16, 11008, 32000};  // heads of 256
+  p.sections = {proj, vision, llm};
+  for (const AttentionPath path : {AttentionPath::Auto, AttentionPath::TensorCore, AttentionPath::Reference})
+    BOOST_TEST(gpu_attention_refusal(path, p) == "", attention_path_name(path));
+  const std::string tiled = gpu_attention_refusal(AttentionPath::Fast, p);
+  BOOST_TEST(tiled.find("section llm has attention heads of 256") != std::string::npos, tiled);
+  p.sections.pop_back();
+  BOOST_TEST(gpu_attention_refusal(AttentionPath::Fast, p) == "");
+  p.train.precision = Precision::FP32;
+  BOOST_TEST(gpu_attention_refusal(AttentionPath::TensorCore, p).find("train.precision = fp32") != std::string::npos);
+  BOOST_TEST(gpu_attention_refusal(AttentionPath::Fast, p) == "");
+}
+
 BOOST_AUTO_TEST_CASE(a_worker_runs_the_coordinators_backend_or_refuses) {
   BOOST_TEST((worker_backend("cpu", false, -1) == BackendKind::Cpu));
   BOOST_TEST((worker_backend("cpu", true, 4) == BackendKind::Cpu));  // never "auto" on the worker's side

@@ -2,6 +2,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/launch_plan.h"
@@ -104,6 +106,25 @@ BOOST_AUTO_TEST_CASE(causal_block_sizes) {
     BOOST_TEST(b >= kCausalBlockMin);
     BOOST_TEST((blocks >= 2 && blocks <= 8), "L " << L << ": " << blocks << " blocks");
   }
+}
+
+BOOST_AUTO_TEST_CASE(attention_paths_by_name_and_what_the_self_check_runs) {
+  for (const AttentionPath path : {AttentionPath::Auto, AttentionPath::Fast, AttentionPath::TensorCore, AttentionPath::Reference})
+    BOOST_TEST((parse_attention_path(attention_path_name(path)) == path));
+  BOOST_TEST(std::string(attention_path_name(AttentionPath::Fast)) == "tiled");
+  BOOST_TEST(!parse_attention_path("fast").has_value());
+  auto checked = [](AttentionPath path, bool bf16) {
+    const SelfCheckedAttention c = self_checked_attention(path, bf16);
+    return std::pair<bool, bool>{c.tiled, c.tensor_core};
+  };
+  BOOST_TEST((checked(AttentionPath::Auto, true) == std::pair{true, true}));
+  BOOST_TEST((checked(AttentionPath::Auto, false) == std::pair{true, false}));  // auto never takes the tensor cores in fp32
+  BOOST_TEST((checked(AttentionPath::Fast, true) == std::pair{true, false}));
+  BOOST_TEST((checked(AttentionPath::TensorCore, true) == std::pair{false, true}));
+  BOOST_TEST((checked(AttentionPath::Reference, true) == std::pair{false, false}));
+  // ... and what each runs: auto in fp32 never the tensor cores, at any length
+  for (const int64_t L : {1, 255, 256, 5000})
+    BOOST_TEST((choose_attention(AttentionPath::Auto, false, 256, L) != AttentionKernel::BatchedBf16));
 }
 
 BOOST_AUTO_TEST_CASE(rows_grouped_by_token_keep_row_order) {

@@ -8,7 +8,8 @@
 
 namespace maestro {
 
-std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm, bool tensor_parallel) {
+std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm, bool tensor_parallel, AttentionPath attention) {
+  const SelfCheckedAttention paths = self_checked_attention(attention, bf16_gemm);
   CudaBackendOptions fast_opt, ref_opt;
   fast_opt.device = ref_opt.device = device;
   fast_opt.bf16_gemm = bf16_gemm;
@@ -27,8 +28,11 @@ std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm, bool tensor_para
       if (!c.ok())
         throw GpuSelfCheckFailed(fmt::format(
             "GPU self-check on CUDA device {}: kernel {} disagrees with {}: relative error {:.3g} > {:.3g} "
-            "(--gpu-selfcheck=off skips this check)",
-            device, c.op, against, c.rel_err, c.tolerance));
+            "({}--gpu-selfcheck=off skips this check)",
+            device, c.op, against, c.rel_err, c.tolerance,
+            c.op.rfind("attention", 0) == 0 && attention != AttentionPath::Reference
+                ? "--gpu-attention=reference trains on the reference attention instead; "
+                : ""));
   };
   CompareOptions o;
   o.tolerance = kSelfCheckTolerance;
@@ -49,23 +53,27 @@ std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm, bool tensor_para
   for (OpCheck& c : blocked_checks) c.op += " (causal blocks)";
   refuse(blocked_checks, "the CPU backend");
   checks.insert(checks.end(), blocked_checks.begin(), blocked_checks.end());
-  // 2. the fast kernels against the reference path
-  o.ops = {"attention", "linear"};
+  // 2. the fast kernels against the reference path: the tiled attention
+  // where the run may call it, the bf16 GEMMs
+  o.ops = {"linear"};
+  if (paths.tiled) o.ops.insert("attention");
   std::vector<OpCheck> fast_checks = compare_backends(*fast, *ref, o);
   for (OpCheck& c : fast_checks) c.op += " (fast)";
   refuse(fast_checks, "the reference path");
   checks.insert(checks.end(), fast_checks.begin(), fast_checks.end());
-  // 3. the tensor-core attention against the reference path
-  CudaBackendOptions tc_opt = fast_opt;
-  tc_opt.attention = AttentionPath::TensorCore;
-  tc_opt.causal_block = 4;
-  const std::unique_ptr<Backend> tc = make_cuda_backend(tc_opt);
-  o.ops = {"attention"};
-  o.attention_tolerance = kSelfCheckTensorCoreAttentionTolerance;
-  std::vector<OpCheck> tc_checks = compare_backends(*tc, *ref, o);
-  for (OpCheck& c : tc_checks) c.op += " (tensor cores)";
-  refuse(tc_checks, "the reference path");
-  checks.insert(checks.end(), tc_checks.begin(), tc_checks.end());
+  // 3. the tensor-core attention against the reference path, where the run may call it
+  if (paths.tensor_core) {
+    CudaBackendOptions tc_opt = fast_opt;
+    tc_opt.attention = AttentionPath::TensorCore;
+    tc_opt.causal_block = 4;
+    const std::unique_ptr<Backend> tc = make_cuda_backend(tc_opt);
+    o.ops = {"attention"};
+    o.attention_tolerance = kSelfCheckTensorCoreAttentionTolerance;
+    std::vector<OpCheck> tc_checks = compare_backends(*tc, *ref, o);
+    for (OpCheck& c : tc_checks) c.op += " (tensor cores)";
+    refuse(tc_checks, "the reference path");
+    checks.insert(checks.end(), tc_checks.begin(), tc_checks.end());
+  }
   // 4. a hand-off left in one backend's memory, read by another of this
   // device as a consumer section reads it (device to device, event-ordered)
   std::vector<OpCheck> handoff_checks = check_handoff_copies(*ref, *fast);

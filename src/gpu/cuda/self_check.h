@@ -4,7 +4,8 @@
 // only) runs against the CPU backend, then (2) the fast kernels (the
 // tiled online-softmax attention, forward and backward, causal and
 // bidirectional, GQA; the bf16 cuBLASLt GEMMs) and (3) the tensor-core
-// attention against that reference path on the same device — small random
+// attention — each fast attention only where the run may call it — against
+// that reference path on the same device — small random
 // inputs (gpu/backend_compare.h) — and a disagreement beyond bf16
 // tolerance refuses the run; (4) a hand-off left in one backend's memory
 // and read by another (check_handoff_copies) must come back exact. This is what makes
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "gpu/backend_compare.h"
+#include "gpu/launch_plan.h"
 
 namespace maestro {
 
@@ -35,7 +37,10 @@ constexpr double kSelfCheckTensorCoreAttentionTolerance = 5e-2;
 // Runs the check on `device`; returns every comparison, throws
 // GpuSelfCheckFailed on the first one out of tolerance. tensor_parallel:
 // the run has tp > 1, so the vocabulary-parallel loss kernels, which only
-// it calls, are checked too.
-std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm, bool tensor_parallel);
+// it calls, are checked too. attention: the run's `--gpu-attention`; the
+// fast attention kernels it never calls are not checked
+// (self_checked_attention, gpu/launch_plan.h).
+std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm, bool tensor_parallel,
+                                    AttentionPath attention = AttentionPath::Auto);
 
 }  // namespace maestro
