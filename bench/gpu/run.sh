@@ -95,6 +95,7 @@ plan=(
   "train tiny_mllm|$run models/tiny_mllm.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
   "train tiny_kd|$run models/tiny_kd.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
   "reproducible|$run models/tiny_kd.sect --steps 6 --json --quiet --config $cfg_dir/cuda.toml ; $run models/tiny_kd.sect --steps 6 --json --quiet --config $cfg_dir/cuda.toml"
+  "attention paths|$run models/tiny_mllm.sect --steps 5 --json --quiet --config $cfg_dir/cuda.toml --gpu-attention=reference ; $run models/tiny_mllm.sect --steps 5 --json --quiet --config $cfg_dir/cuda.toml --gpu-attention=tiled"
   "hand-offs device vs host|$run models/tiny_mllm.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml --gpu-handoffs=host ; $run models/tiny_mllm.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml --gpu-handoffs=device"
   "dp 2 over NCCL|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "dp 2 over processes|$run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --processes 2 --config $cfg_dir/cuda.toml ; $run $cfg_dir/tiny_mllm_dp2.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
@@ -212,6 +213,18 @@ diff = [i for i, (x, y) in enumerate(zip(a["losses"], b["losses"])) if x != y]
 assert len(a["losses"]) == len(b["losses"]) and not diff, "step %d differs: %r against %r" % (
     diff[0], a["losses"][diff[0]], b["losses"][diff[0]]) if diff else (a["losses"], b["losses"])
 print("two runs on cuda: all %d per-step losses the same bits" % len(a["losses"]))
+PY
+      ;;
+    "attention paths")
+      # --gpu-attention end to end: the fp32 reference path against the tiled kernel (tiny_mllm trains in fp32)
+      [ "$st" = 0 ] && { $py - "$log" <<'PY' || verdict=FAIL; }
+import json, sys
+ref, tiled = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")][-2:]
+assert ref["backend"] == "cuda" and tiled["backend"] == "cuda", (ref, tiled)
+err = max(abs(x - y) / abs(y) for x, y in zip(tiled["losses"], ref["losses"]))
+print("--gpu-attention=tiled against reference: per-step loss rel err %.3g; %.1f against %.1f samples/s"
+      % (err, tiled["samples_per_s"], ref["samples_per_s"]))
+assert err <= 1e-4, err  # both fp32
 PY
       ;;
     "hand-offs device vs host")
