@@ -10,7 +10,9 @@
 // waits for every actor, so a leaked one would hang the test).
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <thread>
@@ -69,6 +71,17 @@ train {
   precision = fp32;
 }
 )";
+}
+
+// The samples of step data `d` that carry an image (the vision section is
+// section 0): at least `at_least` of them, the first `keep`.
+std::vector<int32_t> image_samples(const StepData& d, size_t at_least, size_t keep = SIZE_MAX) {
+  std::vector<int32_t> images;
+  for (size_t i = 0; i < d.batch.samples.size(); ++i)
+    if (!d.inputs[0][i].pixels.empty()) images.push_back(int32_t(i));
+  BOOST_TEST_REQUIRE(images.size() >= at_least);
+  images.resize(std::min(keep, images.size()));
+  return images;
 }
 
 Program parse(const std::string& text) {
@@ -206,10 +219,7 @@ BOOST_AUTO_TEST_CASE(a_stage_recomputed_whole_holds_its_input_only) {
   const SectionGraph graph = build_graph(program);
   const StepInputs inputs(graph, program.data, program.train.global_batch);
   const std::shared_ptr<const StepData> data = inputs.step(0);
-  std::vector<int32_t> images;  // the samples the vision runs on
-  for (size_t i = 0; i < data->batch.samples.size(); ++i)
-    if (!data->inputs[0][i].pixels.empty()) images.push_back(int32_t(i));
-  BOOST_TEST_REQUIRE(images.size() >= 2u);
+  std::vector<int32_t> images = image_samples(*data, 2);  // the samples the vision runs on
   LocalTransport transport;
   auto runner = [&](bool replay) {
     // behind a GPU's memory contract: the runner hands the engine host spans only
@@ -267,11 +277,8 @@ BOOST_AUTO_TEST_CASE(a_runner_holds_its_uploads_until_the_backend_syncs) {
   const SectionGraph graph = build_graph(program);
   const StepInputs inputs(graph, program.data, program.train.global_batch);
   const std::shared_ptr<const StepData> data = inputs.step(0);
-  std::vector<int32_t> images;  // samples with an image: the LLM splices the projector's embeddings
-  for (size_t i = 0; i < data->batch.samples.size(); ++i)
-    if (!data->inputs[0][i].pixels.empty()) images.push_back(int32_t(i));
-  BOOST_TEST_REQUIRE(images.size() >= 2u);
-  images.resize(2);
+  // samples with an image: the LLM splices the projector's embeddings
+  const std::vector<int32_t> images = image_samples(*data, 2, 2);
   int32_t spliced_flow = -1;
   for (size_t f = 0; f < program.flows.size(); ++f)
     if (program.flows[f].from == "proj") spliced_flow = int32_t(f);
@@ -390,11 +397,7 @@ BOOST_AUTO_TEST_CASE(resident_handoffs_stay_in_backend_memory_and_change_no_resu
   const SectionGraph graph = build_graph(program);
   const StepInputs inputs(graph, program.data, program.train.global_batch);
   const std::shared_ptr<const StepData> data = inputs.step(0);
-  std::vector<int32_t> images;
-  for (size_t i = 0; i < data->batch.samples.size(); ++i)
-    if (!data->inputs[0][i].pixels.empty()) images.push_back(int32_t(i));
-  BOOST_TEST_REQUIRE(images.size() >= 2u);
-  images.resize(2);
+  const std::vector<int32_t> images = image_samples(*data, 2, 2);
   int32_t to_proj = -1, to_llm = -1;
   for (size_t f = 0; f < program.flows.size(); ++f)
     (program.flows[f].from == "vision" ? to_proj : to_llm) = int32_t(f);
@@ -475,11 +478,7 @@ BOOST_AUTO_TEST_CASE(resident_handoffs_over_their_budget_go_through_host_memory)
   const SectionGraph graph = build_graph(program);
   const StepInputs inputs(graph, program.data, program.train.global_batch);
   const std::shared_ptr<const StepData> data = inputs.step(0);
-  std::vector<int32_t> images;
-  for (size_t i = 0; i < data->batch.samples.size(); ++i)
-    if (!data->inputs[0][i].pixels.empty()) images.push_back(int32_t(i));
-  BOOST_TEST_REQUIRE(images.size() >= 2u);
-  images.resize(2);
+  const std::vector<int32_t> images = image_samples(*data, 2, 2);
   LocalTransport transport;
   auto* backend = new test_support::CheckedBackend(1);
   backend->set_device_memory_bytes(8 * 600);
@@ -524,10 +523,7 @@ BOOST_AUTO_TEST_CASE(an_output_with_two_consumers_sums_their_gradients_in_backen
   const SectionGraph graph = build_graph(program);
   const StepInputs inputs(graph, program.data, program.train.global_batch);
   const std::shared_ptr<const StepData> data = inputs.step(0);
-  int32_t image = -1;
-  for (size_t i = 0; i < data->batch.samples.size() && image < 0; ++i)
-    if (!data->inputs[0][i].pixels.empty()) image = int32_t(i);
-  BOOST_TEST_REQUIRE(image >= 0);
+  const int32_t image = image_samples(*data, 1)[0];
   int32_t to_proj = -1, to_proj2 = -1, to_llm = -1;
   for (size_t f = 0; f < program.flows.size(); ++f) {
     if (program.flows[f].from == "vision") (program.flows[f].to == "proj" ? to_proj : to_proj2) = int32_t(f);
