@@ -69,6 +69,32 @@ class Comparison {
     r_.copy_to_host(&b, on_r, sizeof(double));
     results_.push_back({op, std::abs(a - b) / std::max(std::abs(b), 1e-30), o_.tolerance});
   }
+  // The tested backend's outputs of run() twice from the same starting
+  // values, bit for bit: a kernel that sums with no atomics and has no race
+  // gives the same bits every run (docs/gpu.md, "Deterministic sums").
+  // The outputs are left as they were.
+  void repeatable(const std::string& op, const std::vector<const Twin*>& outputs, const std::function<void()>& run) {
+    std::vector<Vec> start, first;
+    for (const Twin* x : outputs) {
+      start.emplace_back(x->n);
+      t_.copy_to_host(start.back().data(), x->on_t, x->n * sizeof(float));
+    }
+    double worst = 0;
+    for (int k = 0; k < 2; ++k) {
+      for (size_t i = 0; i < outputs.size(); ++i)
+        t_.copy_from_host(outputs[i]->on_t, start[i].data(), outputs[i]->n * sizeof(float));
+      run();
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        Vec got(outputs[i]->n);
+        t_.copy_to_host(got.data(), outputs[i]->on_t, got.size() * sizeof(float));
+        if (k == 0) first.push_back(std::move(got));
+        else worst = std::max(worst, got == first[i] ? 0.0 : std::max(rel_err(got, first[i]), 1e-300));
+      }
+    }
+    for (size_t i = 0; i < outputs.size(); ++i)  // as before: the checks after this one compare the two sides again
+      t_.copy_from_host(outputs[i]->on_t, start[i].data(), outputs[i]->n * sizeof(float));
+    results_.push_back({op + " (repeatable)", worst, 0.0});
+  }
   // Fills a buffer with NaN on both sides: the output of an op that is to
   // overwrite it (nn/backend.h's Grad), so an op that reads it shows NaN.
   void poison(const Twin& x) {
@@ -177,6 +203,8 @@ void run_embedding(Comparison& c) {
   c.check("embedding_forward", out);
   c.both([&](Backend& be, bool is_t) { be.embedding_backward(ON(dtable), ON(dout), kTokens.data(), N, C); });
   c.check("embedding_backward", dtable);
+  c.repeatable("embedding_backward", {&dtable},
+               [&] { c.t_.embedding_backward(dtable.on_t, dout.on_t, kTokens.data(), N, C); });
 }
 
 void run_linear(Comparison& c) {
@@ -250,6 +278,8 @@ void run_norms(Comparison& c) {
   c.both([&](Backend& be, bool is_t) { be.rmsnorm_backward(ON(dx), ON(dw), ON(dout), ON(x), ON(w), ON(rstd), N, C); });
   c.check("rmsnorm_backward.dinp", dx);
   c.check("rmsnorm_backward.dw", dw);
+  c.repeatable("rmsnorm_backward", {&dx, &dw},
+               [&] { c.t_.rmsnorm_backward(dx.on_t, dw.on_t, dout.on_t, x.on_t, w.on_t, rstd.on_t, N, C); });
   c.both([&](Backend& be, bool is_t) {
     be.layernorm_forward(ON(out), ON(mean), ON(rstd), ON(x), ON(w), ON(b), N, C, 1e-5f);
   });
@@ -299,6 +329,10 @@ void run_attention(Comparison& c) {
     c.check("attention_backward" + tag + ".dq (overwrite)", dq, Comparison::Kind::Attention);
     c.check("attention_backward" + tag + ".dk (overwrite)", dk, Comparison::Kind::Attention);
     c.check("attention_backward" + tag + ".dv (overwrite)", dv, Comparison::Kind::Attention);
+    c.repeatable("attention_backward" + tag, {&dq, &dk, &dv}, [&] {
+      c.t_.attention_backward(dq.on_t, dk.on_t, dv.on_t, dout.on_t, out.on_t, lse.on_t, q.on_t, k.on_t, v.on_t,
+                              kCu.data(), n_seq, N, H, KV, D, causal);
+    });
   }
 }
 

@@ -2,7 +2,10 @@
 // random inputs (small shapes: packed sequences of 9, 0 and 15 tokens, GQA
 // 4 query / 2 kv heads of 32) and reports each output's relative error,
 // max |test − ref| / max |ref|. Gradients accumulate into the same random
-// starting values on both sides, so the += contract is checked too.
+// starting values on both sides, so the += contract is checked too. The
+// ops that sum over rows (the norm, the embedding and the attention
+// backward) run twice more on the tested backend from the same values and
+// must give the same bits ("… (repeatable)": no atomics, no race).
 //
 // Two users: the CUDA backend's start-up self-check (fast kernels against
 // the reference path on the same device, bf16 tolerance) and bench/gpu's op

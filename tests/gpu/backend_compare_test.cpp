@@ -1,13 +1,17 @@
 // compare_backends (gpu/backend_compare.h), the harness of the CUDA
 // self-check and of bench/gpu's op check, run here with CPU backends: two
 // CPU backends agree on every op of every family; a backend with one op off
-// by 1e-3 is caught and named, the others still pass; so is a norm whose
-// bits vary from call to call, and one that reads a gradient it is to
-// overwrite; a hand-off read from another backend's memory comes back
-// exact (check_handoff_copies), and a strided copy that drops a row is named.
+// by 1e-3 is caught and named, the others still pass; so is a norm, an
+// embedding or an attention backward whose bits vary from call to call,
+// and an op that reads a gradient it is to overwrite; a hand-off read from
+// another backend's memory comes back exact (check_handoff_copies), and a
+// strided copy that drops a row is named.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
 
 #include "cpu/cpu_backend.h"
 #include "gpu/backend_compare.h"
@@ -19,11 +23,13 @@ namespace {
 
 // The CPU backend with one op nudged: gelu_forward's output by 1e-3 (a
 // broken kernel), every second sq_norm in its last bits (a sum whose
-// order varies from call to call, as with atomics), or a linear op given
+// order varies from call to call, as with atomics), every second
+// embedding and attention backward in one gradient's last bit (the same),
+// or a linear op given
 // its operands' bf16 copies (a backend that wants them) computing from the
 // copies — not what it computes when it gets none — or a gradient it is
 // to overwrite (nn/backend.h's Grad) added to instead, old contents read.
-enum class Nudge { Gelu, NormBits, Bf16Copy, OverwriteAdds, AdamwSkipsCopy, SliceDropsARow };
+enum class Nudge { Gelu, NormBits, SumBits, Bf16Copy, OverwriteAdds, AdamwSkipsCopy, SliceDropsARow };
 class Nudged final : public Backend {
  public:
   explicit Nudged(Nudge nudge) : Backend(Device::Host), b_(make_cpu_backend(1)), nudge_(nudge) {}
@@ -52,6 +58,7 @@ class Nudged final : public Backend {
   }
   void embedding_backward(float* d, const float* o, const int32_t* t, int64_t N, int64_t C) override {
     b_->embedding_backward(d, o, t, N, C);
+    wobble(d);
   }
   bool wants_bf16_operands() const override { return nudge_ == Nudge::Bf16Copy; }
   void linear_forward(float* o, Operand i, Operand w, const float* b, int64_t N, int64_t C, int64_t OC) override {
@@ -90,6 +97,7 @@ class Nudged final : public Backend {
                           const float* k, const float* v, const int32_t* cu, int64_t ns, int64_t N, int64_t H,
                           int64_t KV, int64_t D, bool c) override {
     b_->attention_backward(adds(dq), adds(dk), adds(dv), d, o, l, q, k, v, cu, ns, N, H, KV, D, c);
+    wobble(dk.p);
   }
   void swiglu_forward(float* o, const float* g, const float* u, size_t n) override { b_->swiglu_forward(o, g, u, n); }
   void swiglu_backward(Grad dg, Grad du, const float* d, const float* g, const float* u, size_t n) override {
@@ -150,7 +158,10 @@ class Nudged final : public Backend {
   std::unique_ptr<Backend> b_;
   std::vector<float> wide_[2];
   Nudge nudge_;
-  int norms_ = 0;
+  int norms_ = 0, sums_ = 0;
+  void wobble(float* p) {
+    if (nudge_ == Nudge::SumBits && p && ++sums_ % 2 == 0) p[0] = std::nextafter(p[0], INFINITY);
+  }
 };
 
 }  // namespace
@@ -183,6 +194,21 @@ BOOST_AUTO_TEST_CASE(a_norm_that_varies_from_call_to_call_is_named) {
   const std::vector<OpCheck> r = compare_backends(wobbly, *cpu, {});
   for (const OpCheck& c : r) BOOST_TEST(c.ok() == (c.op != "sq_norm (repeatable)"), c.op << " rel err " << c.rel_err);
   BOOST_TEST(std::any_of(r.begin(), r.end(), [](const OpCheck& c) { return c.op == "sq_norm (repeatable)"; }));
+}
+
+// A kernel whose sums vary from run to run (atomics, a race): each such op
+// is named by its "(repeatable)" check, and only those; the norms backward,
+// not nudged, passes its own.
+BOOST_AUTO_TEST_CASE(sums_that_vary_from_run_to_run_are_named) {
+  Nudged wobbly(Nudge::SumBits);
+  auto cpu = make_cpu_backend(1);
+  const std::vector<OpCheck> r = compare_backends(wobbly, *cpu, {});
+  const std::set<std::string> varying = {"embedding_backward (repeatable)", "attention_backward(causal) (repeatable)",
+                                         "attention_backward(bidirectional) (repeatable)"};
+  for (const OpCheck& c : r) BOOST_TEST(c.ok() == !varying.count(c.op), c.op << " rel err " << c.rel_err);
+  for (const std::string& op : varying)
+    BOOST_TEST(std::any_of(r.begin(), r.end(), [&](const OpCheck& c) { return c.op == op; }), op);
+  BOOST_TEST(std::any_of(r.begin(), r.end(), [](const OpCheck& c) { return c.op == "rmsnorm_backward (repeatable)"; }));
 }
 
 BOOST_AUTO_TEST_CASE(a_backend_reading_bf16_copies_must_match_its_own_rounding) {
@@ -246,7 +272,7 @@ BOOST_AUTO_TEST_CASE(families_can_be_chosen) {
   CompareOptions o;
   o.ops = {"attention"};
   const std::vector<OpCheck> r = compare_backends(*a, *b, o);
-  BOOST_TEST(r.size() == 16u);  // fwd out, lse; bwd dq, dk, dv added to and overwritten; causal and not
+  BOOST_TEST(r.size() == 18u);  // fwd out, lse; bwd dq, dk, dv added to and overwritten, repeatable; causal and not
   for (const OpCheck& c : r) BOOST_TEST(c.op.starts_with("attention_"));
   o.ops = {"flash"};
   BOOST_CHECK_THROW(compare_backends(*a, *b, o), std::invalid_argument);
