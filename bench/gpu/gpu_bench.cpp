@@ -2,10 +2,12 @@
 // per check, each printing one JSON line (exit 1 when a check fails):
 //   ops       every op of nn/backend.h, CUDA backend vs CPU backend
 //             (gpu/backend_compare.h; fp32: 1e-5, bf16: 1e-2 / GEMMs 2e-2;
-//             --attention picks the path, tensorcore: attention 5e-2)
+//             --attention picks the path, tensorcore and flash: attention 5e-2)
 //   selfcheck the start-up self-check (fast kernels vs reference path), timed
+//             (--attention flash: with the flash kernels' check)
 //   model     a transformer section's loss and every gradient after one
 //             forward/backward, CUDA backend vs CPU backend, same init
+//             (--attention picks the path)
 //   step      training steps (forward, loss, backward, AdamW) of a
 //             transformer section on the CUDA backend: tokens/s, model FLOP/s
 //   gemm      cuBLASLt bf16 GEMM rate (fp32 accumulate and output) at
@@ -16,8 +18,9 @@
 //   long      attention over one sequence too long for the batched paths'
 //             [H, L, L] buffers within the backend's budget (an eighth of
 //             the device's memory: the shortest multiple of 1,024 tokens
-//             past it, 16 heads of 128): Auto (the tiled kernel then) vs the
-//             tensor-core batched path, same inputs (5e-2), both timed
+//             past it, 16 heads of 128): Auto (the tiled kernel then) and the
+//             flash kernels vs the tensor-core batched path, same inputs
+//             (5e-2), all three timed
 //   nccl      every collective over NCCL groups of all the GPUs here
 //             (gpu/collective_check.h), made both ways the runtime makes
 //             them: ncclCommInitAll, and the unique id + non-blocking
@@ -32,6 +35,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
 
 #include "cpu/cpu_backend.h"
@@ -97,7 +101,8 @@ int run_ops(bool fp32, AttentionPath attention, int device) {
   CompareOptions c;
   c.tolerance = fp32 ? 1e-5 : 1e-2;
   c.gemm_tolerance = fp32 ? 1e-5 : 2e-2;
-  if (attention == AttentionPath::TensorCore) c.attention_tolerance = kSelfCheckTensorCoreAttentionTolerance;
+  if (attention == AttentionPath::TensorCore || attention == AttentionPath::Flash)
+    c.attention_tolerance = kSelfCheckTensorCoreAttentionTolerance;
   const std::vector<OpCheck> r = compare_backends(*gpu, *cpu, c);
   nlohmann::ordered_json j;
   j["check"] = "ops";
@@ -113,12 +118,12 @@ int run_ops(bool fp32, AttentionPath attention, int device) {
   return ok ? 0 : 1;
 }
 
-int run_selfcheck(int device) {
+int run_selfcheck(AttentionPath attention, int device) {
   const auto t = Clock::now();
   nlohmann::ordered_json j;
   j["check"] = "selfcheck";
   try {
-    const std::vector<OpCheck> r = gpu_self_check(device, true, true);
+    const std::vector<OpCheck> r = gpu_self_check(device, true, true, attention);
     j["seconds"] = seconds_since(t);
     for (const OpCheck& x : r) j["ops"][x.op] = x.rel_err;
     j["ok"] = true;
@@ -131,12 +136,13 @@ int run_selfcheck(int device) {
 }
 
 // Loss and all gradients of one forward/backward, CUDA vs CPU, same seed.
-int run_model(const ModelArgs& a, bool fp32, int device) {
+int run_model(const ModelArgs& a, bool fp32, AttentionPath attention, int device) {
   const Program program = load_transformer(a, fp32);
   const Section& section = program.sections[0];
   CudaBackendOptions o;
   o.device = device;
   o.bf16_gemm = !fp32;
+  o.attention = attention;
   const std::unique_ptr<Backend> gpu = make_cuda_backend(o), cpu = make_cpu_backend(0);
   const auto ids = token_ids(a);
   const std::vector<SampleInput> in = inputs_of(ids);
@@ -164,6 +170,7 @@ int run_model(const ModelArgs& a, bool fp32, int device) {
   nlohmann::ordered_json j;
   j["check"] = "model";
   j["precision"] = fp32 ? "fp32" : "bf16";
+  j["attention"] = attention_path_name(attention);
   j["loss_cuda"] = loss[0];
   j["loss_cpu"] = loss[1];
   j["loss_rel_err"] = loss_err;
@@ -433,8 +440,8 @@ int run_nccl() {
 
 // Causal attention forward + backward over one sequence of L tokens, twice
 // on the same inputs: Auto with the backend's default scratch budget (past
-// it, the tiled kernel: what a long context trains with) and the tensor-core
-// batched path. Relative errors of out, dq, dk, dv; median of 3 timed runs
+// it, the tiled kernel: what a long context trains with), the flash kernels
+// and the tensor-core batched path (the other two's reference). Relative errors of out, dq, dk, dv; median of 3 timed runs
 // after one warm-up each.
 int run_long_attention(int device) {
   const int64_t H = 16, D = 128, budget = device_memory_bytes(device) / 8;
@@ -489,19 +496,21 @@ int run_long_attention(int device) {
     return r;
   };
   const auto a = run_path(AttentionPath::Auto, "auto");
+  const auto f = run_path(AttentionPath::Flash, "flash");
   const auto c = run_path(AttentionPath::TensorCore, "tensorcore");
   bool ok = tiled;
   const char* names[] = {"out", "dq", "dk", "dv"};
-  for (size_t t = 0; t < 4; ++t) {
-    double diff = 0, ref = 0;
-    for (size_t i = 0; i < n; ++i) {
-      diff = std::max(diff, double(std::fabs(a[t][i] - c[t][i])));
-      ref = std::max(ref, double(std::fabs(c[t][i])));
+  for (const auto& [key, x] : {std::pair{"rel_err", &a}, std::pair{"flash_rel_err", &f}})
+    for (size_t t = 0; t < 4; ++t) {
+      double diff = 0, ref = 0;
+      for (size_t i = 0; i < n; ++i) {
+        diff = std::max(diff, double(std::fabs((*x)[t][i] - c[t][i])));
+        ref = std::max(ref, double(std::fabs(c[t][i])));
+      }
+      const double e = diff / ref;
+      j[key][names[t]] = e;
+      ok = ok && e <= kSelfCheckTensorCoreAttentionTolerance;  // NaN fails
     }
-    const double e = diff / ref;
-    j["rel_err"][names[t]] = e;
-    ok = ok && e <= kSelfCheckTensorCoreAttentionTolerance;  // NaN fails
-  }
   j["ok"] = ok;
   fmt::print("{}\n", j.dump());
   return ok ? 0 : 1;
@@ -519,11 +528,12 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "CUDA device");
   app.add_flag("--fp32", fp32, "fp32 GEMMs (default: bf16 GEMMs, fp32 accumulation)");
   AttentionPath attention = AttentionPath::Auto;
-  app.add_option("--attention", attention, "attention path of the ops check and the step")
+  app.add_option("--attention", attention, "attention path of ops, selfcheck, model and step")
       ->transform(CLI::CheckedTransformer(std::map<std::string, AttentionPath>{{"auto", AttentionPath::Auto},
                                                                              {"fast", AttentionPath::Fast},
                                                                              {"reference", AttentionPath::Reference},
-                                                                             {"tensorcore", AttentionPath::TensorCore}}));
+                                                                             {"tensorcore", AttentionPath::TensorCore},
+                                                                             {"flash", AttentionPath::Flash}}));
   auto* ops = app.add_subcommand("ops", "every op: CUDA backend vs CPU backend");
   auto* self = app.add_subcommand("selfcheck", "the start-up self-check, timed");
   auto* model = app.add_subcommand("model", "a transformer's loss and gradients: CUDA vs CPU");
@@ -532,7 +542,7 @@ int main(int argc, char** argv) {
   auto* copies = app.add_subcommand("copies", "device <-> host copies, pageable vs pinned");
   auto* nccl = app.add_subcommand("nccl", "every collective over NCCL groups of the GPUs here, checked exactly");
   auto* long_attention =
-      app.add_subcommand("long", "attention past the batched paths' memory budget: Auto (tiled) vs tensor cores");
+      app.add_subcommand("long", "attention past the batched paths' memory budget: Auto (tiled), flash, tensor cores");
   for (auto* sub : {model, step}) {
     sub->add_option("--layers", m.layers);
     sub->add_option("--hidden", m.hidden);
@@ -555,8 +565,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*ops) return run_ops(fp32, attention, device);
-    if (*self) return run_selfcheck(device);
-    if (*model) return run_model(m, fp32, device);
+    if (*self) return run_selfcheck(attention, device);
+    if (*model) return run_model(m, fp32, attention, device);
     if (*step) return run_step(m, fp32, attention, causal_block, !no_bf16_copies, device, steps, warmup);
     if (*gemm) return run_gemm(device);
     if (*copies) return run_copies(device);

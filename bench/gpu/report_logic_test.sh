@@ -33,7 +33,8 @@ stub "$fake/build/bench/bench_gpu" '
 for a; do case "$a" in
   gemm) echo "{\"check\": \"gemm\", \"peak_tflops\": 700.0, \"device\": \"stand-in\"}"; exit 0;;
   copies) echo "{\"check\": \"copies\", \"sizes\": [{\"bytes\": 67108864, \"d2h_pageable_gbs\": 10.0, \"d2h_pinned_gbs\": 25.0, \"h2d_pageable_gbs\": 12.0, \"h2d_pinned_gbs\": 12.5, \"h2d_held_pinned_gbs\": 50.0, \"held_bytes_match\": true, \"pinned\": true}], \"rows\": {\"rows\": 2048, \"row_bytes\": 64000, \"pitch\": 128000, \"pinned\": true, \"per_row_gbs\": 2.0, \"strided_gbs\": 40.0, \"bytes_match\": true}, \"handoff\": {\"bytes\": 67108864, \"kept_gbs\": 500.0, \"host_gbs\": 10.0, \"pinned\": true, \"bytes_match\": true}, \"ok\": true}"; exit 0;;
-  step) case " $* " in  # rounding every GEMM operand on each call: 19,000 tokens/s
+  step) case " $* " in  # rounding every GEMM operand on each call: 19,000 tokens/s; the flash kernels 25,000
+    *" --attention flash "*) echo "{\"check\": \"step\", \"tokens_per_s\": 25000.0, \"tflops\": 262.5, \"bf16_copies\": true}";;
     *" --no-bf16-copies "*) echo "{\"check\": \"step\", \"tokens_per_s\": 19000.0, \"tflops\": 199.5, \"bf16_copies\": false}";;
     *) echo "{\"check\": \"step\", \"tokens_per_s\": 20000.0, \"tflops\": 210.0, \"bf16_copies\": true}";; esac; exit 0;;
   selfcheck) [ "${STALL:-0}" = 1 ] && sleep 60; echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
@@ -41,7 +42,7 @@ for a; do case "$a" in
       echo "{\"check\": \"nccl\", \"ranks\": $r, \"init_all\": {\"passed\": $n}, \"init_rank\": {\"passed\": $n}, \"ok\": true}"; exit 0; fi
     echo "{\"check\": \"nccl\", \"ranks\": $r, \"init_all\": {\"passed\": $n}, \"init_rank\": {\"failed\": [{\"call\": \"all_gather(in place) n=4099\", \"wrong\": 3, \"error\": \"\"}], \"passed\": $((n - 1))}, \"ok\": false}"; exit 1;;
   ops|model) echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
-  long) echo "{\"check\": \"long\", \"tokens\": 8192, \"heads\": 16, \"head_dim\": 128, \"batched_scratch_gb\": 12.9, \"budget_gb\": 10.0, \"auto_kernel\": \"tiled\", \"auto\": {\"ms\": 90.0}, \"tensorcore\": {\"ms\": 30.0}, \"rel_err\": {\"out\": 0.004, \"dq\": 0.006, \"dk\": 0.005, \"dv\": 0.003}, \"ok\": true}"; exit 0;;
+  long) echo "{\"check\": \"long\", \"tokens\": 8192, \"heads\": 16, \"head_dim\": 128, \"batched_scratch_gb\": 12.9, \"budget_gb\": 10.0, \"auto_kernel\": \"tiled\", \"auto\": {\"ms\": 90.0}, \"tensorcore\": {\"ms\": 30.0}, \"flash\": {\"ms\": 20.0}, \"rel_err\": {\"out\": 0.004, \"dq\": 0.006, \"dk\": 0.005, \"dv\": 0.003}, \"flash_rel_err\": {\"out\": 0.002, \"dq\": 0.003, \"dk\": 0.004, \"dv\": 0.001}, \"ok\": true}"; exit 0;;
 esac; done; exit 2'
 run() { PATH="$fake/bin:$PATH" TORCH_PYTHON="$fake/bin/${TORCHPY:-nopython}" bash bench/gpu/run.sh --no-build --build "$fake/build" --report "$fake/report.md" ${STEP_TIMEOUT:+--step-timeout $STEP_TIMEOUT} >"$fake/stdout" 2>&1; }
 fail=0
@@ -53,11 +54,13 @@ check 'grep -q "^## torch step: SKIP" "$fake/report.md" && grep -q "^## torch st
 check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBLASLt peak 700.0" "$fake/report.md"' "MFU against 989 and against the measured peak, in the report"
 check 'grep -q "without the engine.s bf16 copies of GEMM operands 19000 tokens/s: the copies. speed-up 1.053x" "$fake/report.md"' "the step without the bf16 copies of GEMM operands, and the copies' speed-up"
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 23 ]' "23 steps PASS (all but build, skipped, and torch)"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 28 ]' "28 steps PASS (all but build, skipped, and torch)"
 check 'grep -q -- "--gpu-attention=tiled against reference: per-step loss rel err 0; 120.0 against 120.0 samples/s" "$fake/report.md"' "the attention paths against each other, in the report"
 check 'grep -q "two runs on cuda: all 2 per-step losses the same bits" "$fake/report.md"' "two runs on cuda with the same losses, in the report"
 check 'grep -q "hand-offs in GPU memory 120.0 samples/s, through host memory 100.0 samples/s (1.20x); per-step loss rel err 0" "$fake/report.md"' "hand-offs in GPU memory against host memory: speed and loss agreement"
 check 'grep -q "one sequence of 8192 tokens (batched buffers 12.9 GB, budget 10.0 GB): Auto took the tiled kernel, fwd+bwd 90.0 ms against 30.0 ms on the tensor cores (3.00x); rel err out 0.004, dq 0.006, dk 0.005, dv 0.003" "$fake/report.md"' "the long attention: the kernel Auto took, its time against the tensor cores, its errors"
+check 'grep -q "flash kernels: fwd+bwd 20.0 ms (0.67x the tensor cores, 0.22x the tiled kernel); rel err out 0.002, dq 0.003, dk 0.004, dv 0.001" "$fake/report.md"' "... and the flash kernels' time and errors"
+check 'grep -q "flash attention: tokens/s 25000 (1.250x auto.s 20000), MFU 26.5% of 989 TFLOP/s, 37.5% of the cuBLASLt peak" "$fake/report.md"' "the 1.3B step with the flash kernels against auto's"
 check 'grep -q "NCCL, 1 rank(s), one per GPU: init_all 25 calls passed; init_rank 25 calls passed" "$fake/report.md"' "one GPU: the NCCL check's groups of one rank, in the report"
 check 'grep -q "maestro-run 16384 tokens/s (median step 250.0 ms over steps 2-7, the first 900 ms), 0.82 of the bare section loop" "$fake/report.md"' "maestro-run's steady step time against the bare loop, in the report"
 check 'grep -q "64 MiB device->host: pinned 25.0 GB/s, pageable 10.0 GB/s (2.50x); host->device: 12.5 / 12.0 GB/s, held from pinned memory (DMA, no staging) 50.0 GB/s (4.00x)" "$fake/report.md"' "the host copies, pinned against pageable, in the report"
@@ -92,7 +95,7 @@ check 'grep -q "PyTorch (SDPA, fused AdamW) 40000 tokens/s, maestro 20000 tokens
 
 STALL=1 STEP_TIMEOUT=2 run; st=$?
 check '[ $st = 1 ] && grep -q "^## selfcheck: FAIL" "$fake/report.md" && grep -q "stopped after --step-timeout 2 s" "$fake/report.md"' "a step that hangs is stopped at --step-timeout and FAILs ($st)"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 22 ]' "... and the steps after it still run"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 26 ]' "... and the steps after it still run (both self-checks stall)"
 
 [ "$fail" = 0 ] || { echo "--- report headers:"; grep "^## " "$fake/report.md"; }
 exit $fail

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The CUDA backend on a real GPU, in one command (docs/gpu.md): builds, then
 #   1. unit.gpu (the kernels' per-element math on the CPU)
-#   2. the start-up self-check (fast kernels vs the reference path), timed
+#   2. the start-up self-check (fast kernels vs the reference path), timed;
+#      again with the flash kernels' check (--gpu-attention=flash)
 #   3. every op, CUDA backend vs CPU backend: fp32 (<= 1e-5) and bf16 (~1e-2),
-#      and the tensor-core attention (5e-2)
+#      and the tensor-core and flash attentions (5e-2)
 #   4. a transformer's loss and all gradients, CUDA vs CPU engine (fp32, bf16;
-#      bf16 also with sequences of 1,500 and 3,000 tokens: tensor-core attention)
+#      bf16 also with sequences of 1,500 and 3,000 tokens: tensor-core attention;
+#      bf16 through the flash kernels, at 40 and 1,500 tokens)
 #   5. maestro-run: tiny_mllm 3 steps, backend cuda vs cpu (fp32 losses agree)
 #   6. maestro-run: tiny_mllm and tiny_kd on cuda, the loss falls
 #   6b. tiny_mllm with its llm section at dp = 2 (gradients all-reduced
@@ -18,19 +20,22 @@
 #   6e. every collective over NCCL groups of all the GPUs here, checked
 #      exactly (bench_gpu nccl): with one GPU, groups of one rank
 #   6f. attention over one sequence whose batched [H, L, L] buffers pass an
-#      eighth of the device's memory: Auto takes the tiled kernel, checked
-#      against the tensor-core batched path (5e-2) and timed (bench_gpu long)
+#      eighth of the device's memory: Auto takes the tiled kernel; it and
+#      the flash kernels checked against the tensor-core batched path (5e-2)
+#      and timed (bench_gpu long)
 #   7. cuBLASLt bf16 GEMM peak, then the 1.3B transformer section (layers 24,
 #      hidden 2048, heads 16, ffn 5504, vocab 32000, seq 2048, bf16):
-#      tokens/s, MFU vs 989 TFLOP/s (H100) and vs the measured GEMM peak;
+#      tokens/s, MFU vs 989 TFLOP/s (H100) and vs the measured GEMM peak,
+#      with auto's attention (the tensor cores) and with the flash kernels;
 #      the same section trained by maestro-run (bench/gpu/llm_1_3b.sect:
 #      the whole runtime, its step times against the bare loop's);
 #      the same model in PyTorch (bf16 autocast) on the same GPU when
 #      $TORCH_PYTHON (default python3) has torch with CUDA, else SKIP: as
 #      our side (attention written out, plain AdamW), and at PyTorch's best
 #      (scaled_dot_product_attention, fused AdamW)
-#   8. compute-sanitizer (memcheck) on the op check and a 2-step run (last:
-#      the slowest steps)
+#   8. compute-sanitizer (memcheck) on the op check and a 2-step run, and
+#      memcheck and racecheck (shared memory) on the flash kernels' op check
+#      (last: the slowest steps)
 # and writes one report (markdown, every step's JSON, PASS/FAIL).
 #
 # Usage: bench/gpu/run.sh [--dry-run] [--build DIR] [--report FILE] [--quick] [--no-build]
@@ -85,12 +90,15 @@ plan=(
   "build|cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build $build -j \$(nproc) --target maestro-run bench_gpu test_gpu"
   "unit.gpu|$build/tests/gpu/test_gpu"
   "selfcheck|$bench selfcheck"
+  "selfcheck flash|$bench --attention flash selfcheck"
   "ops fp32|$bench --fp32 ops"
   "ops bf16|$bench ops"
   "ops tensor-core attention|$bench --attention tensorcore ops"
+  "ops flash attention|$bench --attention flash ops"
   "model fp32|$bench --fp32 model $small"
   "model bf16|$bench model $small"
   "model bf16 long rows|$bench model $long_rows --samples 2 --tokens 1500 && $bench model $long_rows --samples 1 --tokens 3000"
+  "model bf16 flash|$bench --attention flash model $small && $bench --attention flash model $long_rows --samples 2 --tokens 1500"
   "engine cuda vs cpu|$run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "train tiny_mllm|$run models/tiny_mllm.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
   "train tiny_kd|$run models/tiny_kd.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
@@ -105,11 +113,13 @@ plan=(
   "gemm peak|$bench gemm"
   "host copies|$bench copies"
   "transformer step|$bench step $big --steps 5 --warmup 2 --no-bf16-copies && $bench step $big --steps 5 --warmup 2"
+  "flash step|$bench --attention flash step $big --steps 5 --warmup 2"
   "maestro-run 1.3B|$run bench/gpu/llm_1_3b.sect --steps 8 --json --quiet --log-level debug --config $cfg_dir/cuda.toml"
   "torch step|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --steps 5 --warmup 2"
   "torch step sdpa|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --sdpa --fused-adamw --steps 5 --warmup 2"
   "sanitizer ops|$sanitizer --tool memcheck --error-exitcode 1 $bench --fp32 ops"
   "sanitizer run|$sanitizer --tool memcheck --error-exitcode 1 $run models/tiny_kd.sect --steps 2 --quiet --config $cfg_dir/cuda.toml"
+  "sanitizer flash|$sanitizer --tool memcheck --error-exitcode 1 $bench --attention flash ops && $sanitizer --tool racecheck --error-exitcode 1 $bench --attention flash ops"
 )
 
 if [ "$dry" = 1 ]; then
@@ -255,6 +265,17 @@ if off:
           % (off[0]["tokens_per_s"], step["tokens_per_s"] / off[0]["tokens_per_s"]))
 PY
       ;;
+    "flash step")
+      # the same step with --attention flash, against auto's (the tensor cores) in "transformer step"
+      [ "$st" = 0 ] && $py - "${out[transformer step]}" "${out[gemm peak]}" "$log" <<'PY'
+import json, sys
+auto = json.loads(sys.argv[1].splitlines()[-1]); gemm = json.loads(sys.argv[2].splitlines()[-1])
+flash = json.loads(sys.argv[3].splitlines()[-1]); tf = flash["tflops"]
+print("flash attention: tokens/s %.0f (%.3fx auto's %.0f), MFU %.1f%% of 989 TFLOP/s, %.1f%% of the cuBLASLt peak"
+      % (flash["tokens_per_s"], flash["tokens_per_s"] / auto["tokens_per_s"], auto["tokens_per_s"], 100 * tf / 989,
+         100 * tf / gemm["peak_tflops"]))
+PY
+      ;;
     "maestro-run 1.3B")
       # the runtime's step times (--log-level debug) from step 2 on, against the bare loop of "transformer step"
       [ "$st" = 0 ] && { $py - "$quick" "${out[transformer step]}" "$log" <<'PY' || verdict=FAIL; }
@@ -302,6 +323,11 @@ print("one sequence of %d tokens (batched buffers %.1f GB, budget %.1f GB): Auto
       "against %.1f ms on the tensor cores (%.2fx); rel err out %.2g, dq %.2g, dk %.2g, dv %.2g"
       % (j["tokens"], j["batched_scratch_gb"], j["budget_gb"], j["auto_kernel"], j["auto"]["ms"],
          j["tensorcore"]["ms"], j["auto"]["ms"] / j["tensorcore"]["ms"], e["out"], e["dq"], e["dk"], e["dv"]))
+if "flash" in j:
+    f = j["flash_rel_err"]
+    print("flash kernels: fwd+bwd %.1f ms (%.2fx the tensor cores, %.2fx the tiled kernel); rel err out %.2g, dq %.2g, "
+          "dk %.2g, dv %.2g" % (j["flash"]["ms"], j["flash"]["ms"] / j["tensorcore"]["ms"],
+                                j["flash"]["ms"] / j["auto"]["ms"], f["out"], f["dq"], f["dk"], f["dv"]))
 PY
       ;;
     "host copies")

@@ -80,8 +80,9 @@ int parse_command_line(int argc, char** argv, CliOptions& cli) {
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--gpu-attention", cli.gpu_attention,
                  "the attention kernels on cuda: auto (by sequence length), tiled (online softmax, CUDA cores), "
-                 "tensorcore (bf16 GEMMs), reference (fp32 cuBLAS, what the self-check compares against)")
-      ->check(CLI::IsMember({"auto", "tiled", "tensorcore", "reference"}));
+                 "tensorcore (bf16 GEMMs), flash (online softmax on the tensor cores, bf16), reference (fp32 cuBLAS, "
+                 "what the self-check compares against)")
+      ->check(CLI::IsMember({"auto", "tiled", "tensorcore", "flash", "reference"}));
   std::string gpu_handoffs = "device";
   app.add_option("--gpu-handoffs", gpu_handoffs,
                  "device: in a run in one process on cuda, tensors handed between sections stay in GPU memory "

@@ -300,40 +300,55 @@ void run_rope(Comparison& c) {
   c.check("rope_backward", x);
 }
 
+// Attention over two shapes: the short sequences above (9, 0 and 15
+// tokens, head 32), and sequences of 70 and 130 tokens with heads of 128
+// ("long"), which cross the tiles of the tiled and flash kernels (query
+// tiles of 64, key tiles of 32, partial ones) and take the flash kernels'
+// larger head.
+struct AttentionShape {
+  int64_t N, H, KV, D;
+  std::vector<int32_t> cu;
+  const char* suffix;
+};
+
 void run_attention(Comparison& c) {
-  for (bool causal : {true, false}) {
-    const std::string tag = causal ? "(causal)" : "(bidirectional)";
-    Twin q(c.t_, c.r_, c.randn(size_t(N * H * D))), k(c.t_, c.r_, c.randn(size_t(N * KV * D))),
-        v(c.t_, c.r_, c.randn(size_t(N * KV * D))), out(c.t_, c.r_, Vec(size_t(N * H * D))),
-        lse(c.t_, c.r_, Vec(size_t(N * H))), dout(c.t_, c.r_, c.randn(size_t(N * H * D))),
-        dq(c.t_, c.r_, c.randn(size_t(N * H * D))), dk(c.t_, c.r_, c.randn(size_t(N * KV * D))),
-        dv(c.t_, c.r_, c.randn(size_t(N * KV * D)));
-    const int64_t n_seq = int64_t(kCu.size()) - 1;
-    c.both([&](Backend& be, bool is_t) {
-      be.attention_forward(ON(out), ON(lse), ON(q), ON(k), ON(v), kCu.data(), n_seq, N, H, KV, D, causal);
-    });
-    c.check("attention_forward" + tag, out, Comparison::Kind::Attention);
-    c.check("attention_forward" + tag + ".lse", lse, Comparison::Kind::Attention);
-    c.both([&](Backend& be, bool is_t) {
-      be.attention_backward(ON(dq), ON(dk), ON(dv), ON(dout), ON(out), ON(lse), ON(q), ON(k), ON(v), kCu.data(),
-                            n_seq, N, H, KV, D, causal);
-    });
-    c.check("attention_backward" + tag + ".dq", dq, Comparison::Kind::Attention);
-    c.check("attention_backward" + tag + ".dk", dk, Comparison::Kind::Attention);
-    c.check("attention_backward" + tag + ".dv", dv, Comparison::Kind::Attention);
-    for (const Twin* x : {&dq, &dk, &dv}) c.poison(*x);
-    c.both([&](Backend& be, bool is_t) {
-      be.attention_backward(Grad::overwrite(ON(dq)), Grad::overwrite(ON(dk)), Grad::overwrite(ON(dv)), ON(dout),
-                            ON(out), ON(lse), ON(q), ON(k), ON(v), kCu.data(), n_seq, N, H, KV, D, causal);
-    });
-    c.check("attention_backward" + tag + ".dq (overwrite)", dq, Comparison::Kind::Attention);
-    c.check("attention_backward" + tag + ".dk (overwrite)", dk, Comparison::Kind::Attention);
-    c.check("attention_backward" + tag + ".dv (overwrite)", dv, Comparison::Kind::Attention);
-    c.repeatable("attention_backward" + tag, {&dq, &dk, &dv}, [&] {
-      c.t_.attention_backward(dq.on_t, dk.on_t, dv.on_t, dout.on_t, out.on_t, lse.on_t, q.on_t, k.on_t, v.on_t,
-                              kCu.data(), n_seq, N, H, KV, D, causal);
-    });
-  }
+  const AttentionShape shapes[] = {{N, H, KV, D, kCu, ""}, {200, 4, 2, 128, {0, 70, 70, 200}, ", long"}};
+  for (const AttentionShape& a : shapes)
+    for (bool causal : {true, false}) {
+      const int64_t N = a.N, H = a.H, KV = a.KV, D = a.D;  // NOLINT: shadows the short shape's
+      const int32_t* cu = a.cu.data();
+      const std::string tag = std::string(causal ? "(causal" : "(bidirectional") + a.suffix + ")";
+      Twin q(c.t_, c.r_, c.randn(size_t(N * H * D))), k(c.t_, c.r_, c.randn(size_t(N * KV * D))),
+          v(c.t_, c.r_, c.randn(size_t(N * KV * D))), out(c.t_, c.r_, Vec(size_t(N * H * D))),
+          lse(c.t_, c.r_, Vec(size_t(N * H))), dout(c.t_, c.r_, c.randn(size_t(N * H * D))),
+          dq(c.t_, c.r_, c.randn(size_t(N * H * D))), dk(c.t_, c.r_, c.randn(size_t(N * KV * D))),
+          dv(c.t_, c.r_, c.randn(size_t(N * KV * D)));
+      const int64_t n_seq = int64_t(a.cu.size()) - 1;
+      c.both([&](Backend& be, bool is_t) {
+        be.attention_forward(ON(out), ON(lse), ON(q), ON(k), ON(v), cu, n_seq, N, H, KV, D, causal);
+      });
+      c.check("attention_forward" + tag, out, Comparison::Kind::Attention);
+      c.check("attention_forward" + tag + ".lse", lse, Comparison::Kind::Attention);
+      c.both([&](Backend& be, bool is_t) {
+        be.attention_backward(ON(dq), ON(dk), ON(dv), ON(dout), ON(out), ON(lse), ON(q), ON(k), ON(v), cu, n_seq, N,
+                              H, KV, D, causal);
+      });
+      c.check("attention_backward" + tag + ".dq", dq, Comparison::Kind::Attention);
+      c.check("attention_backward" + tag + ".dk", dk, Comparison::Kind::Attention);
+      c.check("attention_backward" + tag + ".dv", dv, Comparison::Kind::Attention);
+      for (const Twin* x : {&dq, &dk, &dv}) c.poison(*x);
+      c.both([&](Backend& be, bool is_t) {
+        be.attention_backward(Grad::overwrite(ON(dq)), Grad::overwrite(ON(dk)), Grad::overwrite(ON(dv)), ON(dout),
+                              ON(out), ON(lse), ON(q), ON(k), ON(v), cu, n_seq, N, H, KV, D, causal);
+      });
+      c.check("attention_backward" + tag + ".dq (overwrite)", dq, Comparison::Kind::Attention);
+      c.check("attention_backward" + tag + ".dk (overwrite)", dk, Comparison::Kind::Attention);
+      c.check("attention_backward" + tag + ".dv (overwrite)", dv, Comparison::Kind::Attention);
+      c.repeatable("attention_backward" + tag, {&dq, &dk, &dv}, [&] {
+        c.t_.attention_backward(dq.on_t, dk.on_t, dv.on_t, dout.on_t, out.on_t, lse.on_t, q.on_t, k.on_t, v.on_t, cu,
+                                n_seq, N, H, KV, D, causal);
+      });
+    }
 }
 
 void run_patches(Comparison& c) {

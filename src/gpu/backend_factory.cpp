@@ -161,10 +161,13 @@ bool order_collectives_after(Communicator&, Backend&) { return false; }  // no N
 #endif
 
 std::string gpu_attention_refusal(AttentionPath path, const Program& program) {
-  if (path == AttentionPath::TensorCore && program.train.precision != Precision::BF16)
-    return "--gpu-attention=tensorcore rounds the attention's operands to bf16; train.precision = fp32 wants fp32 "
-           "(take reference or tiled)";
-  if (path != AttentionPath::Fast) return "";
+  const bool bf16_operands = path == AttentionPath::TensorCore || path == AttentionPath::Flash;
+  if (bf16_operands && program.train.precision != Precision::BF16)
+    return fmt::format("--gpu-attention={} rounds the attention's operands to bf16; train.precision = fp32 wants fp32 "
+                       "(take reference or tiled)",
+                       attention_path_name(path));
+  if (path != AttentionPath::Fast && path != AttentionPath::Flash) return "";
+  const int64_t max_head = path == AttentionPath::Fast ? kFastAttentionMaxHead : kFlashMaxHead;
   for (const Section& sec : program.sections) {
     const int64_t head = std::visit(
         [](const auto& m) -> int64_t {
@@ -173,10 +176,10 @@ std::string gpu_attention_refusal(AttentionPath path, const Program& program) {
           else return m.heads > 0 ? m.hidden / m.heads : 0;
         },
         sec.model.spec);
-    if (!fast_attention_supports(head) && head > 0)
-      return fmt::format("--gpu-attention=tiled: section {} has attention heads of {}; the tiled kernel takes up to {} "
+    if (head > max_head)
+      return fmt::format("--gpu-attention={}: section {} has attention heads of {}; the {} kernel takes up to {} "
                          "(take auto, tensorcore or reference)",
-                         sec.name, head, kFastAttentionMaxHead);
+                         attention_path_name(path), sec.name, head, attention_path_name(path), max_head);
   }
   return "";
 }

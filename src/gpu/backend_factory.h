@@ -77,9 +77,10 @@ struct GpuSettings {
   bool tensor_parallel = false;  // the plan has tp > 1: the self-check runs the tp-only kernels too
   AttentionPath attention = AttentionPath::Auto;  // --gpu-attention (gpu/launch_plan.h)
 };
-// Why a run cannot take `--gpu-attention` (exit status 2), or "": tiled
-// with a section whose attention head is over kFastAttentionMaxHead;
-// tensorcore (bf16 operands) with train.precision = fp32.
+// Why a run cannot take `--gpu-attention` (exit status 2), or "": tiled or
+// flash with a section whose attention head is over the kernel's maximum
+// (kFastAttentionMaxHead, kFlashMaxHead); tensorcore or flash (bf16
+// operands) with train.precision = fp32.
 std::string gpu_attention_refusal(AttentionPath path, const Program& program);
 void set_gpu_settings(const GpuSettings& s);
 

@@ -141,6 +141,13 @@ MAESTRO_HD inline int64_t attention_row_end(int64_t i, int64_t L, int64_t block)
 }
 // dS = P·(dP − Σ_j P·dP) (= P·(dP − rowsum(dO∘O)))
 MAESTRO_HD inline float attention_dscore(float p, float dp, float delta) { return p * (dp - delta); }
+// The flash kernels' online softmax over a row's key tiles: after a tile
+// the row's running max is m_new = max(m, the tile's visible scores), −∞
+// while nothing is visible. What the row has summed so far (Σ exp, the
+// output) is multiplied by flash_rescale (1 while nothing is visible), and
+// a score x (−∞ where masked) adds flash_prob = exp(x − m_new) (0 masked).
+MAESTRO_HD inline float flash_rescale(float m, float m_new) { return m_new == -INFINITY ? 1.0f : expf(m - m_new); }
+MAESTRO_HD inline float flash_prob(float x, float m_new) { return m_new == -INFINITY ? 0.0f : expf(x - m_new); }
 
 // ---- optimizer --------------------------------------------------------------------------
 // torch.optim.AdamW: the step's constants, computed once per call on the host.

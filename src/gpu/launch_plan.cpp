@@ -48,7 +48,8 @@ int64_t batched_attention_scratch_bytes(int64_t H, int64_t L, bool bf16) {
 }
 
 std::optional<AttentionPath> parse_attention_path(std::string_view name) {
-  for (const AttentionPath p : {AttentionPath::Auto, AttentionPath::Fast, AttentionPath::TensorCore, AttentionPath::Reference})
+  for (const AttentionPath p : {AttentionPath::Auto, AttentionPath::Fast, AttentionPath::TensorCore,
+                                AttentionPath::Reference, AttentionPath::Flash})
     if (name == attention_path_name(p)) return p;
   return std::nullopt;
 }
@@ -59,18 +60,20 @@ const char* attention_path_name(AttentionPath path) {
     case AttentionPath::Fast: return "tiled";
     case AttentionPath::TensorCore: return "tensorcore";
     case AttentionPath::Reference: return "reference";
+    case AttentionPath::Flash: return "flash";
   }
   return "?";
 }
 
 SelfCheckedAttention self_checked_attention(AttentionPath path, bool bf16_gemm) {
   switch (path) {
-    case AttentionPath::Auto: return {true, bf16_gemm};
-    case AttentionPath::Fast: return {true, false};
-    case AttentionPath::TensorCore: return {false, true};
-    case AttentionPath::Reference: return {false, false};
+    case AttentionPath::Auto: return {true, bf16_gemm, false};
+    case AttentionPath::Fast: return {true, false, false};
+    case AttentionPath::TensorCore: return {false, true, false};
+    case AttentionPath::Reference: return {false, false, false};
+    case AttentionPath::Flash: return {false, false, true};
   }
-  return {true, true};
+  return {true, true, true};
 }
 
 AttentionKernel choose_attention(AttentionPath path, bool bf16_gemm, int64_t D, int64_t longest, int64_t H,
@@ -85,6 +88,11 @@ AttentionKernel choose_attention(AttentionPath path, bool bf16_gemm, int64_t D, 
         throw std::invalid_argument("the fast attention path takes head sizes up to " +
                                     std::to_string(kFastAttentionMaxHead) + ", not " + std::to_string(D));
       return AttentionKernel::Tiled;
+    case AttentionPath::Flash:
+      if (!flash_attention_supports(D))
+        throw std::invalid_argument("the flash attention path takes head sizes up to " + std::to_string(kFlashMaxHead) +
+                                    ", not " + std::to_string(D));
+      return AttentionKernel::Flash;
     case AttentionPath::Auto:
       break;
   }

@@ -47,14 +47,58 @@ std::vector<AttentionTile> plan_attention_tiles(const int32_t* cu_seqlens, int64
 constexpr int kFastAttentionMaxHead = 128;
 inline bool fast_attention_supports(int64_t D) { return D > 0 && D <= kFastAttentionMaxHead; }
 
+// The flash kernels (gpu/cuda/flash_attention.cu): the online softmax of
+// the tiled kernel with its products on the tensor cores (WMMA 16×16×16,
+// bf16 operands, fp32 sums) and no [H, L, L] buffer. A block of
+// kFlashWarps warps owns kFlashRows rows of one sequence — query rows
+// (forward, dq) or key rows (dk, dv), 16 per warp — and walks the other
+// side in tiles of kFlashCols. Head sizes up to kFlashMaxHead, padded with
+// zeros to flash_padded_head (64 or 128: the kernels' fragment counts).
+constexpr int kFlashWarps = 4, kFlashRows = 16 * kFlashWarps, kFlashCols = 32;
+constexpr int64_t kFlashMaxHead = 128;
+inline bool flash_attention_supports(int64_t D) { return D > 0 && D <= kFlashMaxHead; }
+constexpr int64_t flash_padded_head(int64_t D) { return D <= 64 ? 64 : 128; }
+// Shared memory of the flash kernels for padded head size Dp: row strides
+// (elements; padded so that every 16×16 fragment starts 32-byte aligned, as
+// WMMA loads want) and tile sizes (bytes), each tile a multiple of 32 bytes.
+//   forward: Q [rows][Dp] bf16 | K, V [cols][Dp] bf16 | S [rows][cols] fp32
+//            | P [rows][cols] bf16 | O [rows][Dp] fp32
+//   dq:      Q, dO [rows] bf16 | K, V [cols] bf16 | S, dP fp32 | dS bf16 | lse, delta [rows]
+//   dk, dv:  K, V [rows] bf16 | Q, dO [cols] bf16 | Sᵀ, dPᵀ fp32 | Pᵀ, dSᵀ bf16 | lse, delta [cols]
+// The dq and dk/dv kernels stage their fp32 results [rows][Dp] over their
+// first two tiles at the end (out <= 2·row_tile).
+struct FlashLayout {
+  int64_t head, ldh, ldo, lds, ldp;                 // Dp; bf16 and fp32 [.][Dp] rows; fp32 scores, bf16 probs rows
+  int64_t row_tile, col_tile, scores, probs, out;   // bytes
+  constexpr int64_t forward_bytes() const { return row_tile + 2 * col_tile + scores + probs + out; }
+  constexpr int64_t dq_bytes() const { return 2 * row_tile + 2 * col_tile + 2 * scores + probs + 2 * 4 * kFlashRows; }
+  constexpr int64_t dkv_bytes() const { return 2 * row_tile + 2 * col_tile + 2 * scores + 2 * probs + 2 * 4 * kFlashCols; }
+  constexpr int64_t max_bytes() const {
+    const int64_t a = forward_bytes(), b = dq_bytes(), c = dkv_bytes();
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+  }
+};
+constexpr FlashLayout flash_layout(int64_t Dp) {
+  FlashLayout l{Dp, Dp + 8, Dp + 4, kFlashCols + 4, kFlashCols + 8, 0, 0, 0, 0, 0};
+  l.row_tile = kFlashRows * l.ldh * 2;
+  l.col_tile = kFlashCols * l.ldh * 2;
+  l.scores = kFlashRows * l.lds * 4;
+  l.probs = kFlashRows * l.ldp * 2;
+  l.out = kFlashRows * l.ldo * 4;
+  return l;
+}
+
 // The attention a backend is asked for: Auto (it chooses), Fast (the tiled
 // online-softmax kernel), Reference (fp32 cuBLAS batched, the oracle),
-// TensorCore (the reference path's GEMMs with bf16 operands).
-enum class AttentionPath { Auto, Fast, Reference, TensorCore };
-// What runs: the tiled kernel, or the per-sequence batched GEMMs in fp32 or bf16.
-enum class AttentionKernel { Tiled, Batched, BatchedBf16 };
+// TensorCore (the reference path's GEMMs with bf16 operands), Flash (the
+// flash kernels above; Auto does not take it before it has been measured
+// on a GPU).
+enum class AttentionPath { Auto, Fast, Reference, TensorCore, Flash };
+// What runs: the tiled kernel, the per-sequence batched GEMMs in fp32 or
+// bf16, or the flash kernels.
+enum class AttentionKernel { Tiled, Batched, BatchedBf16, Flash };
 // The names `--gpu-attention` takes: auto, tiled (Fast), tensorcore,
-// reference; nullopt for any other.
+// reference, flash; nullopt for any other.
 std::optional<AttentionPath> parse_attention_path(std::string_view name);
 const char* attention_path_name(AttentionPath path);
 // The attention kernels a run on `path` may call, which the start-up
@@ -63,7 +107,7 @@ const char* attention_path_name(AttentionPath path);
 // path under auto with bf16 GEMMs (auto never takes it in fp32) or when
 // asked for. A kernel the run never calls cannot refuse it.
 struct SelfCheckedAttention {
-  bool tiled = false, tensor_core = false;
+  bool tiled = false, tensor_core = false, flash = false;
 };
 SelfCheckedAttention self_checked_attention(AttentionPath path, bool bf16_gemm);
 // Sequences at least this long take the tensor cores under Auto with bf16
@@ -76,7 +120,7 @@ constexpr int64_t kTensorCoreMinLength = 256;
 // the tensor-core path their bf16 copies (P, dS). 12·H·L² bytes with bf16:
 // 6.4 GB for 32 heads at 4,096 tokens, 103 GB at 16,384.
 int64_t batched_attention_scratch_bytes(int64_t H, int64_t L, bool bf16);
-// Throws std::invalid_argument for Fast with a head size it does not take.
+// Throws std::invalid_argument for Fast or Flash with a head size it does not take.
 // Under Auto a sequence whose batched scratch would pass `scratch_budget`
 // bytes (0: no limit) takes the tiled kernel, which keeps no [H, L, L]
 // buffer, where the head size allows: a long context runs slower instead

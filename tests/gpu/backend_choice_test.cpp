@@ -41,9 +41,9 @@ BOOST_AUTO_TEST_CASE(cuda_needs_the_backend_and_a_device) {
 
 // A worker of a run over processes runs the coordinator's resolved backend
 // or refuses (std::invalid_argument: status 2 on both sides).
-// --gpu-attention's refusals (exit status 2 at the CLI): the tiled kernel
-// with a head over 128, naming the section; the tensor-core path in an fp32
-// run. Any other choice runs.
+// --gpu-attention's refusals (exit status 2 at the CLI): the tiled or flash
+// kernels with a head over 128, naming the section; the tensor-core or
+// flash path in an fp32 run. Any other choice runs.
 BOOST_AUTO_TEST_CASE(gpu_attention_refuses_what_the_model_cannot_take) {
   Program p;
   p.train.precision = Precision::BF16;
@@ -56,10 +56,15 @@ BOOST_AUTO_TEST_CASE(gpu_attention_refuses_what_the_model_cannot_take) {
     BOOST_TEST(gpu_attention_refusal(path, p) == "", attention_path_name(path));
   const std::string tiled = gpu_attention_refusal(AttentionPath::Fast, p);
   BOOST_TEST(tiled.find("section llm has attention heads of 256") != std::string::npos, tiled);
+  const std::string flash = gpu_attention_refusal(AttentionPath::Flash, p);
+  BOOST_TEST(flash.find("--gpu-attention=flash: section llm has attention heads of 256") != std::string::npos, flash);
   p.sections.pop_back();
   BOOST_TEST(gpu_attention_refusal(AttentionPath::Fast, p) == "");
+  BOOST_TEST(gpu_attention_refusal(AttentionPath::Flash, p) == "");
   p.train.precision = Precision::FP32;
   BOOST_TEST(gpu_attention_refusal(AttentionPath::TensorCore, p).find("train.precision = fp32") != std::string::npos);
+  const std::string flash32 = gpu_attention_refusal(AttentionPath::Flash, p);
+  BOOST_TEST(flash32.find("--gpu-attention=flash rounds the attention's operands to bf16") != std::string::npos, flash32);
   BOOST_TEST(gpu_attention_refusal(AttentionPath::Fast, p) == "");
 }
 

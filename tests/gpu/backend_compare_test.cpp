@@ -203,8 +203,11 @@ BOOST_AUTO_TEST_CASE(sums_that_vary_from_run_to_run_are_named) {
   Nudged wobbly(Nudge::SumBits);
   auto cpu = make_cpu_backend(1);
   const std::vector<OpCheck> r = compare_backends(wobbly, *cpu, {});
-  const std::set<std::string> varying = {"embedding_backward (repeatable)", "attention_backward(causal) (repeatable)",
-                                         "attention_backward(bidirectional) (repeatable)"};
+  const std::set<std::string> varying = {"embedding_backward (repeatable)",
+                                         "attention_backward(causal) (repeatable)",
+                                         "attention_backward(bidirectional) (repeatable)",
+                                         "attention_backward(causal, long) (repeatable)",
+                                         "attention_backward(bidirectional, long) (repeatable)"};
   for (const OpCheck& c : r) BOOST_TEST(c.ok() == !varying.count(c.op), c.op << " rel err " << c.rel_err);
   for (const std::string& op : varying)
     BOOST_TEST(std::any_of(r.begin(), r.end(), [&](const OpCheck& c) { return c.op == op; }), op);
@@ -239,8 +242,9 @@ BOOST_AUTO_TEST_CASE(a_gradient_added_to_where_it_is_to_be_overwritten_is_named)
     BOOST_TEST(c.ok() == !c.op.ends_with("(overwrite)"), c.op << " rel err " << c.rel_err);
     overwritten += c.op.ends_with("(overwrite)");
   }
-  // linear dinp, dw and dw with no rows, swiglu dgate and dup, gelu, relu; attention dq, dk, dv, causal and not
-  BOOST_TEST(overwritten == 13);
+  // linear dinp, dw and dw with no rows, swiglu dgate and dup, gelu, relu; attention dq, dk, dv, causal and
+  // not, short and long
+  BOOST_TEST(overwritten == 19);
 }
 
 BOOST_AUTO_TEST_CASE(an_adamw_that_leaves_the_bf16_copy_unwritten_is_named) {
@@ -272,8 +276,10 @@ BOOST_AUTO_TEST_CASE(families_can_be_chosen) {
   CompareOptions o;
   o.ops = {"attention"};
   const std::vector<OpCheck> r = compare_backends(*a, *b, o);
-  BOOST_TEST(r.size() == 18u);  // fwd out, lse; bwd dq, dk, dv added to and overwritten, repeatable; causal and not
+  // fwd out, lse; bwd dq, dk, dv added to and overwritten, repeatable; causal and not; short and long
+  BOOST_TEST(r.size() == 36u);
   for (const OpCheck& c : r) BOOST_TEST(c.op.starts_with("attention_"));
+  BOOST_TEST(std::any_of(r.begin(), r.end(), [](const OpCheck& c) { return c.op == "attention_forward(causal, long)"; }));
   o.ops = {"flash"};
   BOOST_CHECK_THROW(compare_backends(*a, *b, o), std::invalid_argument);
 }

@@ -12,12 +12,14 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "cpu/cpu_backend.h"
 #include "cpu/reference_ops.h"
 #include "gpu/kernel_math.h"
 #include "gpu/launch_plan.h"
+#include "nn/dtype.h"
 #include "support/random_vector.h"
 #include "support/rel_err.h"
 
@@ -553,6 +555,152 @@ BOOST_AUTO_TEST_CASE(tiled_online_softmax_attention_matches_the_cpu_backend) {
     BOOST_TEST(rel_err(dq, cpu_dq) <= kF32, "causal " << causal);
     BOOST_TEST(rel_err(dk, cpu_dk) <= kF32, "causal " << causal);
     BOOST_TEST(rel_err(dv, cpu_dv) <= kF32, "causal " << causal);
+  }
+}
+
+// The flash kernels (gpu/cuda/flash_attention.cu) replayed on the CPU in
+// their own order: blocks of kFlashRows query (or key) rows, 16 per warp,
+// tiles of kFlashCols, a warp's causal skip of tiles it cannot see, the
+// online softmax of gm::flash_rescale and gm::flash_prob with O rescaled
+// before P·v is added, dS from lse and delta, dq in the query block and
+// dk, dv in the key block (heads of the group, then query tiles). `round`
+// is what a tile load and the P and dS stores do: identity must give the
+// CPU backend's results at fp32 accuracy (the tiling is exact), and bf16
+// rounding must stay within the self-check's bound for these kernels.
+namespace {
+struct FlashReplay {
+  Vec out, lse, dq, dk, dv;
+};
+template <typename Round>
+FlashReplay flash_replay(const Vec& q, const Vec& k, const Vec& v, const Vec& dout, const std::vector<int32_t>& cu,
+                         int64_t N, int64_t H, int64_t KV, int64_t D, bool causal, Round round) {
+  const int64_t n_seq = int64_t(cu.size()) - 1, g = H / KV;
+  const float sc = 1.0f / std::sqrt(float(D));
+  FlashReplay r{Vec(q.size()), Vec(size_t(N * H)), Vec(q.size()), Vec(k.size()), Vec(v.size())};
+  auto at = [&](const Vec& x, int64_t row, int64_t heads, int64_t h, int64_t d) {
+    return round(x[size_t((row * heads + h) * D + d)]);
+  };
+  auto dot = [&](const Vec& a, int64_t ra, int64_t ha, int64_t na, const Vec& b, int64_t rb, int64_t hb, int64_t nb) {
+    float s = 0;
+    for (int64_t d = 0; d < D; ++d) s += at(a, ra, na, ha, d) * at(b, rb, nb, hb, d);
+    return s;
+  };
+  const auto tiles = plan_attention_tiles(cu.data(), n_seq, kFlashRows);
+  for (const AttentionTile& t : tiles)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t local = 0; local < kFlashRows; ++local) {  // forward: a warp's rows, padding included
+        const int64_t row = t.row0 + local, kh = h / g, last_row = t.row0 + local / 16 * 16 + 15;
+        const int64_t key_end = causal ? t.row0 + t.rows : t.seq_end;
+        float m = -INFINITY, l = 0;
+        Vec o(size_t(D), 0.0f);
+        for (int64_t key0 = t.seq_begin; key0 < key_end; key0 += kFlashCols) {
+          if (causal && key0 > last_row) continue;
+          const int64_t keys = std::min<int64_t>(key_end - key0, kFlashCols);
+          Vec x(size_t(kFlashCols), -INFINITY);
+          float mx = -INFINITY;
+          for (int64_t j = 0; j < keys; ++j)
+            if (local < t.rows && gm::attention_visible(row, key0 + j, causal))
+              mx = std::max(mx, x[size_t(j)] = dot(q, row, h, H, k, key0 + j, kh, KV) * sc);
+          const float m_new = std::max(m, mx), alpha = gm::flash_rescale(m, m_new);
+          float sum = 0;
+          for (float& xj : x) sum += (xj = gm::flash_prob(xj, m_new));
+          l = l * alpha + sum;
+          m = m_new;
+          for (int64_t d = 0; d < D; ++d) {
+            o[size_t(d)] *= alpha;
+            for (int64_t j = 0; j < keys; ++j) o[size_t(d)] += round(x[size_t(j)]) * at(v, key0 + j, KV, kh, d);
+          }
+        }
+        if (local >= t.rows) continue;
+        for (int64_t d = 0; d < D; ++d) r.out[size_t((row * H + h) * D + d)] = o[size_t(d)] / l;
+        r.lse[size_t(row * H + h)] = m + std::log(l);
+      }
+  Vec delta(size_t(N * H), 0.0f);
+  for (int64_t row = 0; row < N; ++row)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d)
+        delta[size_t(row * H + h)] += dout[size_t((row * H + h) * D + d)] * r.out[size_t((row * H + h) * D + d)];
+  auto p_ds = [&](int64_t row, int64_t h, int64_t key) {
+    const int64_t kh = h / g;
+    const float p = std::exp(dot(q, row, h, H, k, key, kh, KV) * sc - r.lse[size_t(row * H + h)]);
+    return std::pair<float, float>{p, gm::attention_dscore(p, dot(dout, row, h, H, v, key, kh, KV),
+                                                           delta[size_t(row * H + h)])};
+  };
+  for (const AttentionTile& t : tiles)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t local = 0; local < t.rows; ++local) {  // dq: the query block
+        const int64_t row = t.row0 + local, kh = h / g, last_row = t.row0 + local / 16 * 16 + 15;
+        const int64_t key_end = causal ? t.row0 + t.rows : t.seq_end;
+        Vec acc(size_t(D), 0.0f);
+        for (int64_t key0 = t.seq_begin; key0 < key_end; key0 += kFlashCols) {
+          if (causal && key0 > last_row) continue;
+          for (int64_t key = key0; key < std::min<int64_t>(key_end, key0 + kFlashCols); ++key) {
+            if (!gm::attention_visible(row, key, causal)) continue;
+            const float ds = round(p_ds(row, h, key).second);
+            for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += ds * at(k, key, KV, kh, d);
+          }
+        }
+        for (int64_t d = 0; d < D; ++d) r.dq[size_t((row * H + h) * D + d)] = sc * acc[size_t(d)];
+      }
+  for (const AttentionTile& t : tiles)
+    for (int64_t kh = 0; kh < KV; ++kh)
+      for (int64_t local = 0; local < t.rows; ++local) {  // dk, dv: the key block
+        const int64_t key = t.row0 + local, first_key = t.row0 + local / 16 * 16;
+        Vec dk_acc(size_t(D), 0.0f), dv_acc(size_t(D), 0.0f);
+        for (int64_t h = kh * g; h < (kh + 1) * g; ++h)
+          for (int64_t q0 = causal ? t.row0 : t.seq_begin; q0 < t.seq_end; q0 += kFlashCols) {
+            const int64_t queries = std::min<int64_t>(t.seq_end - q0, kFlashCols);
+            if (causal && q0 + queries - 1 < first_key) continue;
+            for (int64_t row = q0; row < q0 + queries; ++row) {
+              if (!gm::attention_visible(row, key, causal)) continue;
+              const auto [p, ds] = p_ds(row, h, key);
+              for (int64_t d = 0; d < D; ++d) {
+                dk_acc[size_t(d)] += round(ds) * at(q, row, H, h, d);
+                dv_acc[size_t(d)] += round(p) * at(dout, row, H, h, d);
+              }
+            }
+          }
+        for (int64_t d = 0; d < D; ++d) {
+          r.dk[size_t((key * KV + kh) * D + d)] = sc * dk_acc[size_t(d)];
+          r.dv[size_t((key * KV + kh) * D + d)] = dv_acc[size_t(d)];
+        }
+      }
+  return r;
+}
+}  // namespace
+
+// Heads of 24 (padded to 64) and 128 (the 1.3B section's).
+BOOST_AUTO_TEST_CASE(flash_attention_tiles_match_the_cpu_backend) {
+  const int64_t H = 4, KV = 2;
+  const std::vector<int32_t> cu = {0, 70, 70, 200, 205};  // 70, 0, 130, 5 tokens: partial tiles of 64 and 32
+  const int64_t n_seq = 4, N = 205;
+  Cpu cpu;
+  const auto exact = [](float x) { return x; };
+  const auto bf16 = [](float x) { return bf16_to_float(float_to_bf16(x)); };
+  for (const int64_t D : {24, 128}) {
+    for (bool causal : {true, false}) {
+      const Vec q = randn(size_t(N * H * D), 26), k = randn(size_t(N * KV * D), 27), v = randn(size_t(N * KV * D), 28);
+      const Vec dout = randn(size_t(N * H * D), 29);
+      Vec out(q.size()), lse(size_t(N * H)), dq(q.size()), dk(k.size()), dv(v.size());
+      cpu.b->attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), cu.data(), n_seq, N, H, KV, D,
+                               causal);
+      cpu.b->attention_backward(Grad::overwrite(dq.data()), Grad::overwrite(dk.data()), Grad::overwrite(dv.data()),
+                                dout.data(), out.data(), lse.data(), q.data(), k.data(), v.data(), cu.data(), n_seq, N,
+                                H, KV, D, causal);
+      const FlashReplay e = flash_replay(q, k, v, dout, cu, N, H, KV, D, causal, exact);
+      BOOST_TEST(rel_err(e.out, out) <= kF32, "D " << D << " causal " << causal);
+      BOOST_TEST(rel_err(e.lse, lse) <= kF32, "D " << D << " causal " << causal);
+      BOOST_TEST(rel_err(e.dq, dq) <= kF32, "D " << D << " causal " << causal);
+      BOOST_TEST(rel_err(e.dk, dk) <= kF32, "D " << D << " causal " << causal);
+      BOOST_TEST(rel_err(e.dv, dv) <= kF32, "D " << D << " causal " << causal);
+      const FlashReplay b = flash_replay(q, k, v, dout, cu, N, H, KV, D, causal, bf16);
+      for (const auto& [name, x, ref] : {std::tuple{"out", &b.out, &out}, std::tuple{"dq", &b.dq, &dq},
+                                         std::tuple{"dk", &b.dk, &dk}, std::tuple{"dv", &b.dv, &dv}}) {
+        const double e16 = rel_err(*x, *ref);
+        BOOST_TEST_MESSAGE("flash replay, bf16 operands: " << name << " D " << D << " causal " << causal << ": " << e16);
+        BOOST_TEST((e16 > kF32 && e16 <= 5e-2), name << " D " << D << " causal " << causal << ": " << e16);
+      }
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -109,22 +110,68 @@ BOOST_AUTO_TEST_CASE(causal_block_sizes) {
 }
 
 BOOST_AUTO_TEST_CASE(attention_paths_by_name_and_what_the_self_check_runs) {
-  for (const AttentionPath path : {AttentionPath::Auto, AttentionPath::Fast, AttentionPath::TensorCore, AttentionPath::Reference})
+  for (const AttentionPath path : {AttentionPath::Auto, AttentionPath::Fast, AttentionPath::TensorCore,
+                                   AttentionPath::Reference, AttentionPath::Flash})
     BOOST_TEST((parse_attention_path(attention_path_name(path)) == path));
   BOOST_TEST(std::string(attention_path_name(AttentionPath::Fast)) == "tiled");
+  BOOST_TEST(std::string(attention_path_name(AttentionPath::Flash)) == "flash");
   BOOST_TEST(!parse_attention_path("fast").has_value());
   auto checked = [](AttentionPath path, bool bf16) {
     const SelfCheckedAttention c = self_checked_attention(path, bf16);
-    return std::pair<bool, bool>{c.tiled, c.tensor_core};
+    return std::tuple<bool, bool, bool>{c.tiled, c.tensor_core, c.flash};
   };
-  BOOST_TEST((checked(AttentionPath::Auto, true) == std::pair{true, true}));
-  BOOST_TEST((checked(AttentionPath::Auto, false) == std::pair{true, false}));  // auto never takes the tensor cores in fp32
-  BOOST_TEST((checked(AttentionPath::Fast, true) == std::pair{true, false}));
-  BOOST_TEST((checked(AttentionPath::TensorCore, true) == std::pair{false, true}));
-  BOOST_TEST((checked(AttentionPath::Reference, true) == std::pair{false, false}));
-  // ... and what each runs: auto in fp32 never the tensor cores, at any length
-  for (const int64_t L : {1, 255, 256, 5000})
+  using T = std::tuple<bool, bool, bool>;
+  BOOST_TEST((checked(AttentionPath::Auto, true) == T{true, true, false}));  // auto never takes the flash kernels
+  BOOST_TEST((checked(AttentionPath::Auto, false) == T{true, false, false}));  // nor the tensor cores in fp32
+  BOOST_TEST((checked(AttentionPath::Fast, true) == T{true, false, false}));
+  BOOST_TEST((checked(AttentionPath::TensorCore, true) == T{false, true, false}));
+  BOOST_TEST((checked(AttentionPath::Reference, true) == T{false, false, false}));
+  BOOST_TEST((checked(AttentionPath::Flash, true) == T{false, false, true}));
+  // ... and what each runs: auto in fp32 never the tensor cores, at any length; auto never flash
+  for (const int64_t L : {1, 255, 256, 5000}) {
     BOOST_TEST((choose_attention(AttentionPath::Auto, false, 256, L) != AttentionKernel::BatchedBf16));
+    for (const bool bf16 : {false, true})
+      BOOST_TEST((choose_attention(AttentionPath::Auto, bf16, 128, L, 16, 1) != AttentionKernel::Flash));
+  }
+  BOOST_TEST((choose_attention(AttentionPath::Flash, true, 128, 4096) == AttentionKernel::Flash));
+  BOOST_TEST((choose_attention(AttentionPath::Flash, true, 8, 10) == AttentionKernel::Flash));
+  BOOST_CHECK_THROW(choose_attention(AttentionPath::Flash, true, 256, 10), std::invalid_argument);
+}
+
+// The flash kernels' shared memory (gpu/cuda/flash_attention.cu): every
+// WMMA fragment must start 32-byte aligned with a stride WMMA takes (a
+// multiple of 8 bf16 or 4 fp32 elements), the results' stage must fit over
+// the first two tiles, and each kernel must fit a block of an sm_86/sm_89
+// GPU (99 KiB), the smallest of the sm_80+ parts.
+BOOST_AUTO_TEST_CASE(the_flash_kernels_shared_memory_is_aligned_and_fits) {
+  BOOST_TEST(flash_padded_head(1) == 64);
+  BOOST_TEST(flash_padded_head(64) == 64);
+  BOOST_TEST(flash_padded_head(65) == 128);
+  BOOST_TEST(flash_padded_head(128) == 128);
+  BOOST_TEST(flash_attention_supports(128));
+  BOOST_TEST(!flash_attention_supports(129));
+  BOOST_TEST(!flash_attention_supports(0));
+  static_assert(kFlashRows == 16 * kFlashWarps && kFlashCols % 32 == 0, "a lane per column, 16 rows per warp");
+  for (const int64_t Dp : {64, 128}) {
+    const FlashLayout l = flash_layout(Dp);
+    BOOST_TEST(l.ldh % 8 == 0);
+    BOOST_TEST(l.ldp % 8 == 0);
+    BOOST_TEST(l.ldo % 4 == 0);
+    BOOST_TEST(l.lds % 4 == 0);
+    // a fragment at (16i, 16j): 16 rows of a stride, 16 elements
+    BOOST_TEST((16 * l.ldh * 2) % 32 == 0);
+    BOOST_TEST((16 * l.ldp * 2) % 32 == 0);
+    BOOST_TEST((16 * l.ldo * 4) % 32 == 0);
+    BOOST_TEST((16 * l.lds * 4) % 32 == 0);
+    for (const int64_t bytes : {l.row_tile, l.col_tile, l.scores, l.probs, l.out}) BOOST_TEST(bytes % 32 == 0);
+    BOOST_TEST(l.out <= 2 * l.row_tile);
+    BOOST_TEST(l.max_bytes() <= 99 * 1024);
+  }
+  const FlashLayout l = flash_layout(128);
+  BOOST_TEST(l.forward_bytes() == 17408 + 2 * 8704 + 9216 + 5120 + 33792);
+  BOOST_TEST(l.dq_bytes() == 2 * 17408 + 2 * 8704 + 2 * 9216 + 5120 + 512);
+  BOOST_TEST(l.dkv_bytes() == 2 * 17408 + 2 * 8704 + 2 * 9216 + 2 * 5120 + 256);
+  BOOST_TEST(l.max_bytes() == l.forward_bytes());
 }
 
 BOOST_AUTO_TEST_CASE(rows_grouped_by_token_keep_row_order) {

@@ -82,6 +82,14 @@ class CudaBackend final : public Backend {
     size_t free_bytes = 0;
     MAESTRO_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &device_memory_));
     scratch_budget_ = o.attention_scratch_budget ? o.attention_scratch_budget : int64_t(device_memory_ / 8);
+    if (o.attention == AttentionPath::Flash) {  // sm_80 and later have the flash kernels' shared memory
+      int optin = 0;
+      MAESTRO_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, o.device));
+      if (optin < flash_layout(kFlashMaxHead).max_bytes())
+        throw CudaError(fmt::format("CUDA device {} gives a block {} bytes of shared memory; the flash attention "
+                                    "kernels take {} (--gpu-attention=tensorcore or tiled instead)",
+                                    o.device, optin, flash_layout(kFlashMaxHead).max_bytes()));
+    }
     MAESTRO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     MAESTRO_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
     load_cublas();  // dlopen, once per process (cublas_library.h)
@@ -363,8 +371,13 @@ class CudaBackend final : public Backend {
     if (N == 0) return;
     const AttentionKernel kernel = attention_kernel(cu, n_seq, H, D);
     if (kernel == AttentionKernel::Tiled) {
-      const auto [tiles, n_tiles] = upload_tiles(cu, n_seq);
+      const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, kFastRowsPerTile);
       launch_fast_attention_forward(out, lse, q, k, v, tiles, n_tiles, H, KV, D, causal, stream_);
+      return;
+    }
+    if (kernel == AttentionKernel::Flash) {
+      const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, kFlashRows);
+      launch_flash_attention_forward(out, lse, q, k, v, tiles, n_tiles, H, KV, D, causal, stream_);
       return;
     }
     // Batched GEMMs per sequence (gpu/gemm_plan.h): S = scale·q·kᵀ by cuBLAS,
@@ -402,10 +415,12 @@ class CudaBackend final : public Backend {
     float* delta = scratch(kDelta, size_t(N * H));  // [N, H] = Σ_d dout·out
     launch_attention_delta(delta, dout, out, N, H, D, stream_);
     const AttentionKernel kernel = attention_kernel(cu, n_seq, H, D);
-    if (kernel == AttentionKernel::Tiled) {
-      const auto [tiles, n_tiles] = upload_tiles(cu, n_seq);
-      launch_fast_attention_backward(dq.p, dq.add, dk.p, dk.add, dv.p, dv.add, dout, lse, delta, q, k, v, tiles, n_tiles,
-                                     H, KV, D, causal, stream_);
+    if (kernel == AttentionKernel::Tiled || kernel == AttentionKernel::Flash) {
+      const bool flash = kernel == AttentionKernel::Flash;
+      const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, flash ? kFlashRows : kFastRowsPerTile);
+      (flash ? launch_flash_attention_backward : launch_fast_attention_backward)(
+          dq.p, dq.add, dk.p, dk.add, dv.p, dv.add, dout, lse, delta, q, k, v, tiles, n_tiles, H, KV, D, causal,
+          stream_);
       return;
     }
     // Batched GEMMs per sequence (gpu/gemm_plan.h): P from lse; dP = dO·vᵀ;
@@ -581,8 +596,8 @@ class CudaBackend final : public Backend {
     copy_from_host(d, host, size_t(n) * sizeof(int32_t));
     return d;
   }
-  std::pair<const AttentionTile*, int64_t> upload_tiles(const int32_t* cu, int64_t n_seq) {
-    const std::vector<AttentionTile> tiles = plan_attention_tiles(cu, n_seq, kFastRowsPerTile);
+  std::pair<const AttentionTile*, int64_t> upload_tiles(const int32_t* cu, int64_t n_seq, int rows_per_tile) {
+    const std::vector<AttentionTile> tiles = plan_attention_tiles(cu, n_seq, rows_per_tile);
     if (tiles.empty()) return {nullptr, 0};
     static_assert(sizeof(AttentionTile) == 4 * sizeof(float));
     auto* d = reinterpret_cast<AttentionTile*>(scratch(kTiles, tiles.size() * 4));

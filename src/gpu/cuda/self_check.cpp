@@ -61,19 +61,22 @@ std::vector<OpCheck> gpu_self_check(int device, bool bf16_gemm, bool tensor_para
   for (OpCheck& c : fast_checks) c.op += " (fast)";
   refuse(fast_checks, "the reference path");
   checks.insert(checks.end(), fast_checks.begin(), fast_checks.end());
-  // 3. the tensor-core attention against the reference path, where the run may call it
-  if (paths.tensor_core) {
-    CudaBackendOptions tc_opt = fast_opt;
-    tc_opt.attention = AttentionPath::TensorCore;
-    tc_opt.causal_block = 4;
-    const std::unique_ptr<Backend> tc = make_cuda_backend(tc_opt);
+  // 3. the bf16 attentions against the reference path, where the run may
+  // call them: the tensor-core path (in causal blocks), the flash kernels
+  auto check_bf16_attention = [&](AttentionPath path, const char* label) {
+    CudaBackendOptions opt = fast_opt;
+    opt.attention = path;
+    opt.causal_block = 4;
+    const std::unique_ptr<Backend> b = make_cuda_backend(opt);
     o.ops = {"attention"};
     o.attention_tolerance = kSelfCheckTensorCoreAttentionTolerance;
-    std::vector<OpCheck> tc_checks = compare_backends(*tc, *ref, o);
-    for (OpCheck& c : tc_checks) c.op += " (tensor cores)";
-    refuse(tc_checks, "the reference path");
-    checks.insert(checks.end(), tc_checks.begin(), tc_checks.end());
-  }
+    std::vector<OpCheck> bf16_checks = compare_backends(*b, *ref, o);
+    for (OpCheck& c : bf16_checks) c.op += label;
+    refuse(bf16_checks, "the reference path");
+    checks.insert(checks.end(), bf16_checks.begin(), bf16_checks.end());
+  };
+  if (paths.tensor_core) check_bf16_attention(AttentionPath::TensorCore, " (tensor cores)");
+  if (paths.flash) check_bf16_attention(AttentionPath::Flash, " (flash)");
   // 4. a hand-off left in one backend's memory, read by another of this
   // device as a consumer section reads it (device to device, event-ordered)
   std::vector<OpCheck> handoff_checks = check_handoff_copies(*ref, *fast);

@@ -4,7 +4,8 @@
 // only) runs against the CPU backend, then (2) the fast kernels (the
 // tiled online-softmax attention, forward and backward, causal and
 // bidirectional, GQA; the bf16 cuBLASLt GEMMs) and (3) the tensor-core
-// attention — each fast attention only where the run may call it — against
+// attention and the flash kernels — each fast attention only where the run
+// may call it — against
 // that reference path on the same device — small random
 // inputs (gpu/backend_compare.h) — and a disagreement beyond bf16
 // tolerance refuses the run; (4) a hand-off left in one backend's memory
@@ -30,8 +31,8 @@ struct GpuSelfCheckFailed : std::runtime_error {
 
 constexpr double kSelfCheckTolerance = 1e-2;      // bf16 (llm.c's bound)
 constexpr double kSelfCheckGemmTolerance = 2e-2;  // bf16-rounded operands, fp32 accumulation
-// The tensor-core attention rounds q, k, v, P (and dO, dS) to bf16: three
-// roundings in a row on the way to a gradient.
+// The tensor-core and flash attentions round q, k, v, P (and dO, dS) to
+// bf16: three roundings in a row on the way to a gradient.
 constexpr double kSelfCheckTensorCoreAttentionTolerance = 5e-2;
 
 // Runs the check on `device`; returns every comparison, throws
