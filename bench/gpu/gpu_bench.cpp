@@ -496,12 +496,21 @@ int run_long_attention(int device) {
     return r;
   };
   const auto a = run_path(AttentionPath::Auto, "auto");
-  const auto f = run_path(AttentionPath::Flash, "flash");
   const auto c = run_path(AttentionPath::TensorCore, "tensorcore");
-  bool ok = tiled;
+  // The flash kernels last, and their failure kept to their own fields: an
+  // error there (a CUDA error may poison the process) leaves the other two.
+  std::vector<std::vector<float>> f;
+  try {
+    f = run_path(AttentionPath::Flash, "flash");
+  } catch (const std::exception& e) {
+    j["flash_error"] = e.what();
+  }
+  bool ok = tiled && !f.empty();
   const char* names[] = {"out", "dq", "dk", "dv"};
-  for (const auto& [key, x] : {std::pair{"rel_err", &a}, std::pair{"flash_rel_err", &f}})
-    for (size_t t = 0; t < 4; ++t) {
+  const std::pair<const char*, const std::vector<std::vector<float>>*> against_tc[] = {{"rel_err", &a},
+                                                                                       {"flash_rel_err", &f}};
+  for (const auto& [key, x] : against_tc)
+    for (size_t t = 0; t < x->size(); ++t) {
       double diff = 0, ref = 0;
       for (size_t i = 0; i < n; ++i) {
         diff = std::max(diff, double(std::fabs((*x)[t][i] - c[t][i])));

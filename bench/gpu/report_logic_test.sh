@@ -54,9 +54,10 @@ check 'grep -q "^## torch step: SKIP" "$fake/report.md" && grep -q "^## torch st
 check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBLASLt peak 700.0" "$fake/report.md"' "MFU against 989 and against the measured peak, in the report"
 check 'grep -q "without the engine.s bf16 copies of GEMM operands 19000 tokens/s: the copies. speed-up 1.053x" "$fake/report.md"' "the step without the bf16 copies of GEMM operands, and the copies' speed-up"
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 28 ]' "28 steps PASS (all but build, skipped, and torch)"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 29 ]' "29 steps PASS (all but build, skipped, and torch)"
 check 'grep -q -- "--gpu-attention=tiled against reference: per-step loss rel err 0; 120.0 against 120.0 samples/s" "$fake/report.md"' "the attention paths against each other, in the report"
 check 'grep -q "two runs on cuda: all 2 per-step losses the same bits" "$fake/report.md"' "two runs on cuda with the same losses, in the report"
+check 'grep -q -- "--gpu-attention=flash against tensorcore (bf16): per-step loss rel err 0, loss 2.0000 -> 1.5000; 120.0 against 120.0 samples/s" "$fake/report.md"' "tiny_mllm in bf16, flash against the tensor cores, in the report"
 check 'grep -q "hand-offs in GPU memory 120.0 samples/s, through host memory 100.0 samples/s (1.20x); per-step loss rel err 0" "$fake/report.md"' "hand-offs in GPU memory against host memory: speed and loss agreement"
 check 'grep -q "one sequence of 8192 tokens (batched buffers 12.9 GB, budget 10.0 GB): Auto took the tiled kernel, fwd+bwd 90.0 ms against 30.0 ms on the tensor cores (3.00x); rel err out 0.004, dq 0.006, dk 0.005, dv 0.003" "$fake/report.md"' "the long attention: the kernel Auto took, its time against the tensor cores, its errors"
 check 'grep -q "flash kernels: fwd+bwd 20.0 ms (0.67x the tensor cores, 0.22x the tiled kernel); rel err out 0.002, dq 0.003, dk 0.004, dv 0.001" "$fake/report.md"' "... and the flash kernels' time and errors"
@@ -95,7 +96,7 @@ check 'grep -q "PyTorch (SDPA, fused AdamW) 40000 tokens/s, maestro 20000 tokens
 
 STALL=1 STEP_TIMEOUT=2 run; st=$?
 check '[ $st = 1 ] && grep -q "^## selfcheck: FAIL" "$fake/report.md" && grep -q "stopped after --step-timeout 2 s" "$fake/report.md"' "a step that hangs is stopped at --step-timeout and FAILs ($st)"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 26 ]' "... and the steps after it still run (both self-checks stall)"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 27 ]' "... and the steps after it still run (both self-checks stall)"
 
 [ "$fail" = 0 ] || { echo "--- report headers:"; grep "^## " "$fake/report.md"; }
 exit $fail

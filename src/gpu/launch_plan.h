@@ -61,22 +61,22 @@ constexpr int64_t flash_padded_head(int64_t D) { return D <= 64 ? 64 : 128; }
 // Shared memory of the flash kernels for padded head size Dp: row strides
 // (elements; padded so that every 16×16 fragment starts 32-byte aligned, as
 // WMMA loads want) and tile sizes (bytes), each tile a multiple of 32 bytes.
-//   forward: Q [rows][Dp] bf16 | K, V [cols][Dp] bf16 | S [rows][cols] fp32
-//            | P [rows][cols] bf16 | O [rows][Dp] fp32
-//   dq:      Q, dO [rows] bf16 | K, V [cols] bf16 | S, dP fp32 | dS bf16 | lse, delta [rows]
-//   dk, dv:  K, V [rows] bf16 | Q, dO [cols] bf16 | Sᵀ, dPᵀ fp32 | Pᵀ, dSᵀ bf16 | lse, delta [cols]
-// The dq and dk/dv kernels stage their fp32 results [rows][Dp] over their
+//   forward:  Q [rows][Dp] bf16 | K, V [cols][Dp] bf16 | S [rows][cols] fp32
+//             | P [rows][cols] bf16 | O [rows][Dp] fp32
+//   backward: two tiles of the block's own rows [rows][Dp] bf16 (dq: Q, dO;
+//             dk/dv: K, V) | two of the walked side [cols][Dp] bf16 (K, V;
+//             Q, dO) | S, dP [rows][cols] fp32 | P, dS [rows][cols] bf16 |
+//             lse, delta [rows] fp32 (dq reads them per row, dk/dv per column)
+// The backward kernels stage their fp32 results [rows][Dp] over their
 // first two tiles at the end (out <= 2·row_tile).
 struct FlashLayout {
   int64_t head, ldh, ldo, lds, ldp;                 // Dp; bf16 and fp32 [.][Dp] rows; fp32 scores, bf16 probs rows
   int64_t row_tile, col_tile, scores, probs, out;   // bytes
   constexpr int64_t forward_bytes() const { return row_tile + 2 * col_tile + scores + probs + out; }
-  constexpr int64_t dq_bytes() const { return 2 * row_tile + 2 * col_tile + 2 * scores + probs + 2 * 4 * kFlashRows; }
-  constexpr int64_t dkv_bytes() const { return 2 * row_tile + 2 * col_tile + 2 * scores + 2 * probs + 2 * 4 * kFlashCols; }
-  constexpr int64_t max_bytes() const {
-    const int64_t a = forward_bytes(), b = dq_bytes(), c = dkv_bytes();
-    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+  constexpr int64_t backward_bytes() const {
+    return 2 * row_tile + 2 * col_tile + 2 * scores + 2 * probs + 2 * 4 * kFlashRows;
   }
+  constexpr int64_t max_bytes() const { return forward_bytes() > backward_bytes() ? forward_bytes() : backward_bytes(); }
 };
 constexpr FlashLayout flash_layout(int64_t Dp) {
   FlashLayout l{Dp, Dp + 8, Dp + 4, kFlashCols + 4, kFlashCols + 8, 0, 0, 0, 0, 0};

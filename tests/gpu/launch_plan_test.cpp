@@ -169,8 +169,7 @@ BOOST_AUTO_TEST_CASE(the_flash_kernels_shared_memory_is_aligned_and_fits) {
   }
   const FlashLayout l = flash_layout(128);
   BOOST_TEST(l.forward_bytes() == 17408 + 2 * 8704 + 9216 + 5120 + 33792);
-  BOOST_TEST(l.dq_bytes() == 2 * 17408 + 2 * 8704 + 2 * 9216 + 5120 + 512);
-  BOOST_TEST(l.dkv_bytes() == 2 * 17408 + 2 * 8704 + 2 * 9216 + 2 * 5120 + 256);
+  BOOST_TEST(l.backward_bytes() == 2 * 17408 + 2 * 8704 + 2 * 9216 + 2 * 5120 + 512);
   BOOST_TEST(l.max_bytes() == l.forward_bytes());
 }
 

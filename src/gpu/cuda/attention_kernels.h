@@ -53,14 +53,17 @@ void launch_fast_attention_backward(float* dq, bool add_dq, float* dk, bool add_
 // ---- flash path (flash_attention.cu): the tiled online softmax on the
 // tensor cores (bf16 operands, fp32 sums; gpu/launch_plan.h's FlashLayout),
 // over tiles of kFlashRows rows (plan_attention_tiles); head sizes up to
-// kFlashMaxHead. The same contract as the fast path's launchers: dq, dk,
-// dv += or =, each may be null; no atomics.
-void launch_flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                                    const AttentionTile* tiles, int64_t n_tiles, int64_t H, int64_t KV, int64_t D,
-                                    bool causal, cudaStream_t st);
+// kFlashMaxHead. q16, k16, v16, dout16: bf16 copies of q, k, v, dout (the
+// bits of nn/dtype.h's rounding; 16-byte aligned). The same contract as the
+// fast path's launchers otherwise: dq, dk, dv += or =, each may be null;
+// delta from launch_attention_delta; no atomics.
+void launch_flash_attention_forward(float* out, float* lse, const uint16_t* q16, const uint16_t* k16,
+                                    const uint16_t* v16, const AttentionTile* tiles, int64_t n_tiles, int64_t H,
+                                    int64_t KV, int64_t D, bool causal, cudaStream_t st);
 void launch_flash_attention_backward(float* dq, bool add_dq, float* dk, bool add_dk, float* dv, bool add_dv,
-                                     const float* dout, const float* lse, const float* delta, const float* q,
-                                     const float* k, const float* v, const AttentionTile* tiles, int64_t n_tiles,
-                                     int64_t H, int64_t KV, int64_t D, bool causal, cudaStream_t st);
+                                     const uint16_t* dout16, const float* lse, const float* delta,
+                                     const uint16_t* q16, const uint16_t* k16, const uint16_t* v16,
+                                     const AttentionTile* tiles, int64_t n_tiles, int64_t H, int64_t KV, int64_t D,
+                                     bool causal, cudaStream_t st);
 
 }  // namespace maestro::cuda_detail

@@ -375,9 +375,12 @@ class CudaBackend final : public Backend {
       launch_fast_attention_forward(out, lse, q, k, v, tiles, n_tiles, H, KV, D, causal, stream_);
       return;
     }
-    if (kernel == AttentionKernel::Flash) {
+    if (kernel == AttentionKernel::Flash) {  // reads bf16 copies of q, k, v
+      void* b16[kAttnBuffers] = {};
+      round_attention_inputs(b16, q, k, v, nullptr, N, H, KV, D);
       const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, kFlashRows);
-      launch_flash_attention_forward(out, lse, q, k, v, tiles, n_tiles, H, KV, D, causal, stream_);
+      launch_flash_attention_forward(out, lse, bits(b16[kAttnQ]), bits(b16[kAttnK]), bits(b16[kAttnV]), tiles,
+                                     n_tiles, H, KV, D, causal, stream_);
       return;
     }
     // Batched GEMMs per sequence (gpu/gemm_plan.h): S = scale·q·kᵀ by cuBLAS,
@@ -415,12 +418,19 @@ class CudaBackend final : public Backend {
     float* delta = scratch(kDelta, size_t(N * H));  // [N, H] = Σ_d dout·out
     launch_attention_delta(delta, dout, out, N, H, D, stream_);
     const AttentionKernel kernel = attention_kernel(cu, n_seq, H, D);
-    if (kernel == AttentionKernel::Tiled || kernel == AttentionKernel::Flash) {
-      const bool flash = kernel == AttentionKernel::Flash;
-      const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, flash ? kFlashRows : kFastRowsPerTile);
-      (flash ? launch_flash_attention_backward : launch_fast_attention_backward)(
-          dq.p, dq.add, dk.p, dk.add, dv.p, dv.add, dout, lse, delta, q, k, v, tiles, n_tiles, H, KV, D, causal,
-          stream_);
+    if (kernel == AttentionKernel::Tiled) {
+      const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, kFastRowsPerTile);
+      launch_fast_attention_backward(dq.p, dq.add, dk.p, dk.add, dv.p, dv.add, dout, lse, delta, q, k, v, tiles, n_tiles,
+                                     H, KV, D, causal, stream_);
+      return;
+    }
+    if (kernel == AttentionKernel::Flash) {  // reads bf16 copies of q, k, v, dout
+      void* b16[kAttnBuffers] = {};
+      round_attention_inputs(b16, q, k, v, dout, N, H, KV, D);
+      const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, kFlashRows);
+      launch_flash_attention_backward(dq.p, dq.add, dk.p, dk.add, dv.p, dv.add, bits(b16[kAttnDOut]), lse, delta,
+                                      bits(b16[kAttnQ]), bits(b16[kAttnK]), bits(b16[kAttnV]), tiles, n_tiles, H, KV,
+                                      D, causal, stream_);
       return;
     }
     // Batched GEMMs per sequence (gpu/gemm_plan.h): P from lse; dP = dO·vᵀ;
@@ -605,7 +615,8 @@ class CudaBackend final : public Backend {
     return {d, int64_t(tiles.size())};
   }
 
-  // bf16 copies of q, k, v (and dout when given) for the tensor-core path.
+  static const uint16_t* bits(const void* p) { return static_cast<const uint16_t*>(p); }
+  // bf16 copies of q, k, v (and dout when given) for the tensor-core and flash paths.
   void round_attention_inputs(void** bufs16, const float* q, const float* k, const float* v, const float* dout,
                               int64_t N, int64_t H, int64_t KV, int64_t D) {
     bufs16[kAttnQ] = rounded(kQ16, q, size_t(N * H * D));

@@ -1,7 +1,7 @@
 // The flash attention kernels (attention_kernels.h, "flash path"): the
 // tiled kernel's online softmax with its four products on the tensor cores
-// (WMMA 16×16×16, bf16 operands rounded from the fp32 activations as a
-// tile is loaded, fp32 sums), and no [H, L, L] buffer in device memory.
+// (WMMA 16×16×16, bf16 operands — the backend's bf16 copies of q, k, v, dO
+// — fp32 sums), and no [H, L, L] buffer in device memory.
 // Geometry and shared-memory layout: gpu/launch_plan.h (FlashLayout).
 // Per-element math: gpu/kernel_math.h (flash_rescale, flash_prob,
 // attention_dscore). No atomics: dq is summed by the query rows' block,
@@ -31,33 +31,64 @@ using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
 constexpr int kThreads = 32 * kFlashWarps;
 
-// dst[r][d] (bf16, row stride ld) = src[(row0 + r)·stride + d] rounded, for
-// r < rows and d < D; zero for the padding (r < n, d < Dp).
+// dst[r][d] (row stride ld) = src[(row0 + r)·stride + d] for r < rows and
+// d < D; zero for the padding (r < n, d < Dp). Both bf16: the backend hands
+// the kernels bf16 copies of q, k, v and dO (rounded once per call, as the
+// tensor-core path's GEMMs read them). With D a multiple of 8, 16-byte
+// loads and stores: every row then starts 16-byte aligned (the backend's
+// scratch is 256-byte aligned, the strides multiples of D, and the shared
+// rows Dp + 8 long).
 template <int Dp>
-__device__ void load_tile(bf16* dst, int64_t ld, const float* src, int64_t row0, int64_t rows, int64_t stride,
+__device__ void load_tile(bf16* dst, int64_t ld, const bf16* src, int64_t row0, int64_t rows, int64_t stride,
                           int64_t D, int n) {
-  for (int e = threadIdx.x; e < n * Dp; e += kThreads) {
-    const int r = e / Dp, d = e % Dp;
-    dst[r * ld + d] = __float2bfloat16_rn(r < rows && d < D ? src[(row0 + r) * stride + d] : 0.0f);
+  if (D % 8 == 0) {
+    constexpr int kPerRow = Dp / 8;
+    for (int e = threadIdx.x; e < n * kPerRow; e += kThreads) {
+      const int r = e / kPerRow, d = (e % kPerRow) * 8;
+      uint4 x = make_uint4(0u, 0u, 0u, 0u);
+      if (r < rows && d < D) x = *reinterpret_cast<const uint4*>(src + (row0 + r) * stride + d);
+      *reinterpret_cast<uint4*>(dst + r * ld + d) = x;
+    }
+  } else {
+    for (int e = threadIdx.x; e < n * Dp; e += kThreads) {
+      const int r = e / Dp, d = e % Dp;
+      dst[r * ld + d] = r < rows && d < D ? src[(row0 + r) * stride + d] : __float2bfloat16_rn(0.0f);
+    }
   }
 }
 
-// C[16][kFlashCols] (fp32, ldc) = A[16][Dp]·B[kFlashCols][Dp]ᵀ, A as fragments.
-template <int Dp>
-__device__ void product_abt(float* C, int64_t ldc, const FragA (&a)[Dp / 16], const bf16* B, int64_t ldb) {
+// C[16][kFlashCols] (fp32, ldc) = A[16][Dp]·B[kFlashCols][Dp]ᵀ. a(k, f)
+// puts A's k-th 16×16 fragment in f: from registers (the forward's and the
+// dq kernel's own rows, loaded once) or from shared memory (the dk/dv
+// kernel, whose 2·Dp/16 accumulators leave no registers for them).
+template <int Dp, typename AFragment>
+__device__ void product_abt(float* C, int64_t ldc, AFragment a, const bf16* B, int64_t ldb) {
 #pragma unroll
   for (int n = 0; n < kFlashCols / 16; ++n) {
     FragC c;
     wmma::fill_fragment(c, 0.0f);
 #pragma unroll
     for (int k = 0; k < Dp / 16; ++k) {
+      FragA f;
       FragBt b;
+      a(k, f);
       wmma::load_matrix_sync(b, B + 16 * n * ldb + 16 * k, unsigned(ldb));
-      wmma::mma_sync(c, a[k], b, c);
+      wmma::mma_sync(c, f, b, c);
     }
     wmma::store_matrix_sync(C + 16 * n, c, unsigned(ldc), wmma::mem_row_major);
   }
 }
+// A's fragments held in registers, or read from shared memory (A[16][Dp], lda).
+template <int Dp>
+struct HeldRows {
+  const FragA (&a)[Dp / 16];
+  __device__ void operator()(int k, FragA& f) const { f = a[k]; }
+};
+struct SharedRows {
+  const bf16* A;
+  int64_t lda;
+  __device__ void operator()(int k, FragA& f) const { wmma::load_matrix_sync(f, A + 16 * k, unsigned(lda)); }
+};
 
 // The warp's 16 rows of A[.][Dp] (bf16, lda) as fragments.
 template <int Dp>
@@ -88,6 +119,30 @@ __device__ void zero(FragC (&acc)[Dp / 16]) {
   for (int n = 0; n < Dp / 16; ++n) wmma::fill_fragment(acc[n], 0.0f);
 }
 
+// The backward kernels' shared memory (FlashLayout, "backward"): two tiles
+// of the block's own rows, two of the walked side, S and dP, P and dS, and
+// two rows of per-row values (lse, delta).
+struct BackwardTiles {
+  bf16 *own0, *own1, *walk0, *walk1, *P, *dS;
+  float *S, *dP, *lse, *delta;
+};
+template <int Dp>
+__device__ BackwardTiles backward_tiles(unsigned char* smem) {
+  constexpr FlashLayout L = flash_layout(Dp);
+  BackwardTiles b;
+  b.own0 = reinterpret_cast<bf16*>(smem);
+  b.own1 = reinterpret_cast<bf16*>(smem + L.row_tile);
+  b.walk0 = reinterpret_cast<bf16*>(smem + 2 * L.row_tile);
+  b.walk1 = reinterpret_cast<bf16*>(smem + 2 * L.row_tile + L.col_tile);
+  b.S = reinterpret_cast<float*>(smem + 2 * L.row_tile + 2 * L.col_tile);
+  b.dP = b.S + kFlashRows * L.lds;
+  b.P = reinterpret_cast<bf16*>(b.dP + kFlashRows * L.lds);
+  b.dS = b.P + kFlashRows * L.ldp;
+  b.lse = reinterpret_cast<float*>(b.dS + kFlashRows * L.ldp);
+  b.delta = b.lse + kFlashRows;
+  return b;
+}
+
 // The warp's 16 rows of a gradient: staged through shared memory
 // (stage[16][Dp], fp32, ldo), then grad[(row0 + r)·stride + d] gets
 // scale·value (put_grad) for r < rows and d < D.
@@ -105,12 +160,12 @@ __device__ void write_rows(float* grad, bool add, const FragC (&acc)[Dp / 16], f
 
 // grid (n_tiles of kFlashRows query rows, H). Warp w owns the tile's query
 // rows 16w..16w+15: S = q·kᵀ per key tile into shared memory, the online
-// softmax row by row (the whole warp on a row, a lane per key), O rescaled
-// and O += P·v, O kept in shared memory (a fragment's layout is opaque, so
-// its rows cannot be rescaled in registers).
+// softmax (two lanes per row), O rescaled and O += P·v, O kept in shared
+// memory (a fragment's layout is opaque, so its rows cannot be rescaled in
+// registers).
 template <int Dp>
 __global__ void __launch_bounds__(kThreads)
-    flash_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
+    flash_forward_kernel(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                          const AttentionTile* tiles, int64_t H, int64_t KV, int64_t D, bool causal) {
   constexpr FlashLayout L = flash_layout(Dp);
   extern __shared__ __align__(128) unsigned char smem[];
@@ -129,9 +184,13 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   FragA qf[Dp / 16];
   load_rows<Dp>(qf, Qs + r0 * L.ldh, L.ldh);
-  float m[16], l[16];
-#pragma unroll
-  for (int r = 0; r < 16; ++r) m[r] = -INFINITY, l[r] = 0.0f;
+  // The online softmax: lanes 2r and 2r + 1 own row r of the warp's 16,
+  // half of its columns (and of O's) each, and keep the row's max m and
+  // Σ exp l; a tile's row max and sum take one shuffle between the two.
+  constexpr int kHalf = kFlashCols / 2;
+  const int my_row = lane / 2, half = lane % 2;
+  const int64_t my_local = r0 + my_row;
+  float m = -INFINITY, l = 0.0f;
   const int64_t key_end = causal ? int64_t(t.row0) + t.rows : int64_t(t.seq_end);
   const int64_t last_row = int64_t(t.row0) + r0 + 15;  // the warp's last query row
   for (int64_t key0 = t.seq_begin; key0 < key_end; key0 += kFlashCols) {
@@ -141,32 +200,31 @@ __global__ void __launch_bounds__(kThreads)
     load_tile<Dp>(Vs, L.ldh, v + kh * D, key0, keys, KV * D, D, kFlashCols);
     __syncthreads();
     if (causal && key0 > last_row) continue;  // every key of the tile is after the warp's rows
-    product_abt<Dp>(Ss + r0 * L.lds, L.lds, qf, Ks, L.ldh);
+    product_abt<Dp>(Ss + r0 * L.lds, L.lds, HeldRows<Dp>{qf}, Ks, L.ldh);
     __syncwarp();
+    float x[kHalf], mx = -INFINITY;
+    const int64_t row = t.row0 + my_local;
 #pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      const int64_t local = r0 + r, row = t.row0 + local;
-      float x[kFlashCols / 32], mx = -INFINITY;
-#pragma unroll
-      for (int c = 0; c < kFlashCols / 32; ++c) {
-        const int j = lane + 32 * c;
-        x[c] = local < t.rows && j < keys && gm::attention_visible(row, key0 + j, causal)
-                   ? Ss[local * L.lds + j] * scale
-                   : -INFINITY;
-        mx = fmaxf(mx, x[c]);
-      }
-      const float m_new = fmaxf(m[r], warp_max(mx)), alpha = gm::flash_rescale(m[r], m_new);
-      float sum = 0.0f;
-#pragma unroll
-      for (int c = 0; c < kFlashCols / 32; ++c) {
-        const float p = gm::flash_prob(x[c], m_new);
-        sum += p;
-        Ps[local * L.ldp + lane + 32 * c] = __float2bfloat16_rn(p);
-      }
-      l[r] = l[r] * alpha + warp_sum(sum);
-      m[r] = m_new;
-      for (int d = lane; d < Dp; d += 32) Os[local * L.ldo + d] *= alpha;
+    for (int i = 0; i < kHalf; ++i) {
+      const int j = half * kHalf + i;
+      x[i] = my_local < t.rows && j < keys && gm::attention_visible(row, key0 + j, causal)
+                 ? Ss[my_local * L.lds + j] * scale
+                 : -INFINITY;
+      mx = fmaxf(mx, x[i]);
     }
+    const float m_new = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
+    const float alpha = gm::flash_rescale(m, m_new);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kHalf; ++i) {
+      const float p = gm::flash_prob(x[i], m_new);
+      sum += p;
+      Ps[my_local * L.ldp + half * kHalf + i] = __float2bfloat16_rn(p);
+    }
+    l = l * alpha + (sum + __shfl_xor_sync(0xffffffffu, sum, 1));
+    m = m_new;
+#pragma unroll 8
+    for (int d = half * (Dp / 2); d < (half + 1) * (Dp / 2); ++d) Os[my_local * L.ldo + d] *= alpha;
     __syncwarp();
     FragC o[Dp / 16];
 #pragma unroll
@@ -178,13 +236,14 @@ __global__ void __launch_bounds__(kThreads)
       wmma::store_matrix_sync(Os + r0 * L.ldo + 16 * n, o[n], unsigned(L.ldo), wmma::mem_row_major);
     __syncwarp();
   }
-#pragma unroll
+  // Out: the whole warp on a row (lanes along the head), its m and l from lane 2r.
   for (int r = 0; r < 16; ++r) {
+    const float row_m = __shfl_sync(0xffffffffu, m, 2 * r), row_l = __shfl_sync(0xffffffffu, l, 2 * r);
     const int64_t local = r0 + r, row = t.row0 + local;
-    if (local >= t.rows) break;
-    const float inv = 1.0f / l[r];  // l > 0: a row sees at least its own key
+    if (local >= t.rows) break;  // warp-uniform
+    const float inv = 1.0f / row_l;  // l > 0: a row sees at least its own key
     for (int64_t d = lane; d < D; d += 32) out[(row * H + h) * D + d] = Os[local * L.ldo + d] * inv;
-    if (lane == 0) lse[row * H + h] = m[r] + logf(l[r]);
+    if (lane == 0) lse[row * H + h] = row_m + logf(row_l);
   }
 }
 
@@ -193,20 +252,14 @@ __global__ void __launch_bounds__(kThreads)
 // with P = exp(scale·S − lse), and dq += dS·k in fragments; dq = scale·Σ.
 template <int Dp>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_q_kernel(float* dq, bool add_dq, const float* dout, const float* lse, const float* delta,
-                            const float* q, const float* k, const float* v, const AttentionTile* tiles, int64_t H,
+    flash_backward_q_kernel(float* dq, bool add_dq, const bf16* dout, const float* lse, const float* delta,
+                            const bf16* q, const bf16* k, const bf16* v, const AttentionTile* tiles, int64_t H,
                             int64_t KV, int64_t D, bool causal) {
   constexpr FlashLayout L = flash_layout(Dp);
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* dOs = reinterpret_cast<bf16*>(smem + L.row_tile);
-  bf16* Ks = reinterpret_cast<bf16*>(smem + 2 * L.row_tile);
-  bf16* Vs = reinterpret_cast<bf16*>(smem + 2 * L.row_tile + L.col_tile);
-  float* Ss = reinterpret_cast<float*>(smem + 2 * L.row_tile + 2 * L.col_tile);
-  float* dPs = Ss + kFlashRows * L.lds;
-  bf16* dSs = reinterpret_cast<bf16*>(dPs + kFlashRows * L.lds);
-  float* lse_s = reinterpret_cast<float*>(dSs + kFlashRows * L.ldp);
-  float* delta_s = lse_s + kFlashRows;
+  const BackwardTiles b = backward_tiles<Dp>(smem);
+  bf16 *Qs = b.own0, *dOs = b.own1, *Ks = b.walk0, *Vs = b.walk1, *dSs = b.dS;
+  float *Ss = b.S, *dPs = b.dP, *lse_s = b.lse, *delta_s = b.delta;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = 16 * warp;
   const AttentionTile t = tiles[blockIdx.x];
   const int64_t h = blockIdx.y, kh = h / (H / KV);
@@ -232,8 +285,8 @@ __global__ void __launch_bounds__(kThreads)
     load_tile<Dp>(Vs, L.ldh, v + kh * D, key0, keys, KV * D, D, kFlashCols);
     __syncthreads();
     if (causal && key0 > last_row) continue;
-    product_abt<Dp>(Ss + r0 * L.lds, L.lds, qf, Ks, L.ldh);
-    product_abt<Dp>(dPs + r0 * L.lds, L.lds, dof, Vs, L.ldh);
+    product_abt<Dp>(Ss + r0 * L.lds, L.lds, HeldRows<Dp>{qf}, Ks, L.ldh);
+    product_abt<Dp>(dPs + r0 * L.lds, L.lds, HeldRows<Dp>{dof}, Vs, L.ldh);
     __syncwarp();
     for (int r = 0; r < 16; ++r) {
       const int64_t local = r0 + r, row = t.row0 + local;
@@ -262,21 +315,14 @@ __global__ void __launch_bounds__(kThreads)
 // fragments (a fixed order: heads, then query tiles); dk = scale·Σ.
 template <int Dp>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_kv_kernel(float* dk, bool add_dk, float* dv, bool add_dv, const float* dout, const float* lse,
-                             const float* delta, const float* q, const float* k, const float* v,
+    flash_backward_kv_kernel(float* dk, bool add_dk, float* dv, bool add_dv, const bf16* dout, const float* lse,
+                             const float* delta, const bf16* q, const bf16* k, const bf16* v,
                              const AttentionTile* tiles, int64_t H, int64_t KV, int64_t D, bool causal) {
   constexpr FlashLayout L = flash_layout(Dp);
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* Ks = reinterpret_cast<bf16*>(smem);
-  bf16* Vs = reinterpret_cast<bf16*>(smem + L.row_tile);
-  bf16* Qs = reinterpret_cast<bf16*>(smem + 2 * L.row_tile);
-  bf16* dOs = reinterpret_cast<bf16*>(smem + 2 * L.row_tile + L.col_tile);
-  float* Ss = reinterpret_cast<float*>(smem + 2 * L.row_tile + 2 * L.col_tile);
-  float* dPs = Ss + kFlashRows * L.lds;
-  bf16* Ps = reinterpret_cast<bf16*>(dPs + kFlashRows * L.lds);
-  bf16* dSs = Ps + kFlashRows * L.ldp;
-  float* lse_s = reinterpret_cast<float*>(dSs + kFlashRows * L.ldp);
-  float* delta_s = lse_s + kFlashCols;
+  const BackwardTiles b = backward_tiles<Dp>(smem);
+  bf16 *Ks = b.own0, *Vs = b.own1, *Qs = b.walk0, *dOs = b.walk1, *Ps = b.P, *dSs = b.dS;
+  float *Ss = b.S, *dPs = b.dP, *lse_s = b.lse, *delta_s = b.delta;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = 16 * warp;
   const AttentionTile t = tiles[blockIdx.x];
   const int64_t kh = blockIdx.y, g = H / KV;
@@ -301,13 +347,8 @@ __global__ void __launch_bounds__(kThreads)
       }
       __syncthreads();
       if (causal && q0 + queries - 1 < first_key) continue;  // every query is before the warp's keys
-      {
-        FragA kf[Dp / 16];
-        load_rows<Dp>(kf, Ks + r0 * L.ldh, L.ldh);
-        product_abt<Dp>(Ss + r0 * L.lds, L.lds, kf, Qs, L.ldh);
-        load_rows<Dp>(kf, Vs + r0 * L.ldh, L.ldh);
-        product_abt<Dp>(dPs + r0 * L.lds, L.lds, kf, dOs, L.ldh);
-      }
+      product_abt<Dp>(Ss + r0 * L.lds, L.lds, SharedRows{Ks + r0 * L.ldh, L.ldh}, Qs, L.ldh);
+      product_abt<Dp>(dPs + r0 * L.lds, L.lds, SharedRows{Vs + r0 * L.ldh, L.ldh}, dOs, L.ldh);
       __syncwarp();
       for (int r = 0; r < 16; ++r) {
         const int64_t local = r0 + r, key = t.row0 + local;
@@ -341,7 +382,7 @@ void allow_shared(Kernel kernel, int64_t bytes) {
 }
 
 template <int Dp>
-void forward(float* out, float* lse, const float* q, const float* k, const float* v, const AttentionTile* tiles,
+void forward(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttentionTile* tiles,
              int64_t n_tiles, int64_t H, int64_t KV, int64_t D, bool causal, cudaStream_t st) {
   constexpr FlashLayout L = flash_layout(Dp);
   allow_shared(flash_forward_kernel<Dp>, L.forward_bytes());
@@ -351,47 +392,46 @@ void forward(float* out, float* lse, const float* q, const float* k, const float
 }
 
 template <int Dp>
-void backward(float* dq, bool add_dq, float* dk, bool add_dk, float* dv, bool add_dv, const float* dout,
-              const float* lse, const float* delta, const float* q, const float* k, const float* v,
+void backward(float* dq, bool add_dq, float* dk, bool add_dk, float* dv, bool add_dv, const bf16* dout,
+              const float* lse, const float* delta, const bf16* q, const bf16* k, const bf16* v,
               const AttentionTile* tiles, int64_t n_tiles, int64_t H, int64_t KV, int64_t D, bool causal,
               cudaStream_t st) {
   constexpr FlashLayout L = flash_layout(Dp);
   if (dq) {
-    allow_shared(flash_backward_q_kernel<Dp>, L.dq_bytes());
-    flash_backward_q_kernel<Dp><<<dim3(unsigned(n_tiles), unsigned(H)), kThreads, L.dq_bytes(), st>>>(
+    allow_shared(flash_backward_q_kernel<Dp>, L.backward_bytes());
+    flash_backward_q_kernel<Dp><<<dim3(unsigned(n_tiles), unsigned(H)), kThreads, L.backward_bytes(), st>>>(
         dq, add_dq, dout, lse, delta, q, k, v, tiles, H, KV, D, causal);
     MAESTRO_CUDA_LAUNCH_CHECK();
   }
   if (dk || dv) {
-    allow_shared(flash_backward_kv_kernel<Dp>, L.dkv_bytes());
-    flash_backward_kv_kernel<Dp><<<dim3(unsigned(n_tiles), unsigned(KV)), kThreads, L.dkv_bytes(), st>>>(
+    allow_shared(flash_backward_kv_kernel<Dp>, L.backward_bytes());
+    flash_backward_kv_kernel<Dp><<<dim3(unsigned(n_tiles), unsigned(KV)), kThreads, L.backward_bytes(), st>>>(
         dk, add_dk, dv, add_dv, dout, lse, delta, q, k, v, tiles, H, KV, D, causal);
     MAESTRO_CUDA_LAUNCH_CHECK();
   }
 }
 
+const bf16* as_bf16(const uint16_t* p) { return reinterpret_cast<const bf16*>(p); }
+
 }  // namespace
 
-void launch_flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                                    const AttentionTile* tiles, int64_t n_tiles, int64_t H, int64_t KV, int64_t D,
-                                    bool causal, cudaStream_t st) {
+void launch_flash_attention_forward(float* out, float* lse, const uint16_t* q16, const uint16_t* k16,
+                                    const uint16_t* v16, const AttentionTile* tiles, int64_t n_tiles, int64_t H,
+                                    int64_t KV, int64_t D, bool causal, cudaStream_t st) {
   if (n_tiles == 0) return;
-  if (flash_padded_head(D) == 64)
-    forward<64>(out, lse, q, k, v, tiles, n_tiles, H, KV, D, causal, st);
-  else
-    forward<128>(out, lse, q, k, v, tiles, n_tiles, H, KV, D, causal, st);
+  (flash_padded_head(D) == 64 ? forward<64> : forward<128>)(out, lse, as_bf16(q16), as_bf16(k16), as_bf16(v16), tiles,
+                                                            n_tiles, H, KV, D, causal, st);
 }
 
 void launch_flash_attention_backward(float* dq, bool add_dq, float* dk, bool add_dk, float* dv, bool add_dv,
-                                     const float* dout, const float* lse, const float* delta, const float* q,
-                                     const float* k, const float* v, const AttentionTile* tiles, int64_t n_tiles,
-                                     int64_t H, int64_t KV, int64_t D, bool causal, cudaStream_t st) {
+                                     const uint16_t* dout16, const float* lse, const float* delta,
+                                     const uint16_t* q16, const uint16_t* k16, const uint16_t* v16,
+                                     const AttentionTile* tiles, int64_t n_tiles, int64_t H, int64_t KV, int64_t D,
+                                     bool causal, cudaStream_t st) {
   if (n_tiles == 0) return;
-  if (flash_padded_head(D) == 64)
-    backward<64>(dq, add_dq, dk, add_dk, dv, add_dv, dout, lse, delta, q, k, v, tiles, n_tiles, H, KV, D, causal, st);
-  else
-    backward<128>(dq, add_dq, dk, add_dk, dv, add_dv, dout, lse, delta, q, k, v, tiles, n_tiles, H, KV, D, causal,
-                  st);
+  (flash_padded_head(D) == 64 ? backward<64> : backward<128>)(dq, add_dq, dk, add_dk, dv, add_dv, as_bf16(dout16), lse,
+                                                              delta, as_bf16(q16), as_bf16(k16), as_bf16(v16), tiles,
+                                                              n_tiles, H, KV, D, causal, st);
 }
 
 }  // namespace maestro::cuda_detail
