@@ -8,17 +8,18 @@
 # what the machine is); optionally `maestro-run --calibrate` and a
 # per-kernel GPU time profile (ncu) of a 2-layer step of the 1.3B shape.
 #   bench/gpu/on_device.sh BUNDLE.tar.xz OUT [--timeout S] [--step-timeout S]
-#                          [--calibrate] [--profile] [--dry-run]
+#                          [--only REGEX] [--calibrate] [--profile] [--dry-run]
 # (from the source root; --dry-run: run.sh's plan, no GPU needed.)
 set -uo pipefail
 bundle=${1:?usage: on_device.sh BUNDLE.tar.xz OUT [options]}
 out=${2:?usage: on_device.sh BUNDLE.tar.xz OUT [options]}
 shift 2
-timeout_s=540 step_timeout=90 calibrate=0 profile=0 dry=()
+timeout_s=540 step_timeout=90 calibrate=0 profile=0 dry=() only=()
 while [ $# -gt 0 ]; do
   case $1 in
     --timeout) timeout_s=$2; shift ;;
     --step-timeout) step_timeout=$2; shift ;;
+    --only) only=(--only "$2"); shift ;;  # run.sh's steps whose names match
     --calibrate) calibrate=1 ;;
     --profile) profile=1 ;;
     --dry-run) dry=(--dry-run) ;;
@@ -54,7 +55,7 @@ ldd "$b/maestro-run" >> "$machine" 2>&1
 export PATH=$PATH:/usr/local/cuda/bin PYTHONUNBUFFERED=1 TORCH_PYTHON=${TORCH_PYTHON:-python3}
 
 timeout -k 5 "$timeout_s" bash bench/gpu/run.sh --no-build --build "$b" --report "$out/gpu-report.md" \
-  --step-timeout "$step_timeout" "${dry[@]}" 2>&1 | tee "$out/run.log"
+  --step-timeout "$step_timeout" "${only[@]}" "${dry[@]}" 2>&1 | tee "$out/run.log"
 status=${PIPESTATUS[0]}
 if [ $calibrate = 1 ] && [ ${#dry[@]} = 0 ]; then
   printf '[runtime]\nbackend = "cuda"\n' > "$b/cuda.toml"

@@ -44,7 +44,7 @@ for a; do case "$a" in
   ops|model) echo "{\"check\": \"$a\", \"ok\": true}"; exit 0;;
   long) echo "{\"check\": \"long\", \"tokens\": 8192, \"heads\": 16, \"head_dim\": 128, \"batched_scratch_gb\": 12.9, \"budget_gb\": 10.0, \"auto_kernel\": \"tiled\", \"auto\": {\"ms\": 90.0}, \"tensorcore\": {\"ms\": 30.0}, \"flash\": {\"ms\": 20.0}, \"rel_err\": {\"out\": 0.004, \"dq\": 0.006, \"dk\": 0.005, \"dv\": 0.003}, \"flash_rel_err\": {\"out\": 0.002, \"dq\": 0.003, \"dk\": 0.004, \"dv\": 0.001}, \"ok\": true}"; exit 0;;
 esac; done; exit 2'
-run() { PATH="$fake/bin:$PATH" TORCH_PYTHON="$fake/bin/${TORCHPY:-nopython}" bash bench/gpu/run.sh --no-build --build "$fake/build" --report "$fake/report.md" ${STEP_TIMEOUT:+--step-timeout $STEP_TIMEOUT} >"$fake/stdout" 2>&1; }
+run() { PATH="$fake/bin:$PATH" TORCH_PYTHON="$fake/bin/${TORCHPY:-nopython}" bash bench/gpu/run.sh --no-build --build "$fake/build" --report "$fake/report.md" ${STEP_TIMEOUT:+--step-timeout $STEP_TIMEOUT} ${ONLY:+--only "$ONLY"} >"$fake/stdout" 2>&1; }
 fail=0
 check() { if eval "$1"; then echo "ok   $2"; else echo "FAIL $2"; fail=1; fi; }
 
@@ -97,6 +97,11 @@ check 'grep -q "PyTorch (SDPA, fused AdamW) 40000 tokens/s, maestro 20000 tokens
 STALL=1 STEP_TIMEOUT=2 run; st=$?
 check '[ $st = 1 ] && grep -q "^## selfcheck: FAIL" "$fake/report.md" && grep -q "stopped after --step-timeout 2 s" "$fake/report.md"' "a step that hangs is stopped at --step-timeout and FAILs ($st)"
 check '[ $(grep -c ": PASS" "$fake/report.md") = 27 ]' "... and the steps after it still run (both self-checks stall)"
+
+ONLY=flash run; st=$?
+check '[ $st = 0 ] && [ $(grep -c "^## " "$fake/report.md") = 6 ] && [ $(grep -c ": PASS" "$fake/report.md") = 6 ]' "--only flash: the six flash steps, and only those ($st)"
+check 'grep -q "flash attention: tokens/s 25000 (no .transformer step. to compare), MFU 26.5% of 989 TFLOP/s, no .gemm peak." "$fake/report.md"' "... the flash step says what it has nothing to compare with"
+check 'grep -q "^- steps: only those matching --only .flash." "$fake/report.md"' "... and the report says which steps it ran"
 
 [ "$fail" = 0 ] || { echo "--- report headers:"; grep "^## " "$fake/report.md"; }
 exit $fail

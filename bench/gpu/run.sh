@@ -40,17 +40,21 @@
 # and writes one report (markdown, every step's JSON, PASS/FAIL).
 #
 # Usage: bench/gpu/run.sh [--dry-run] [--build DIR] [--report FILE] [--quick] [--no-build]
-#                         [--step-timeout S]
+#                         [--step-timeout S] [--only REGEX]
 #   --dry-run  checks the build here (no GPU needed) and prints the plan
 #   --quick    a 4-layer model instead of the 1.3B one in step 7
 #   --no-build uses DIR as it is (no cmake step; bench/gpu/bundle.sh packs
 #              one for a GPU machine without this project's packages)
 #   --step-timeout S  a step still running after S seconds (default 900) is
 #              stopped and FAILs, so a hung kernel cannot hang the run
+#   --only REGEX  runs only the steps whose names match (bash =~; the build
+#              step always), e.g. --only flash: a lent GPU's minutes on what
+#              has never run there. A step that compares with another
+#              step's figures says so when that one did not run.
 # Exit status: 0 all passed, 1 a check failed, 2 bad usage or no build.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-dry=0 build=build report="" quick=0 no_build=0 step_timeout=900
+dry=0 build=build report="" quick=0 no_build=0 step_timeout=900 only="" 
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=1 ;;
@@ -60,11 +64,14 @@ while [ $# -gt 0 ]; do
     --report) report=${2:?--report needs a file}; shift ;;
     --step-timeout) step_timeout=${2:?--step-timeout needs seconds}; shift
       [[ "$step_timeout" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: error: --step-timeout '$step_timeout' is not a whole number of seconds" >&2; exit 2; } ;;
-    *) echo "run.sh: error: unknown argument '$1' (usage: run.sh [--dry-run] [--build DIR] [--report FILE] [--quick] [--no-build] [--step-timeout S])" >&2; exit 2 ;;
+    --only) only=${2:?--only needs a pattern}; shift
+      [[ "" =~ $only ]]; [ $? = 2 ] && { echo "run.sh: error: --only '$only' is not a valid pattern" >&2; exit 2; } ;;
+    *) echo "run.sh: error: unknown argument '$1' (usage: run.sh [--dry-run] [--build DIR] [--report FILE] [--quick] [--no-build] [--step-timeout S] [--only REGEX])" >&2; exit 2 ;;
   esac
   shift
 done
 report=${report:-$build/gpu-report.md}
+selected() { [ "$1" = build ] || [ -z "$only" ] || [[ "$1" =~ $only ]]; }
 bench="$build/bench/bench_gpu"
 run="$build/maestro-run"
 py=/usr/bin/python3  # the checks below need only json: any python3 where Debian's is absent
@@ -162,7 +169,10 @@ if [ "$dry" = 1 ]; then
     { echo "  FAIL models/tiny_mllm.sect no longer has the 'precision = fp32;' that run.sh turns to bf16"; fail=1; }
   echo "plan (on a machine with an NVIDIA GPU; report: $report):"
   i=1
-  for p in "${plan[@]}"; do echo "  $i. ${p%%|*}: ${p#*|}"; i=$((i + 1)); done
+  for p in "${plan[@]}"; do
+    selected "${p%%|*}" && echo "  $i. ${p%%|*}: ${p#*|}" || echo "  $i. ${p%%|*}: (not selected by --only)"
+    i=$((i + 1))
+  done
   echo "  MFU = model FLOP/s of 'transformer step' / 989e12 (H100 dense bf16) and / the GEMM peak of 'gemm peak'"
   [ "$fail" = 0 ] && echo "dry run: ok" || echo "dry run: FAILED"
   exit $fail
@@ -175,6 +185,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "run
   echo "- date: $(date -u)"
   echo "- machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1); $(nproc) cores; $(uptime)"
   echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- 2>/dev/null || echo ' with uncommitted changes')"
+  [ -n "$only" ] && echo "- steps: only those matching --only '$only'"
   echo
 } > "$report"
 failures=0
@@ -182,6 +193,7 @@ declare -A out
 for p in "${plan[@]}"; do
   name=${p%%|*} cmd=${p#*|}
   [ "$name" = build ] && [ "$no_build" = 1 ] && continue
+  selected "$name" || continue
   echo "== $name: $cmd"
   if [[ "$name" == "torch step"* ]] && ! $torch_py -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     echo "   SKIP ($torch_py has no torch with CUDA)"
@@ -272,12 +284,15 @@ PY
       [ "$st" = 0 ] && { $py -c "import json,sys; j=json.loads(sys.argv[1].splitlines()[-1]); print('loss %.4f -> %.4f' % (j['first_loss'], j['final_loss'])); assert j['backend']=='cuda' and j['final_loss'] < j['first_loss']" "$log" || verdict=FAIL; }
       ;;
     "transformer step")
-      [ "$st" = 0 ] && $py - "${out[gemm peak]}" "$log" <<'PY'
+      [ "$st" = 0 ] && $py - "${out[gemm peak]:-}" "$log" <<'PY'
 import json, sys
-gemm = json.loads(sys.argv[1].splitlines()[-1]); step = json.loads(sys.argv[2].splitlines()[-1])
+gemm = json.loads(sys.argv[1].splitlines()[-1]) if sys.argv[1] else None  # None: 'gemm peak' did not run
+step = json.loads(sys.argv[2].splitlines()[-1])
 tf = step["tflops"]
-print("tokens/s %.0f, model %.1f TFLOP/s, MFU %.1f%% of 989 TFLOP/s (H100 bf16), %.1f%% of the measured cuBLASLt peak %.1f TFLOP/s on %s"
-      % (step["tokens_per_s"], tf, 100 * tf / 989, 100 * tf / gemm["peak_tflops"], gemm["peak_tflops"], gemm["device"]))
+print("tokens/s %.0f, model %.1f TFLOP/s, MFU %.1f%% of 989 TFLOP/s (H100 bf16), %s"
+      % (step["tokens_per_s"], tf, 100 * tf / 989,
+         "%.1f%% of the measured cuBLASLt peak %.1f TFLOP/s on %s" % (100 * tf / gemm["peak_tflops"], gemm["peak_tflops"],
+                                                                    gemm["device"]) if gemm else "no 'gemm peak'"))
 # the same step rounding every GEMM operand on each call (--no-bf16-copies, run first)
 off = [j for j in map(json.loads, filter(lambda l: l.startswith("{"), sys.argv[2].splitlines())) if j.get("bf16_copies") is False]
 if off:
@@ -287,18 +302,22 @@ PY
       ;;
     "flash step")
       # the same step with --attention flash, against auto's (the tensor cores) in "transformer step"
-      [ "$st" = 0 ] && $py - "${out[transformer step]}" "${out[gemm peak]}" "$log" <<'PY'
+      [ "$st" = 0 ] && $py - "${out[transformer step]:-}" "${out[gemm peak]:-}" "$log" <<'PY'
 import json, sys
-auto = json.loads(sys.argv[1].splitlines()[-1]); gemm = json.loads(sys.argv[2].splitlines()[-1])
-flash = json.loads(sys.argv[3].splitlines()[-1]); tf = flash["tflops"]
-print("flash attention: tokens/s %.0f (%.3fx auto's %.0f), MFU %.1f%% of 989 TFLOP/s, %.1f%% of the cuBLASLt peak"
-      % (flash["tokens_per_s"], flash["tokens_per_s"] / auto["tokens_per_s"], auto["tokens_per_s"], 100 * tf / 989,
-         100 * tf / gemm["peak_tflops"]))
+def last(log):
+    lines = [l for l in log.splitlines() if l.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+auto, gemm, flash = map(last, sys.argv[1:4])
+tf = flash["tflops"]
+print("flash attention: tokens/s %.0f (%s), MFU %.1f%% of 989 TFLOP/s, %s"
+      % (flash["tokens_per_s"], "%.3fx auto's %.0f" % (flash["tokens_per_s"] / auto["tokens_per_s"], auto["tokens_per_s"])
+         if auto else "no 'transformer step' to compare", 100 * tf / 989,
+         "%.1f%% of the cuBLASLt peak" % (100 * tf / gemm["peak_tflops"]) if gemm else "no 'gemm peak'"))
 PY
       ;;
     "maestro-run 1.3B")
       # the runtime's step times (--log-level debug) from step 2 on, against the bare loop of "transformer step"
-      [ "$st" = 0 ] && { $py - "$quick" "${out[transformer step]}" "$log" <<'PY' || verdict=FAIL; }
+      [ "$st" = 0 ] && { $py - "$quick" "${out[transformer step]:-}" "$log" <<'PY' || verdict=FAIL; }
 import json, re, statistics, sys
 quick, loop_log, log = sys.argv[1:4]
 run = json.loads([l for l in log.splitlines() if l.startswith("{")][-1])
@@ -370,7 +389,7 @@ if h: print('a %d MiB hand-off between two backends of the GPU: kept in GPU memo
             'memory %.1f GB/s (%.1fx)' % (h['bytes'] >> 20, h['kept_gbs'], h['host_gbs'], h['kept_gbs'] / h['host_gbs']))" "$log"
       ;;
     "torch step"|"torch step sdpa")
-      [ "$st" = 0 ] && $py - "${out[transformer step]}" "$log" <<'PY'
+      [ "$st" = 0 ] && $py - "${out[transformer step]:-}" "$log" <<'PY'
 import json, sys
 ours = json.loads(sys.argv[1].splitlines()[-1]); torch = json.loads(sys.argv[2].splitlines()[-1])
 print("PyTorch%s %.0f tokens/s, maestro %.0f tokens/s: maestro / torch = %.2f"
