@@ -54,7 +54,7 @@
 # Exit status: 0 all passed, 1 a check failed, 2 bad usage or no build.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-dry=0 build=build report="" quick=0 no_build=0 step_timeout=900 only="" 
+dry=0 build=build report="" quick=0 no_build=0 step_timeout=900 only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=1 ;;
