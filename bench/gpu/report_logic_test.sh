@@ -28,6 +28,8 @@ if [ -n "${NONDET:-}" ]; then n=$(( $(cat "$NONDET" 2>/dev/null || echo 0) + 1 )
 case "$1" in *llm_1_3b.sect) for i in 0 1 2 3 4 5 6 7; do  # a first step of 900 ms, then 250 ms
   echo "maestro-run: [debug] step $i done: loss 8.0, 2 samples, $([ $i = 0 ] && echo 900.0 || echo 250.0) ms (0.1 ms in the scheduler)" >&2; done;; esac
 sps=120.0; case " $* " in *" --gpu-handoffs=host "*) sps=100.0;; esac
+case " $* " in *" --quiet "*) ;; *) [ "$backend" = cuda ] && { echo "plan  llm: dp 1, pp 1, micro_batch 4, GPU 0"
+  q=$(printf "\\047"); [ "${PLANNED:-1}" = 1 ] && echo "plan  planned on ${GPUS:-1} GPU$([ "${GPUS:-1}" = 1 ] || echo s) as the device table${q}s h200 (150.1 GB each)"; };; esac
 echo "{\"backend\": \"$backend\", \"first_loss\": 2.0, \"final_loss\": $l2, \"losses\": [2.0, $l2], \"samples_per_s\": $sps}"'
 stub "$fake/build/bench/bench_gpu" '
 for a; do case "$a" in
@@ -54,7 +56,8 @@ check 'grep -q "^## torch step: SKIP" "$fake/report.md" && grep -q "^## torch st
 check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBLASLt peak 700.0" "$fake/report.md"' "MFU against 989 and against the measured peak, in the report"
 check 'grep -q "without the engine.s bf16 copies of GEMM operands 19000 tokens/s: the copies. speed-up 1.053x" "$fake/report.md"' "the step without the bf16 copies of GEMM operands, and the copies' speed-up"
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 29 ]' "29 steps PASS (all but build, skipped, and torch)"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 30 ]' "30 steps PASS (all but build, skipped, and torch)"
+check 'grep -q "^plan  planned on 1 GPU as the device table.s h200" "$fake/report.md"' "the run on cuda planned on the one GPU, in the report"
 check 'grep -q -- "--gpu-attention=tiled against reference: per-step loss rel err 0; 120.0 against 120.0 samples/s" "$fake/report.md"' "the attention paths against each other, in the report"
 check 'grep -q "two runs on cuda: all 2 per-step losses the same bits" "$fake/report.md"' "two runs on cuda with the same losses, in the report"
 check 'grep -q -- "--gpu-attention=flash against tensorcore (bf16): per-step loss rel err 0, loss 2.0000 -> 1.5000; 120.0 against 120.0 samples/s" "$fake/report.md"' "tiny_mllm in bf16, flash against the tensor cores, in the report"
@@ -74,6 +77,9 @@ GPUS=2 run; st=$?
 check '[ $st = 0 ] && grep -q "^## dp 2 over NCCL: PASS" "$fake/report.md" && grep -q "^## tp 2 over NCCL: PASS" "$fake/report.md"' "two GPUs: the dp 2 and tp 2 steps run and pass ($st)"
 check 'grep -q "^## dp 2 over processes: PASS" "$fake/report.md"' "... and dp 2 over processes"
 check 'grep -q "NCCL, 2 rank(s), one per GPU: init_all 29 calls passed; init_rank 29 calls passed" "$fake/report.md"' "two GPUs: the NCCL check's groups of two ranks"
+check 'grep -q "^## plan on the GPUs: PASS" "$fake/report.md" && grep -q "^plan  planned on 2 GPUs" "$fake/report.md"' "two GPUs: the run planned on both"
+PLANNED=0 run; st=$?
+check '[ $st = 1 ] && grep -q "^## plan on the GPUs: FAIL" "$fake/report.md" && grep -q "planned on one slot" "$fake/report.md"' "a run on cuda not planned on the GPUs fails the plan step, saying why ($st)"
 NCCL_OK=0 run; st=$?
 check '[ $st = 1 ] && grep -q "^## nccl collectives: FAIL" "$fake/report.md"' "a failed NCCL call fails the nccl step ($st)"
 check 'grep -q "init_rank 24 calls passed, failed: all_gather(in place) n=4099 (3 wrong)" "$fake/report.md"' "... and the report names the call"
@@ -96,7 +102,7 @@ check 'grep -q "PyTorch (SDPA, fused AdamW) 40000 tokens/s, maestro 20000 tokens
 
 STALL=1 STEP_TIMEOUT=2 run; st=$?
 check '[ $st = 1 ] && grep -q "^## selfcheck: FAIL" "$fake/report.md" && grep -q "stopped after --step-timeout 2 s" "$fake/report.md"' "a step that hangs is stopped at --step-timeout and FAILs ($st)"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 27 ]' "... and the steps after it still run (both self-checks stall)"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 28 ]' "... and the steps after it still run (both self-checks stall)"
 
 ONLY=flash run; st=$?
 check '[ $st = 0 ] && [ $(grep -c "^## " "$fake/report.md") = 6 ] && [ $(grep -c ": PASS" "$fake/report.md") = 6 ]' "--only flash: the six flash steps, and only those ($st)"

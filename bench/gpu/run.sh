@@ -11,6 +11,8 @@
 #   5. maestro-run: tiny_mllm 3 steps, backend cuda vs cpu (fp32 losses agree)
 #   6. maestro-run: tiny_mllm and tiny_kd on cuda, the loss falls; tiny_mllm
 #      in bf16 with the flash kernels against the tensor-core attention
+#   6a. the plan of a run on cuda: made on this machine's GPUs (the device
+#      table's row for their name), every section on a GPU
 #   6b. tiny_mllm with its llm section at dp = 2 (gradients all-reduced
 #      over NCCL), 3 steps cuda vs cpu (fp32 losses agree); SKIP on < 2 GPUs
 #   6c. the same over 2 processes (--processes 2: the llm's replicas in
@@ -112,6 +114,7 @@ plan=(
   "engine cuda vs cpu|$run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cuda.toml ; $run models/tiny_kd.sect --steps 3 --json --quiet --config $cfg_dir/cpu.toml"
   "train tiny_mllm|$run models/tiny_mllm.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
   "train tiny_kd|$run models/tiny_kd.sect --steps 30 --json --quiet --config $cfg_dir/cuda.toml"
+  "plan on the GPUs|$run models/tiny_mllm.sect --steps 1 --config $cfg_dir/cuda.toml"
   "reproducible|$run models/tiny_kd.sect --steps 6 --json --quiet --config $cfg_dir/cuda.toml ; $run models/tiny_kd.sect --steps 6 --json --quiet --config $cfg_dir/cuda.toml"
   "attention paths|$run models/tiny_mllm.sect --steps 5 --json --quiet --config $cfg_dir/cuda.toml --gpu-attention=reference ; $run models/tiny_mllm.sect --steps 5 --json --quiet --config $cfg_dir/cuda.toml --gpu-attention=tiled"
   "flash end to end|$run $cfg_dir/tiny_mllm_bf16.sect --steps 10 --json --quiet --config $cfg_dir/cuda.toml --gpu-attention=tensorcore ; $run $cfg_dir/tiny_mllm_bf16.sect --steps 10 --json --quiet --config $cfg_dir/cuda.toml --gpu-attention=flash"
@@ -279,6 +282,16 @@ print("hand-offs in GPU memory %.1f samples/s, through host memory %.1f samples/
       % (device["samples_per_s"], host["samples_per_s"], device["samples_per_s"] / host["samples_per_s"], err))
 assert err <= 1e-2, err  # the same bytes handed on
 PY
+      ;;
+    "plan on the GPUs")
+      # a run in one process on cuda is planned on every GPU here (docs/gpu.md, "Choice")
+      if [ "$st" = 0 ]; then
+        gpus=$(nvidia-smi -L | grep -c '^GPU')
+        grep "^plan  " <<<"$log"
+        grep -q "^plan  planned on $gpus GPUs\{0,1\} as the device table's" <<<"$log" ||
+          { echo "no 'planned on $gpus GPU(s)' line: the GPU's name is not in the device table, so the run was planned on one slot"; verdict=FAIL; }
+        ! grep "^plan  [A-Za-z0-9_]*: \(tp [0-9]*, \)\{0,1\}dp" <<<"$log" | grep -v ", GPUs\{0,1\} [0-9]" || { echo "a section line without its GPUs"; verdict=FAIL; }
+      fi
       ;;
     "train tiny_mllm"|"train tiny_kd")
       [ "$st" = 0 ] && { $py -c "import json,sys; j=json.loads(sys.argv[1].splitlines()[-1]); print('loss %.4f -> %.4f' % (j['first_loss'], j['final_loss'])); assert j['backend']=='cuda' and j['final_loss'] < j['first_loss']" "$log" || verdict=FAIL; }

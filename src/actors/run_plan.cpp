@@ -124,13 +124,43 @@ Plan plan_cpu_run(const SectionGraph& graph, int64_t slots, const Batch& sample)
   return plan;
 }
 
+Cluster gpu_cluster(const DeviceSpec& spec, int64_t gpus) {
+  Cluster c;
+  c.device = spec;
+  c.devices = gpus;
+  c.devices_per_node = gpus;
+  return c;
+}
+
+Plan plan_gpu_run(const SectionGraph& graph, const Cluster& gpus, int64_t threads, const Batch& sample) {
+  const std::string where_planned =
+      fmt::format("{} GPU{} ({})", gpus.devices, gpus.devices == 1 ? "" : "s", gpus.device.name);
+  for (size_t s = 0; s < graph.nodes.size(); ++s) {
+    const Section& sec = graph.section(int(s));
+    const int64_t ranks = sec.parallel.tp.value_or(1) * sec.parallel.dp.value_or(1) * sec.parallel.pp.value_or(1);
+    if (ranks > gpus.devices)
+      throw std::invalid_argument(fmt::format(
+          "{}: section '{}': tp {} × dp {} × pp {} = {} ranks, and the run has {}: each rank of a cuda run needs a "
+          "GPU of its own (dp and tp groups are NCCL communicators, one rank per GPU)", where(sec), sec.name,
+          sec.parallel.tp.value_or(1), sec.parallel.dp.value_or(1), sec.parallel.pp.value_or(1), ranks, where_planned));
+  }
+  PlannerOptions options;
+  options.threads = threads;
+  options.resident_handoff_budget = gpus.device.memory_bytes / kResidentHandoffShare;
+  try {
+    return plan_program(graph, gpus, RooflineCost(graph, gpus, /*fp32_activations=*/true), sample, options);
+  } catch (const PlanError& e) {
+    throw std::invalid_argument(fmt::format("cannot plan the run on {}: {}", where_planned, e.what()));
+  }
+}
+
 StepSchedules::StepSchedules(const SectionGraph& graph, const Plan& plan, const std::string& policy,
-                             const Cluster* cluster)
+                             const Cluster* cluster, bool fp32_activations)
     : graph_(graph), plan_(plan), cluster_(cluster ? *cluster : cpu_cluster(plan.device_count())) {
   if (policy != "wavefront" && policy != "monolithic")
     throw std::invalid_argument(fmt::format("unknown schedule '{}' (wavefront or monolithic)", policy));
   monolithic_ = policy == "monolithic";
-  cost_ = std::make_unique<RooflineCost>(graph_, cluster_);
+  cost_ = std::make_unique<RooflineCost>(graph_, cluster_, fp32_activations);
   // The monolithic baseline's one micro-batch size: the loss section's.
   if (!plan.sections.empty()) monolithic_micro_batch_ = plan.sections.back().micro_batch;
   for (size_t s = 0; s < graph.nodes.size(); ++s)

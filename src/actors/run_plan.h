@@ -46,6 +46,31 @@ Program cpu_runnable(const Program& program);
 // planner can't fit the run.
 Plan plan_cpu_run(const SectionGraph& graph, int64_t slots, const Batch& sample);
 
+// Each section runner of a run in one process on GPUs keeps its hand-offs
+// in its GPU's memory up to this share of it (1/8; actors/section_runner.h,
+// docs/gpu.md "Hand-offs"), as plan_gpu_run's simulations count them.
+inline constexpr int64_t kResidentHandoffShare = 8;
+
+// The GPUs of a run in one process on the CUDA backend, as the planner sees
+// them: `gpus` devices of `spec` in one node (the device table's row for the
+// GPU's name, plan/devices.h, with the GPU's own memory: train_command).
+Cluster gpu_cluster(const DeviceSpec& spec, int64_t gpus);
+
+// The run's Plan on those GPUs: every `auto` (dp, pp, micro_batch,
+// recompute) and each section's GPUs chosen by the planner (plan/planner.h:
+// a section on GPUs of its own or sharing them, each rank of a replica on its
+// own GPU), sized on `sample`; explicit values kept; tp as written (1 when
+// auto). `threads`: the planner's search threads (0 = every core). Throws
+// std::invalid_argument (exit 2) naming the section whose tp·dp·pp asks for
+// more GPUs than there are (NCCL holds one rank of a group per GPU), or
+// when the planner can't fit the run in the GPUs' memory. Activations and
+// hand-offs are costed at 4 bytes an element, as the engine stores them
+// (RooflineCost's fp32_activations), not at a bf16 program's 2; hand-offs
+// waiting for their consumer take their producer's GPU memory, up to
+// 1/kResidentHandoffShare of it per replica stage
+// (SimOptions::resident_handoff_budget).
+Plan plan_gpu_run(const SectionGraph& graph, const Cluster& gpus, int64_t threads, const Batch& sample);
+
 // The plan a training run executes. A config whose `[cluster]` says
 // `device = "cpu"` describes the run's own machines (docs/runtime.md,
 // "Placement"): the run is planned on that cluster by the planner itself
@@ -70,10 +95,11 @@ RunPlan plan_run(const SectionGraph& graph, const RuntimeConfig& config, int64_t
 class StepSchedules {
  public:
   // Throws std::invalid_argument for a policy other than wavefront or monolithic.
-  // `cluster`: the one the plan was made on (plan_run); default
-  // cpu_cluster(plan.device_count()).
+  // `cluster`: the one the plan was made on (plan_run, plan_gpu_run);
+  // default cpu_cluster(plan.device_count()). fp32_activations: costed as
+  // plan_gpu_run costs (RooflineCost's fp32_activations).
   StepSchedules(const SectionGraph& graph, const Plan& plan, const std::string& policy,
-                const Cluster* cluster = nullptr);
+                const Cluster* cluster = nullptr, bool fp32_activations = false);
   ~StepSchedules();
   Schedule of(const Batch& batch) const;
 

@@ -62,8 +62,9 @@ RunSetup set_up_run(const SectionGraph& graph, const Plan& plan, const TrainSpec
   setup.threads = cpu_slots(options.threads);
   if (setup.last_step < 0) throw TrainFailure(2, fmt::format("--stop-after must be >= 0, got {}", setup.last_step));
   try {
-    setup.schedules = std::make_shared<const StepSchedules>(graph, plan, options.schedule,
-                                                           options.cluster ? &*options.cluster : nullptr);
+    const Cluster* planned_on = options.cluster ? &*options.cluster : options.gpus ? &*options.gpus : nullptr;
+    setup.schedules = std::make_shared<const StepSchedules>(graph, plan, options.schedule, planned_on,
+                                                           /*fp32_activations=*/options.gpus.has_value());
   } catch (const std::invalid_argument& e) {
     throw TrainFailure(2, e.what());
   }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "actors/messages.h"
+#include "actors/run_plan.h"
 #include "dsl/program.h"
 #include "transport/collectives.h"
 #include "transport/transport.h"
@@ -146,7 +147,7 @@ class SectionRunner {
   // Bytes of this runner's blocks (kept) not yet given back, shared with
   // their deleters; resident hand-offs stay under
   // backend_->device_memory_bytes() / kResidentShare.
-  static constexpr size_t kResidentShare = 8;
+  static constexpr size_t kResidentShare = kResidentHandoffShare;  // as the plan counts them (run_plan.h)
   std::shared_ptr<std::atomic<size_t>> resident_bytes_ = std::make_shared<std::atomic<size_t>>(0);
   std::shared_ptr<Communicator> dp_group_, tp_group_;
   bool recompute_stage_ = false;

@@ -50,16 +50,23 @@ TrainResult train(const SectionGraph& graph, const Plan& plan, const StepInputs&
   TrainResult result;
   result.first_step = setup.first_step;
   result.skipped_samples = inputs.skipped_samples();
-  for (size_t s = 0; s < graph.nodes.size(); ++s)
+  for (size_t s = 0; s < graph.nodes.size(); ++s) {
+    const SectionPlan& sp = plan.sections[s];
+    const int64_t last = sp.first_device + sp.devices - 1;
+    std::string where;  // the devices of a plan made on a cluster: [cluster]'s CPU slots, or this machine's GPUs
+    if (options.cluster) where = fmt::format(", CPU slots {}-{} of [cluster]", sp.first_device, last);
+    if (options.gpus)
+      where = sp.devices == 1 ? fmt::format(", GPU {}", sp.first_device) : fmt::format(", GPUs {}-{}", sp.first_device, last);
     result.plan_lines.push_back(fmt::format("{}: {}dp {}, pp {}, micro_batch {}{}{}{}", graph.nodes[s].name,
-                                            plan.sections[s].tp > 1 ? fmt::format("tp {}, ", plan.sections[s].tp) : "",
-                                            plan.sections[s].dp, plan.sections[s].pp, plan.sections[s].micro_batch,
-                                            options.cluster ? fmt::format(", CPU slots {}-{} of [cluster]",
-                                                                          plan.sections[s].first_device,
-                                                                          plan.sections[s].first_device + plan.sections[s].devices - 1)
-                                                            : "",
+                                            sp.tp > 1 ? fmt::format("tp {}, ", sp.tp) : "", sp.dp, sp.pp,
+                                            sp.micro_batch, where,
                                             graph.section(int(s)).mode == Mode::Frozen ? " (frozen)" : "",
-                                            recompute_note(graph.section(int(s)), plan.sections[s])));
+                                            recompute_note(graph.section(int(s)), sp)));
+  }
+  if (options.gpus)
+    result.plan_lines.push_back(fmt::format("planned on {} GPU{} as the device table's {} ({:.1f} GB each)",
+                                            options.gpus->devices, options.gpus->devices == 1 ? "" : "s",
+                                            options.gpus->device.name, double(options.gpus->device.memory_bytes) / 1e9));
   for (const auto& stages : setup.runners)
     for (const auto& group : stages)  // [dp replica][tp rank]: replica 0's tp rank 0 speaks for the group
       if (!group.empty() && !group[0].empty() && group[0][0]->optimizer_state_bytes() > 0) {

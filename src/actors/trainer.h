@@ -93,6 +93,10 @@ struct TrainOptions {
   // replica runs in the process of its first device's node. None: the
   // plan's sections share this machine's slots, placed round-robin.
   std::optional<Cluster> cluster;
+  // The GPUs a run in one process on cuda was planned on (plan_gpu_run,
+  // actors/run_plan.h): each step's schedule is costed on them, and the
+  // plan's device numbers are GPUs.
+  std::optional<Cluster> gpus;
 };
 
 struct StepProgress {

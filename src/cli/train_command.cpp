@@ -30,6 +30,7 @@
 #include "data/manifest.h"
 #include "gpu/device_query.h"
 #include "gpu/nccl_layout.h"
+#include "log/log.h"
 
 namespace maestro {
 
@@ -54,6 +55,25 @@ void set_stop_handlers(void (*handler)(int)) {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   for (const int sig : kStopSignals) ::sigaction(sig, &sa, nullptr);
+}
+
+// The GPUs a run in one process on cuda is planned on: every GPU here, as
+// the device table's row for device 0's name with device 0's memory (a
+// machine's GPUs are taken to be alike). None for a GPU the table does not
+// know (said in a log line): the run is then planned on one slot.
+std::optional<Cluster> run_gpus() {
+  const int count = cuda_device_count().value_or(0);
+  const std::optional<CudaDeviceInfo> info = count > 0 ? cuda_device_info(0) : std::nullopt;
+  if (!info) return std::nullopt;
+  const DeviceSpec* row = builtin_device_for_gpu(info->name);
+  if (!row) {
+    log(LogLevel::Warn, "the GPU '{}' is not in the planner's device table (h100, h200, a100): the run is planned on "
+        "one slot, as on a CPU, so every auto dp is 1 and every section shares GPU 0", info->name);
+    return std::nullopt;
+  }
+  DeviceSpec spec = *row;
+  spec.memory_bytes = info->memory_bytes;
+  return gpu_cluster(spec, count);
 }
 
 std::string clock_text(double s) {
@@ -166,15 +186,22 @@ int train_command(const Program& model, const RuntimeConfig& config, const CliOp
     runnable = cpu_runnable(program);
     graph = build_graph(runnable);
     inputs = std::make_unique<StepInputs>(graph, runnable.data, runnable.train.global_batch);
-    // On the CUDA backend every section replica is one GPU stream: one slot,
-    // so `auto` resolves to dp = 1 (see below).
-    const int64_t slots = backend.kind == BackendKind::Cuda ? 1 : cpu_slots(opt.threads);
     if (backend.kind == BackendKind::Cuda && config.cluster.device == "cpu")
       throw std::invalid_argument(fmt::format("{}: [cluster] device = \"cpu\" plans a CPU run; the backend is cuda",
                                               config.file));
-    RunPlan run = plan_run(graph, config, slots, cli.processes, inputs->step(0)->batch);  // sized on step 0
-    plan = run.plan;
-    opt.cluster = run.cluster;
+    // In one process on cuda the planner places the sections on this
+    // machine's GPUs; over processes (or on a GPU it has no figures for)
+    // every section replica is one GPU stream of one slot, so `auto`
+    // resolves to dp = 1 (see below).
+    if (backend.kind == BackendKind::Cuda && cli.processes == 1) opt.gpus = run_gpus();
+    if (opt.gpus) {
+      plan = plan_gpu_run(graph, *opt.gpus, config.runtime.threads, inputs->step(0)->batch);  // sized on step 0
+    } else {
+      const int64_t slots = backend.kind == BackendKind::Cuda ? 1 : cpu_slots(opt.threads);
+      RunPlan run = plan_run(graph, config, slots, cli.processes, inputs->step(0)->batch);  // sized on step 0
+      plan = run.plan;
+      opt.cluster = run.cluster;
+    }
     opt.processes.spec.plan = plan;  // the workers run the same plan
     if (backend.kind == BackendKind::Cuda) {  // dp, tp > 1 talk over NCCL, one GPU per rank of a group
       std::vector<std::string> names;

@@ -37,6 +37,20 @@ std::optional<std::string> cuda_pci_bus_id(int device) {
 #endif
 }
 
+std::optional<CudaDeviceInfo> cuda_device_info(int device) {
+#if MAESTRO_HAVE_CUDA
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  return CudaDeviceInfo{p.name, int64_t(p.totalGlobalMem)};
+#else
+  (void)device;
+  return std::nullopt;
+#endif
+}
+
 bool cuda_pin_host(void* base, size_t bytes) {
 #if MAESTRO_HAVE_CUDA
   if (cudaHostRegister(base, bytes, cudaHostRegisterPortable) != cudaSuccess) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -21,6 +22,15 @@ std::optional<int> cuda_device_count();
 // which GPU it is across the processes of a run, as NCCL tells ranks on
 // one GPU apart; std::nullopt without the toolkit or the device.
 std::optional<std::string> cuda_pci_bus_id(int device);
+
+// Device `device`'s name ("NVIDIA H200") and memory in bytes, which the
+// planner's profile of a cuda run takes (actors/run_plan.h, gpu_cluster);
+// std::nullopt without the toolkit or the device. Never throws.
+struct CudaDeviceInfo {
+  std::string name;
+  int64_t memory_bytes = 0;
+};
+std::optional<CudaDeviceInfo> cuda_device_info(int device);
 
 // Page-locks [base, base + bytes) of host memory for every device's copies
 // (cudaHostRegister, portable), so they run as DMA; false where it cannot

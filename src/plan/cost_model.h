@@ -63,6 +63,13 @@ class CostModel {
   // as gradients on an activations flow).
   virtual double transfer_s(const Flow& flow, const std::vector<const Sample*>& samples, const SectionPlan& from,
                             const SectionPlan& to) const = 0;
+  // The bytes of those tensors (each way), where they wait for their
+  // consumer in the memory of the device that made them
+  // (SimOptions::resident_handoff_budget). 0 unless a cost model says.
+  virtual int64_t transfer_bytes(const Flow& flow, const std::vector<const Sample*>& samples) const {
+    (void)flow, (void)samples;
+    return 0;
+  }
   // End of step, train sections only: data-parallel gradient all-reduce, then
   // the optimizer step, on the section's devices.
   virtual double grad_sync_s(int section, const SectionPlan& plan) const = 0;

@@ -1,6 +1,7 @@
 // The built-in device table (figures and sources: docs/planner.md).
 #include "plan/devices.h"
 
+#include <cctype>
 #include <cmath>
 
 namespace maestro {
@@ -34,6 +35,21 @@ const std::vector<DeviceSpec>& builtin_devices() {
 const DeviceSpec* find_builtin_device(const std::string& name) {
   for (const DeviceSpec& d : builtin_devices())
     if (d.name == name) return &d;
+  return nullptr;
+}
+
+const DeviceSpec* builtin_device_for_gpu(std::string_view gpu_name) {
+  std::string upper(gpu_name);
+  for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+  for (const auto& [model, name] : {std::pair{"H100", "h100"}, std::pair{"H200", "h200"}, std::pair{"A100", "a100"}}) {
+    // The model number as a word of its own: "H100" in "NVIDIA H100 PCIe", not in "GH1000".
+    for (size_t at = upper.find(model); at != std::string::npos; at = upper.find(model, at + 1)) {
+      const size_t end = at + std::string_view(model).size();
+      if ((at == 0 || !std::isalnum(static_cast<unsigned char>(upper[at - 1]))) &&
+          (end == upper.size() || !std::isdigit(static_cast<unsigned char>(upper[end]))))
+        return find_builtin_device(name);
+    }
+  }
   return nullptr;
 }
 

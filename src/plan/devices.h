@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -54,5 +55,9 @@ struct DeviceSpec {
 const std::vector<DeviceSpec>& builtin_devices();
 // nullptr when `name` is not in the table.
 const DeviceSpec* find_builtin_device(const std::string& name);
+// The table's GPU a CUDA device name is ("NVIDIA H100 80GB HBM3" → h100,
+// "NVIDIA H200 NVL" → h200, "NVIDIA A100-SXM4-40GB" → a100; PCIe and NVL
+// variants take the SXM figures); nullptr for any other GPU.
+const DeviceSpec* builtin_device_for_gpu(std::string_view gpu_name);
 
 }  // namespace maestro

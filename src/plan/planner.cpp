@@ -478,12 +478,13 @@ Plan disjoint_plan(const SectionGraph& g, const Cluster& cl, const CostModel& co
 class StepSimulations {
  public:
   StepSimulations(const SectionGraph& g, const Cluster& cl, const CostModel& cost,
-                  std::function<void(int64_t)> on_simulation, int64_t threads)
+                  std::function<void(int64_t)> on_simulation, int64_t threads, int64_t resident_handoff_budget)
       : g_(g),
         cl_(cl),
         cost_(cost),
         on_simulation_(std::move(on_simulation)),
-        threads_(threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency())) {}
+        threads_(threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency())),
+        resident_handoff_budget_(resident_handoff_budget) {}
 
   int64_t threads() const { return threads_; }
 
@@ -579,8 +580,11 @@ class StepSimulations {
   static bool beyond(double bound, double cutoff) { return bound * (1 - 1e-9) >= cutoff; }
 
   Step simulate_s(const Plan& plan, const Batch& batch, const std::vector<Batch>& later, double cutoff) const {
-    SimOptions options{
-        .lower_bound = false, .validate = false, .give_up_at = cutoff, .memory_limit_bytes = cl_.device.memory_bytes};
+    SimOptions options{.lower_bound = false,
+                       .validate = false,
+                       .give_up_at = cutoff,
+                       .memory_limit_bytes = cl_.device.memory_bytes,
+                       .resident_handoff_budget = resident_handoff_budget_};
     const SimResult r = simulate(g_, plan, wavefront_schedule(g_, plan, cost_, batch), cost_, options);
     if (r.gave_up) return {r.iteration_s, true};
     constexpr double kNever = std::numeric_limits<double>::infinity();
@@ -596,6 +600,7 @@ class StepSimulations {
   const CostModel& cost_;
   std::function<void(int64_t)> on_simulation_;  // PlannerOptions::on_simulation
   const int64_t threads_;
+  const int64_t resident_handoff_budget_;  // PlannerOptions::resident_handoff_budget
   std::mutex mutex_;  // guards seen_ and bounds_
   std::unordered_map<Key, double, KeyHash> seen_;    // simulated steps (infinite: does not fit)
   std::unordered_map<Key, double, KeyHash> bounds_;  // lower bounds where a step was not simulated (step_below)
@@ -1010,7 +1015,7 @@ Plan plan_program(const SectionGraph& g, const Cluster& cl, const CostModel& cos
   // planning stays fast; such a step's mix varies little between steps.
   PlannerOptions first = options;
   first.later_batches.clear();
-  StepSimulations sims(g, cl, cost, options.on_simulation, options.threads);
+  StepSimulations sims(g, cl, cost, options.on_simulation, options.threads, options.resident_handoff_budget);
   std::vector<Plan> also_ran;
   Plan plan = plan_on(sims, g, cl, cost, batch, first, &also_ran);
   if (simulated_alternatives(g, batch) == 0) return plan;

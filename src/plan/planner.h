@@ -93,6 +93,9 @@ struct PlannerOptions {
   // search still takes its candidates in the same order, so the plan is the
   // same for any number of threads (docs/planner.md, "Threads").
   int64_t threads = 0;
+  // SimOptions::resident_handoff_budget of every simulation (a run in one
+  // process on GPUs: actors/run_plan.h); 0 = hand-offs take no device memory.
+  int64_t resident_handoff_budget = 0;
 };
 
 // Throws PlanError naming the section, the device kind and what ran out

@@ -53,11 +53,14 @@ double ring_reduce_scatter_s(double bytes, int64_t n, double bytes_per_s) {
   return double(n - 1) / double(n) * bytes / bytes_per_s;
 }
 
-RooflineCost::RooflineCost(const SectionGraph& graph, const Cluster& cluster) : graph_(graph), cluster_(cluster) {}
+RooflineCost::RooflineCost(const SectionGraph& graph, const Cluster& cluster, bool fp32_activations)
+    : graph_(graph), cluster_(cluster), fp32_activations_(fp32_activations) {}
 
-int64_t RooflineCost::element_bytes() const {
-  return precision_bytes(graph_.program->train.precision);
+Precision RooflineCost::activation_precision() const {
+  return fp32_activations_ ? Precision::FP32 : graph_.program->train.precision;
 }
+
+int64_t RooflineCost::element_bytes() const { return precision_bytes(activation_precision()); }
 
 double RooflineCost::peak_flops() const {
   return cluster_.device.flops(graph_.program->train.precision == Precision::BF16);
@@ -188,21 +191,25 @@ CostModel::MicroBatchCosts RooflineCost::micro_batch_costs(int s, const std::vec
 
 double RooflineCost::transfer_s(const Flow& flow, const std::vector<const Sample*>& samples, const SectionPlan& from,
                                 const SectionPlan& to) const {
-  const int producer = graph_.find(flow.from);
-  const ModelSpec& model = graph_.section(producer).model;
-  int64_t width = model.output_width();
-  if (flow.kind == FlowKind::Logits) width = std::get<TransformerSpec>(model.spec).vocab;
   // Same devices, same layout: every replica's output is already where its
   // consumer runs.
   if (from.first_device == to.first_device && from.tp == to.tp && from.pp == to.pp && from.dp == to.dp) return 0.0;
-  int64_t tokens = 0;  // the rows the producer emits
-  for (const Sample* x : samples) tokens += graph_.emitted(producer, {x->modalities, x->text_tokens, x->images, x->audio_frames});
   const int64_t first = std::min(from.first_device, to.first_device);
   const int64_t last = std::max(from.first_device + from.devices, to.first_device + to.devices);
   // The tensor is split over the producer's tp devices (logits by vocabulary,
   // activations by sequence), sent over min(tp) links in parallel.
   const double links = double(std::min(from.tp, to.tp));
-  return double(tokens * width * element_bytes()) / (links * cluster_.link_bytes_per_s(first, last - first));
+  return double(transfer_bytes(flow, samples)) / (links * cluster_.link_bytes_per_s(first, last - first));
+}
+
+int64_t RooflineCost::transfer_bytes(const Flow& flow, const std::vector<const Sample*>& samples) const {
+  const int producer = graph_.find(flow.from);
+  const ModelSpec& model = graph_.section(producer).model;
+  int64_t width = model.output_width();
+  if (flow.kind == FlowKind::Logits) width = std::get<TransformerSpec>(model.spec).vocab;
+  int64_t tokens = 0;  // the rows the producer emits
+  for (const Sample* x : samples) tokens += graph_.emitted(producer, {x->modalities, x->text_tokens, x->images, x->audio_frames});
+  return tokens * width * element_bytes();
 }
 
 SectionMemory RooflineCost::parameter_state(int s, const SectionPlan& p) const {
@@ -243,7 +250,7 @@ int64_t RooflineCost::activation_bytes(int s, const std::vector<const Sample*>& 
 int64_t RooflineCost::activation_bytes_of(int s, const std::vector<int64_t>& lens, const SectionPlan& p) const {
   if (lens.empty()) return 0;
   const Section& section = graph_.section(s);
-  const Precision precision = graph_.program->train.precision;
+  const Precision precision = activation_precision();
   const ActivationKind kind = activation_kind(section.mode);
   const int64_t k = recomputed_layers(section, p);
   if (cluster_.device.fused_attention)

@@ -28,12 +28,18 @@ double ring_reduce_scatter_s(double bytes, int64_t n, double bytes_per_s);
 class RooflineCost : public CostModel {
  public:
   // The graph must outlive the cost model. GEMM efficiency: the device's.
-  RooflineCost(const SectionGraph& graph, const Cluster& cluster);
+  // fp32_activations: activations, hand-offs and tp all-reduces are counted
+  // at 4 bytes an element whatever the working precision — how Maestro's
+  // engine stores them (nn/: every activation fp32; the plan of a run on
+  // GPUs, actors/run_plan.h). Default: at the working precision's width, as
+  // an engine with bf16 activations (Megatron-LM) keeps them.
+  RooflineCost(const SectionGraph& graph, const Cluster& cluster, bool fp32_activations = false);
 
   double forward_s(int section, const std::vector<const Sample*>& samples, const SectionPlan& plan) const override;
   double backward_s(int section, const std::vector<const Sample*>& samples, const SectionPlan& plan) const override;
   double transfer_s(const Flow& flow, const std::vector<const Sample*>& samples, const SectionPlan& from,
                     const SectionPlan& to) const override;
+  int64_t transfer_bytes(const Flow& flow, const std::vector<const Sample*>& samples) const override;
   double grad_sync_s(int section, const SectionPlan& plan) const override;
   double optimizer_s(int section, const SectionPlan& plan) const override;
   int64_t weights_bytes_per_device(int section, const SectionPlan& plan) const override;
@@ -78,13 +84,15 @@ class RooflineCost : public CostModel {
   int64_t activation_bytes_of(int section, const std::vector<int64_t>& lens, const SectionPlan& plan) const;
   int64_t kept_activation_bytes_of(int section, const std::vector<int64_t>& lens, int64_t all,
                                    const SectionPlan& plan) const;
-  int64_t element_bytes() const;
+  Precision activation_precision() const;  // fp32 with fp32_activations, else the working precision
+  int64_t element_bytes() const;             // of an activation
   // memory_per_device's parameter state for the plan (ZeRO-1 shards when
   // plan.shard_optimizer and dp > 1).
   SectionMemory parameter_state(int section, const SectionPlan& plan) const;
 
   const SectionGraph& graph_;
   Cluster cluster_;
+  bool fp32_activations_ = false;
 };
 
 }  // namespace maestro

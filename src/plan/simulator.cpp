@@ -149,6 +149,17 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
     for (size_t d = 0; d < size_t(devices); ++d) r.peak_memory_bytes[d] = weights[d] + peak[d];
   };
   std::map<std::tuple<int, int64_t, int, int64_t>, double> link_free;  // (from section, replica, to section, replica)
+  // SimOptions::resident_handoff_budget: the bytes each task that handed
+  // something on keeps on its device until the task that takes it starts
+  // (per waiting task: bytes, device, holder), and each holder's — a
+  // replica's stage, (section, replica, stage) — bytes kept now.
+  struct Held {
+    int64_t bytes, device;
+    std::tuple<int, int64_t, int64_t> holder;
+    int section;
+  };
+  std::map<int64_t, std::vector<Held>> held_until_start;
+  std::map<std::tuple<int, int64_t, int64_t>, int64_t> holder_bytes;
   // The tasks that wait on each task, in id order: task d's are
   // waiters[waiters_begin[d] .. waiters_begin[d + 1]).
   std::vector<int64_t> waiters_begin(n_tasks + 1, 0), waiters;
@@ -300,6 +311,14 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
       memory.push_back({time, bytes, first, first + sp.tp, t.section});
       std::push_heap(memory.begin(), memory.end(), later_delta);
     };
+    if (auto held = held_until_start.find(id); held != held_until_start.end()) {  // taken in: no longer held
+      for (const Held& h : held->second) {
+        memory.push_back({start, -h.bytes, h.device, h.device + 1, h.section});
+        std::push_heap(memory.begin(), memory.end(), later_delta);
+        holder_bytes[h.holder] -= h.bytes;
+      }
+      held_until_start.erase(held);
+    }
     const MicroBatchCost& c = cost_of(t);
     if (t.kind == Task::Kind::Forward) {
       add(start, c.act_bytes);
@@ -381,6 +400,21 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
             double& link = link_free[{t.section, t.replica, u.section, u.replica}];
             arrival = std::max(now, link) + transfer;
             link = arrival;
+            if (options.resident_handoff_budget > 0) {
+              // Kept by the task that made it (forward: the producer's last
+              // stage; backward: the consumer's first), on its stage's first
+              // device, within its replica stage's budget.
+              const std::tuple<int, int64_t, int64_t> holder{t.section, t.replica, t.stage};
+              const int64_t bytes = cost.transfer_bytes(g.program->flows[size_t(e)], moved);
+              int64_t& kept = holder_bytes[holder];
+              if (bytes > 0 && kept + bytes <= options.resident_handoff_budget) {
+                kept += bytes;
+                const int64_t device = stage_first_device(plan.sections[size_t(t.section)], t.replica, t.stage);
+                memory.push_back({now, bytes, device, device + 1, t.section});
+                std::push_heap(memory.begin(), memory.end(), later_delta);
+                held_until_start[u.id].push_back({bytes, device, holder, t.section});
+              }
+            }
           }
         }
       }

@@ -13,7 +13,9 @@
 #include "actors/run_plan.h"
 #include "actors/sample_shape.h"
 #include "actors/section_runner.h"
+#include "actors/step_inputs.h"
 #include "cpu/cpu_backend.h"
+#include "gpu/nccl_layout.h"
 #include "plan/cost_model.h"
 #include "transport/local_transport.h"
 #include "actors/step_execution.h"
@@ -228,6 +230,88 @@ BOOST_AUTO_TEST_CASE(a_cpu_cluster_plans_the_run_and_places_replicas_by_node) {
   const RunPlan slots = plan_run(g, config, 2, 3, b);
   BOOST_TEST(!slots.cluster.has_value());
   BOOST_TEST(slots.plan.sections[4].first_device == 0);
+}
+
+// A run in one process on cuda: the planner's own plan on the machine's
+// GPUs (sections on GPUs of their own or sharing, every rank of a group on a
+// GPU of its own, which NCCL needs), explicit values kept; a section asking
+// for more ranks than GPUs, or a run that does not fit their memory, is a
+// clear error.
+BOOST_AUTO_TEST_CASE(a_cuda_run_is_planned_on_its_gpus) {
+  Program p = tiny_mllm_like();  // llm: dp 2, micro_batch 4; vision: micro_batch 3
+  for (Section& s : p.sections) s.parallel.tp = 1;
+  const SectionGraph g = build_graph(p);
+  const Batch b = batch_of_ten().batch;
+  std::vector<std::string> names;
+  for (const SectionNode& n : g.nodes) names.push_back(n.name);
+  DeviceSpec h100 = *find_builtin_device("h100");
+  h100.memory_bytes = int64_t(79.6e9);  // the GPU's own, as train_command takes it
+
+  const Cluster eight = gpu_cluster(h100, 8);
+  BOOST_TEST(eight.devices == 8);
+  BOOST_TEST(eight.nodes() == 1);
+  BOOST_TEST(eight.device.memory_bytes == int64_t(79.6e9));
+  const Plan plan = plan_gpu_run(g, eight, 1, b);
+  const Plan direct = plan_program(g, eight, RooflineCost(g, eight, true), b);  // fp32 activations, as the engine keeps them
+  for (size_t s = 0; s < plan.sections.size(); ++s) {
+    const SectionPlan& sp = plan.sections[s];
+    BOOST_TEST(sp.first_device == direct.sections[s].first_device);
+    BOOST_TEST(sp.devices == direct.sections[s].devices);
+    BOOST_TEST(sp.dp == direct.sections[s].dp);
+    BOOST_TEST(sp.micro_batch == direct.sections[s].micro_batch);
+    BOOST_TEST(sp.tp == 1);
+    BOOST_TEST(sp.first_device >= 0);
+    BOOST_TEST(sp.first_device + sp.devices <= 8);
+    BOOST_TEST(sp.devices >= sp.tp * sp.dp * sp.pp);
+  }
+  BOOST_TEST(plan.sections[0].micro_batch == 3);  // explicit
+  BOOST_TEST(plan.sections[4].dp == 2);           // explicit
+  BOOST_TEST(plan.sections[4].micro_batch == 4);  // explicit
+  BOOST_TEST(nccl_refusal(plan, names, 8, true) == "");  // no group with two ranks on one GPU
+
+  // One GPU: every section on it, one replica each.
+  Program p1 = p;  // the graph points at its program
+  p1.sections[4].parallel.dp.reset();
+  const SectionGraph g1 = build_graph(p1);
+  const Plan one = plan_gpu_run(g1, gpu_cluster(h100, 1), 1, b);
+  for (const SectionPlan& sp : one.sections) {
+    BOOST_TEST(sp.first_device == 0);
+    BOOST_TEST(sp.devices == 1);
+    BOOST_TEST(sp.dp == 1);
+  }
+
+  // llm at dp 2 on one GPU: named, with where the run was planned.
+  try {
+    plan_gpu_run(g, gpu_cluster(h100, 1), 1, b);
+    BOOST_ERROR("dp 2 on one GPU was planned");
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    BOOST_TEST(m.find("section 'llm'") != std::string::npos, m);
+    BOOST_TEST(m.find("2 ranks, and the run has 1 GPU (h100)") != std::string::npos, m);
+  }
+  // bench/gpu/run.sh's "maestro-run 1.3B" (24 layers of 2,048, 2 × 2,048
+  // tokens, bf16) fits the lent H200 (143,771 MiB) with fp32 activations
+  // and its hand-offs counted, as written: dp 1, micro-batch 2, GPU 0.
+  {
+    const Program big = cpu_runnable(load("bench/gpu/llm_1_3b.sect"));
+    const SectionGraph gb = build_graph(big);
+    const StepInputs inputs(gb, big.data, big.train.global_batch);
+    DeviceSpec h200 = *find_builtin_device("h200");
+    h200.memory_bytes = int64_t(143771) * 1024 * 1024;
+    const Plan run = plan_gpu_run(gb, gpu_cluster(h200, 1), 1, inputs.step(0)->batch);
+    BOOST_TEST(run.sections.at(0).dp == 1);
+    BOOST_TEST(run.sections.at(0).micro_batch == 2);
+    BOOST_TEST(run.sections.at(0).first_device == 0);
+  }
+  // GPUs too small for the weights.
+  DeviceSpec tiny = h100;
+  tiny.memory_bytes = 1000;
+  try {
+    plan_gpu_run(g1, gpu_cluster(tiny, 2), 1, b);
+    BOOST_ERROR("a run larger than its GPUs was planned");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find("cannot plan the run on 2 GPUs (h100)") != std::string::npos, e.what());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(pipeline_stages_run_as_chains_with_hand_offs) {

@@ -59,6 +59,26 @@ BOOST_AUTO_TEST_CASE(device_table_figures) {
   BOOST_TEST(find_builtin_device("v100") == nullptr);
 }
 
+// The names CUDA gives these GPUs (cudaDeviceProp::name) find their row;
+// other GPUs, and names that only contain the digits, find none.
+BOOST_AUTO_TEST_CASE(a_gpu_name_finds_its_row) {
+  const std::vector<std::pair<std::string, std::string>> known = {
+      {"NVIDIA H100 80GB HBM3", "h100"}, {"NVIDIA H100 PCIe", "h100"},      {"NVIDIA H100 NVL", "h100"},
+      {"NVIDIA H200", "h200"},           {"NVIDIA H200 NVL", "h200"},       {"NVIDIA A100-SXM4-80GB", "a100"},
+      {"NVIDIA A100-PCIE-40GB", "a100"}, {"nvidia a100 80gb pcie", "a100"},
+  };
+  for (const auto& [gpu, row] : known) {
+    const DeviceSpec* d = builtin_device_for_gpu(gpu);
+    BOOST_TEST_INFO(gpu);
+    BOOST_REQUIRE(d != nullptr);
+    BOOST_TEST(d->name == row);
+  }
+  for (const char* gpu : {"NVIDIA L4", "Tesla V100-SXM2-16GB", "NVIDIA GH200 480GB", "NVIDIA H1000", "", "cpu"}) {
+    BOOST_TEST_INFO(gpu);
+    BOOST_TEST(builtin_device_for_gpu(gpu) == nullptr);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(cluster_from_config_files) {
   for (const char* name : {"h100x8", "h100x64", "h200x64", "a100x64"}) {
     const RuntimeConfig config = load_runtime_config(std::string("configs/") + name + ".toml");
@@ -217,6 +237,36 @@ BOOST_AUTO_TEST_CASE(grad_sync_and_memory_hand_case) {
   const Sample a = text(0, 4096), b = text(1, 4096);
   const int64_t per_token = activation_bytes_per_token(program.sections[0].model, Precision::BF16, ActivationKind::Train);
   BOOST_TEST(cost.activation_bytes(0, {&a, &b}, in_node) == per_token * 8192 / 4);
+}
+
+// fp32_activations (the plan of a run on GPUs: the engine stores every
+// activation fp32): a bf16 program's activations, a stage's kept input,
+// hand-offs and tp all-reduces at 4 bytes an element, twice the working
+// precision's; its parameter state and compute as before.
+BOOST_AUTO_TEST_CASE(fp32_activations_count_a_bf16_programs_activations_at_four_bytes) {
+  Program program = load("bench/plan_calibration/llama2_7b.sect");
+  BOOST_TEST_REQUIRE(int(program.train.precision) == int(Precision::BF16));
+  program.sections[0].recompute_auto = true;
+  const SectionGraph g = build_graph(program);
+  const RooflineCost bf16(g, h100s(64)), engine(g, h100s(64), true);
+  SectionPlan plan{0, 8, 2, 2, 2, 1}, stage = plan;
+  stage.recompute_level = 3;
+  const Sample a = text(0, 4096), b = text(1, 300);
+  const std::vector<const Sample*> mb{&a, &b};
+  BOOST_TEST(engine.activation_bytes(0, mb, plan) ==
+             activation_bytes_per_token(program.sections[0].model, Precision::FP32, ActivationKind::Train) * 4396 / 4);
+  BOOST_TEST(engine.activation_bytes(0, mb, plan) > bf16.activation_bytes(0, mb, plan));
+  BOOST_TEST(engine.kept_activation_bytes(0, mb, stage) == 2 * bf16.kept_activation_bytes(0, mb, stage));
+  BOOST_TEST(engine.tp_all_reduce_bytes(0, mb, plan) == 2 * bf16.tp_all_reduce_bytes(0, mb, plan));
+  BOOST_TEST(engine.weights_bytes_per_device(0, plan) == bf16.weights_bytes_per_device(0, plan));
+  BOOST_TEST(engine.forward_s(0, mb, plan) >= bf16.forward_s(0, mb, plan));  // the same FLOPs; tp sends twice the bytes
+  // An fp32 program: nothing changes.
+  Program fp32 = program;
+  fp32.train.precision = Precision::FP32;
+  const SectionGraph g32 = build_graph(fp32);
+  const RooflineCost plain(g32, h100s(64)), engine32(g32, h100s(64), true);
+  BOOST_TEST(engine32.activation_bytes(0, mb, plan) == plain.activation_bytes(0, mb, plan));
+  BOOST_TEST(engine32.forward_s(0, mb, plan) == plain.forward_s(0, mb, plan));
 }
 
 // SectionPlan::recompute_level 3 (a stage recomputed whole): the compute

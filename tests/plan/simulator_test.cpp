@@ -224,6 +224,43 @@ BOOST_AUTO_TEST_CASE(in_flight_cap_bounds_peak_memory) {
   BOOST_CHECK_GE(capped.iteration_s, capped.lower_bound_s);
 }
 
+// SimOptions::resident_handoff_budget, by hand: each hand-off is 7 bytes
+// and takes 1.5 s. enc F0 [0,1], F1 [1,2]; llm F0 [2.5,5.5] (F0's output
+// arrives at 2.5), F1 [5.5,8.5]. enc's output of F0 waits on device 0 from
+// 1 to 2.5, F1's from 2 to 5.5, beside enc's two micro-batches (100 each,
+// from 0 and 1): 214 at [2,2.5) when both fit the budget (14), 207 when
+// only one does (7: F1's goes through host memory), 200 with none (0). The
+// gradients (llm's backward to enc's) wait on device 1 after llm's
+// micro-batches are gone: its peak stays. No time changes.
+BOOST_AUTO_TEST_CASE(hand_offs_wait_in_their_producers_memory_within_the_budget) {
+  struct HandOffCost : FixedCost {
+    double transfer_s(const Flow&, const std::vector<const Sample*>&, const SectionPlan&, const SectionPlan&) const override {
+      return 1.5;
+    }
+    int64_t transfer_bytes(const Flow&, const std::vector<const Sample*>&) const override { return 7; }
+  };
+  TwoSections t;
+  const HandOffCost cost;
+  const Schedule sch = wavefront_schedule(t.graph, t.plan, cost, t.batch);
+  auto sim = [&](int64_t budget) { return simulate(t.graph, t.plan, sch, cost, SimOptions{.resident_handoff_budget = budget}); };
+  const SimResult none = sim(0), one = sim(7), both = sim(14);
+  BOOST_CHECK_CLOSE(none.task_start_s[2], 2.5, 1e-9);  // llm F0
+  BOOST_CHECK_CLOSE(none.task_start_s[3], 5.5, 1e-9);  // llm F1
+  BOOST_CHECK_EQUAL(none.peak_memory_bytes[0], 10 + 200);
+  BOOST_CHECK_EQUAL(one.peak_memory_bytes[0], 10 + 207);
+  BOOST_CHECK_EQUAL(both.peak_memory_bytes[0], 10 + 214);
+  for (const SimResult* r : {&none, &one, &both}) {
+    BOOST_CHECK_EQUAL(r->peak_memory_bytes[1], 20 + 2000);
+    BOOST_CHECK(r->task_start_s == none.task_start_s);
+    BOOST_CHECK(r->task_end_s == none.task_end_s);
+  }
+  // Over the budget's limit: the step stops where device 0 passes it.
+  const SimResult over = simulate(t.graph, t.plan, sch, cost,
+                                  SimOptions{.memory_limit_bytes = 10 + 210, .resident_handoff_budget = 14});
+  BOOST_CHECK(over.over_memory);
+  BOOST_CHECK(!sim(14).over_memory);
+}
+
 // Monolithic, by hand: one lane; per micro-batch enc F, llm F, llm B, enc B
 // in sequence: [0,1] [1.5,4.5] [4.5,8.5] [9,11], then [11,12] [12.5,15.5]
 // [15.5,19.5] [20,22]; llm sync+step [19.5,19.875], enc [22,22.375].
