@@ -70,6 +70,15 @@ class CostModel {
     (void)flow, (void)samples;
     return 0;
   }
+  // The bytes one pipeline stage hands the next for these samples (forward:
+  // its output rows; backward: their gradient, as many), where they wait in
+  // the device memory of the stage that made them
+  // (SimOptions::resident_handoff_budget). 0 unless a cost model says.
+  virtual int64_t stage_handoff_bytes(int section, const std::vector<const Sample*>& samples,
+                                      const SectionPlan& plan) const {
+    (void)section, (void)samples, (void)plan;
+    return 0;
+  }
   // End of step, train sections only: data-parallel gradient all-reduce, then
   // the optimizer step, on the section's devices.
   virtual double grad_sync_s(int section, const SectionPlan& plan) const = 0;

@@ -148,13 +148,21 @@ int64_t RooflineCost::tp_all_reduce_bytes(int s, const std::vector<const Sample*
   return (forward + (train ? backward : 0)) * element_bytes();
 }
 
+int64_t RooflineCost::stage_bytes(int s, int64_t tokens, const SectionPlan& p) const {
+  if (p.pp <= 1) return 0;
+  const ModelSpec& model = graph_.section(s).model;
+  return tokens * rows_per_token(model) * shape_of(model).width * element_bytes();
+}
+
 double RooflineCost::stage_send_s(int s, int64_t tokens, const SectionPlan& p) const {
   if (p.pp <= 1) return 0.0;
-  const ModelSpec& model = graph_.section(s).model;
-  const Shape sh = shape_of(model);
   // Stage boundaries cross nodes when one replica spans more than a node.
   const double link = cluster_.link_bytes_per_s(0, p.tp * p.pp);
-  return double(tokens * rows_per_token(model) * sh.width * element_bytes()) / double(p.tp) / link;
+  return double(stage_bytes(s, tokens, p)) / double(p.tp) / link;
+}
+
+int64_t RooflineCost::stage_handoff_bytes(int s, const std::vector<const Sample*>& samples, const SectionPlan& p) const {
+  return stage_bytes(s, total(seq_lens(s, samples)), p);
 }
 
 double RooflineCost::forward_s(int s, const std::vector<const Sample*>& samples, const SectionPlan& p) const {

@@ -40,6 +40,8 @@ class RooflineCost : public CostModel {
   double transfer_s(const Flow& flow, const std::vector<const Sample*>& samples, const SectionPlan& from,
                     const SectionPlan& to) const override;
   int64_t transfer_bytes(const Flow& flow, const std::vector<const Sample*>& samples) const override;
+  int64_t stage_handoff_bytes(int section, const std::vector<const Sample*>& samples,
+                              const SectionPlan& plan) const override;
   double grad_sync_s(int section, const SectionPlan& plan) const override;
   double optimizer_s(int section, const SectionPlan& plan) const override;
   int64_t weights_bytes_per_device(int section, const SectionPlan& plan) const override;
@@ -75,7 +77,9 @@ class RooflineCost : public CostModel {
  private:
   // Compute of one stage's forward plus its tensor-parallel all-reduces.
   double stage_forward_s(int section, const std::vector<int64_t>& lens, const SectionPlan& plan) const;
-  // One stage's hand-off of its output to the next stage (pp > 1).
+  // One stage's hand-off of its output to the next stage (pp > 1): its
+  // bytes, whole (0 when pp = 1), and its time, split over the tp links.
+  int64_t stage_bytes(int section, int64_t tokens, const SectionPlan& plan) const;
   double stage_send_s(int section, int64_t tokens, const SectionPlan& plan) const;
   // backward_s from the stage's forward and hand-off (train sections).
   double stage_backward_s(int section, double forward, double send, const SectionPlan& plan) const;

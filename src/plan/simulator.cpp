@@ -160,6 +160,20 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
   };
   std::map<int64_t, std::vector<Held>> held_until_start;
   std::map<std::tuple<int, int64_t, int64_t>, int64_t> holder_bytes;
+  // Task t, ended at `now`, hands `bytes` to task u: kept on the first
+  // device of t's stage (a forward: the producer's last stage; a backward:
+  // the consumer's first, or the next stage's) until u starts, within t's
+  // replica stage's budget; past it, through host memory (not counted).
+  auto hold = [&](double now, const Task& t, const Task& u, int64_t bytes) {
+    const std::tuple<int, int64_t, int64_t> holder{t.section, t.replica, t.stage};
+    int64_t& kept = holder_bytes[holder];
+    if (bytes <= 0 || kept + bytes > options.resident_handoff_budget) return;
+    kept += bytes;
+    const int64_t device = stage_first_device(plan.sections[size_t(t.section)], t.replica, t.stage);
+    memory.push_back({now, bytes, device, device + 1, t.section});
+    std::push_heap(memory.begin(), memory.end(), later_delta);
+    held_until_start[u.id].push_back({bytes, device, holder, t.section});
+  };
   // The tasks that wait on each task, in id order: task d's are
   // waiters[waiters_begin[d] .. waiters_begin[d + 1]).
   std::vector<int64_t> waiters_begin(n_tasks + 1, 0), waiters;
@@ -400,23 +414,13 @@ SimResult simulate(const SectionGraph& g, const Plan& plan, const Schedule& sch,
             double& link = link_free[{t.section, t.replica, u.section, u.replica}];
             arrival = std::max(now, link) + transfer;
             link = arrival;
-            if (options.resident_handoff_budget > 0) {
-              // Kept by the task that made it (forward: the producer's last
-              // stage; backward: the consumer's first), on its stage's first
-              // device, within its replica stage's budget.
-              const std::tuple<int, int64_t, int64_t> holder{t.section, t.replica, t.stage};
-              const int64_t bytes = cost.transfer_bytes(g.program->flows[size_t(e)], moved);
-              int64_t& kept = holder_bytes[holder];
-              if (bytes > 0 && kept + bytes <= options.resident_handoff_budget) {
-                kept += bytes;
-                const int64_t device = stage_first_device(plan.sections[size_t(t.section)], t.replica, t.stage);
-                memory.push_back({now, bytes, device, device + 1, t.section});
-                std::push_heap(memory.begin(), memory.end(), later_delta);
-                held_until_start[u.id].push_back({bytes, device, holder, t.section});
-              }
-            }
+            if (options.resident_handoff_budget > 0) hold(now, t, u, cost.transfer_bytes(g.program->flows[size_t(e)], moved));
           }
         }
+      } else if (options.resident_handoff_budget > 0 && u.section == t.section && u.kind == t.kind && u.stage != t.stage) {
+        // A pipeline stage hands the next its rows, or their gradient back.
+        pointers(sch.batch, mb.samples, ptrs);
+        hold(now, t, u, cost.stage_handoff_bytes(t.section, ptrs, plan.sections[size_t(t.section)]));
       }
       data_ready[size_t(c)] = std::max(data_ready[size_t(c)], arrival);
     }

@@ -66,15 +66,16 @@ struct SimOptions {
   // is one that does not fit (half of its simulations on internvl_26b).
   int64_t memory_limit_bytes = std::numeric_limits<int64_t>::max();
   // A run in one process on GPUs (actors/run_plan.h, plan_gpu_run): what a
-  // section hands another waits in the memory of the device that made it
-  // until the task that takes it in starts — a forward's output on its
-  // stage's first device, a backward's input gradient on the consumer's —
-  // up to this many bytes per replica stage at a time (the runtime's
+  // section hands another, or a pipeline stage the next, waits in the
+  // memory of the device that made it until the task that takes it in
+  // starts — a forward's output on its stage's first device, a backward's
+  // input gradient on the consumer's (or the later stage's) — up to this
+  // many bytes per replica stage at a time (the runtime's
   // SectionRunner::kResidentShare, an eighth of the GPU); past that a
   // hand-off goes through host memory. Counted in peak_memory_bytes (bytes:
-  // CostModel::transfer_bytes; a sample handed to two consumers counted
-  // for each). 0 (the default): hand-offs take no device memory, as over
-  // processes and on the CPU.
+  // CostModel::transfer_bytes and stage_handoff_bytes; a sample handed to
+  // two consumers counted for each). 0 (the default): hand-offs take no
+  // device memory, as over processes and on the CPU.
   int64_t resident_handoff_budget = 0;
 };
 

@@ -239,6 +239,32 @@ BOOST_AUTO_TEST_CASE(grad_sync_and_memory_hand_case) {
   BOOST_TEST(cost.activation_bytes(0, {&a, &b}, in_node) == per_token * 8192 / 4);
 }
 
+// transfer_bytes: the rows the producer emits × its output width × an
+// activation's bytes (tiny_mllm trains in fp32); transfer_s moves them over
+// the pair's slowest link (900 GB/s in a node, 400 across), nothing when
+// both sides have the same devices and layout.
+BOOST_AUTO_TEST_CASE(a_flows_bytes_and_its_transfer_time) {
+  const Program program = load("models/tiny_mllm.sect");
+  const SectionGraph g = build_graph(program);
+  const RooflineCost cost(g, h100s(64));
+  Sample x = text(0, 40);
+  x.modalities.add(Modality::Image);
+  x.images = 1;
+  const std::vector<const Sample*> mb{&x, &x};
+  const Flow* to_proj = nullptr;
+  for (const Flow& f : program.flows)
+    if (f.from == "vision" && f.to == "vision_proj") to_proj = &f;
+  BOOST_REQUIRE(to_proj != nullptr);
+  const int64_t rows = g.emitted(g.find("vision"), {x.modalities, x.text_tokens, x.images, x.audio_frames});
+  BOOST_TEST(rows > 0);
+  const int64_t bytes = 2 * rows * 64 * 4;  // vision's hidden: 64
+  BOOST_TEST(cost.transfer_bytes(*to_proj, mb) == bytes);
+  const SectionPlan a{0, 1, 1, 1, 1, 1}, b{1, 1, 1, 1, 1, 1}, far{9, 1, 1, 1, 1, 1};
+  BOOST_TEST(cost.transfer_s(*to_proj, mb, a, a) == 0.0);
+  BOOST_TEST(cost.transfer_s(*to_proj, mb, a, b) == double(bytes) / 900e9, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(cost.transfer_s(*to_proj, mb, a, far) == double(bytes) / 400e9, boost::test_tools::tolerance(1e-12));
+}
+
 // fp32_activations (the plan of a run on GPUs: the engine stores every
 // activation fp32): a bf16 program's activations, a stage's kept input,
 // hand-offs and tp all-reduces at 4 bytes an element, twice the working
@@ -259,6 +285,12 @@ BOOST_AUTO_TEST_CASE(fp32_activations_count_a_bf16_programs_activations_at_four_
   BOOST_TEST(engine.kept_activation_bytes(0, mb, stage) == 2 * bf16.kept_activation_bytes(0, mb, stage));
   BOOST_TEST(engine.tp_all_reduce_bytes(0, mb, plan) == 2 * bf16.tp_all_reduce_bytes(0, mb, plan));
   BOOST_TEST(engine.weights_bytes_per_device(0, plan) == bf16.weights_bytes_per_device(0, plan));
+  // A stage's hand-off to the next: [tokens, hidden] whole, 0 without stages.
+  BOOST_TEST(bf16.stage_handoff_bytes(0, mb, plan) == 4396 * 4096 * 2);
+  BOOST_TEST(engine.stage_handoff_bytes(0, mb, plan) == 4396 * 4096 * 4);
+  SectionPlan one_stage = plan;
+  one_stage.pp = 1, one_stage.devices = 4;
+  BOOST_TEST(engine.stage_handoff_bytes(0, mb, one_stage) == 0);
   BOOST_TEST(engine.forward_s(0, mb, plan) >= bf16.forward_s(0, mb, plan));  // the same FLOPs; tp sends twice the bytes
   // An fp32 program: nothing changes.
   Program fp32 = program;

@@ -30,6 +30,19 @@ class FixedCost : public CostModel {
   double peak_device_s(int s, const Sample&) const override { return s == 0 ? 3 : 7; }
 };
 
+// n text samples of 5 tokens.
+Batch texts(int n) {
+  Batch batch;
+  for (int i = 0; i < n; ++i) {
+    Sample s;
+    s.id = i;
+    s.modalities.add(Modality::Text);
+    s.text_tokens = 5;
+    batch.samples.push_back(s);
+  }
+  return batch;
+}
+
 struct TwoSections {
   Program program;
   SectionGraph graph;
@@ -48,13 +61,7 @@ struct TwoSections {
     program.flows = {{"enc", "llm", FlowKind::Activations, {}}};
     graph = build_graph(program);
     plan.sections = {{0, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1}};  // device 0 and device 1, micro-batch 1
-    for (int i = 0; i < 2; ++i) {
-      Sample s;
-      s.id = i;
-      s.modalities.add(Modality::Text);
-      s.text_tokens = 5;
-      batch.samples.push_back(s);
-    }
+    batch = texts(2);
   }
 };
 
@@ -259,6 +266,53 @@ BOOST_AUTO_TEST_CASE(hand_offs_wait_in_their_producers_memory_within_the_budget)
                                   SimOptions{.memory_limit_bytes = 10 + 210, .resident_handoff_budget = 14});
   BOOST_CHECK(over.over_memory);
   BOOST_CHECK(!sim(14).over_memory);
+}
+
+// The same between pipeline stages: one section of two stages (devices 0
+// and 1), six micro-batches of one sample, three in flight, forward 1 s
+// and backward 2 s a stage, 5 bytes handed on each way. Stage 0's F3 ends
+// at 9 while stage 1 runs B2 [8,10]: F3's rows wait on device 0 from 9 to
+// 10, beside micro-batches 1, 2 and 3 (100 each) — device 0's peak, 10 +
+// 300 + 5, where without the hand-off it is 310 (a budget of 4 keeps
+// none). Every other hand-off is taken in as it is made, or waits while
+// its device holds less.
+BOOST_AUTO_TEST_CASE(stage_hand_offs_wait_on_the_stage_that_made_them) {
+  struct StageCost : FixedCost {
+    int64_t stage_handoff_bytes(int, const std::vector<const Sample*>&, const SectionPlan&) const override { return 5; }
+  };
+  Program program;
+  Section llm;
+  llm.name = "llm";
+  llm.model = {"transformer", TransformerSpec{2, 4, 1, 1, 8, 16}};
+  llm.consumes = {Modality::Text};
+  llm.loss = {LossTerm{}};
+  program.sections = {llm};
+  const SectionGraph graph = build_graph(program);
+  Plan plan;
+  plan.sections = {{0, 2, 1, 2, 1, 1}};  // pp 2 on devices 0-1, micro-batch 1
+  plan.in_flight_cap = 3;
+  const Batch batch = texts(6);
+  const StageCost cost;
+  const Schedule sch = wavefront_schedule(graph, plan, cost, batch);
+  BOOST_REQUIRE(validate(graph, plan, sch).empty());
+  auto sim = [&](int64_t budget) { return simulate(graph, plan, sch, cost, SimOptions{.resident_handoff_budget = budget}); };
+  const SimResult none = sim(0), below = sim(4), held = sim(5);
+  auto task = [&](Task::Kind kind, int64_t micro_batch, int64_t stage) {
+    for (const Task& t : sch.tasks)
+      if (t.kind == kind && t.micro_batch == micro_batch && t.stage == stage) return size_t(t.id);
+    BOOST_FAIL("no such task");
+    return size_t(0);
+  };
+  BOOST_CHECK_CLOSE(none.task_end_s[task(Task::Kind::Forward, 3, 0)], 9.0, 1e-9);
+  BOOST_CHECK_CLOSE(none.task_start_s[task(Task::Kind::Forward, 3, 1)], 10.0, 1e-9);
+  BOOST_CHECK_CLOSE(none.task_start_s[task(Task::Kind::Backward, 2, 1)], 8.0, 1e-9);
+  BOOST_CHECK_EQUAL(none.peak_memory_bytes[0], 10 + 300);
+  BOOST_CHECK_EQUAL(below.peak_memory_bytes[0], 10 + 300);
+  BOOST_CHECK_EQUAL(held.peak_memory_bytes[0], 10 + 300 + 5);
+  for (const SimResult* r : {&none, &below, &held}) {
+    BOOST_CHECK_EQUAL(r->peak_memory_bytes[1], 10 + 300);
+    BOOST_CHECK(r->task_start_s == none.task_start_s);
+  }
 }
 
 // Monolithic, by hand: one lane; per micro-batch enc F, llm F, llm B, enc B
