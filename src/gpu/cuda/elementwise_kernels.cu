@@ -109,7 +109,7 @@ void column_sum(float* out, float* partial, int64_t N, int64_t C, F f, cudaStrea
   if (N == 0 || C == 0) return;
   const int64_t chunks = column_chunks(N);
   const dim3 grid{unsigned((C + kThreads - 1) / kThreads), unsigned(chunks)};
-  column_chunk_kernel<<<grid, kThreads, 0, st>>>(partial, N, C, f);
+  column_chunk_kernel<F><<<grid, kThreads, 0, st>>>(partial, N, C, f);
   MAESTRO_CUDA_LAUNCH_CHECK();
   add_column_chunks_kernel<<<blocks(C), kThreads, 0, st>>>(out, partial, chunks, C);
   MAESTRO_CUDA_LAUNCH_CHECK();

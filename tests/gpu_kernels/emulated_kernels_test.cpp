@@ -1,0 +1,278 @@
+// The CUDA backend's kernels — the real sources of src/gpu/cuda/*.cu, run
+// on the CPU by the emulator (emulator/cuda_emulator.h) — against the CPU
+// backend, through the same comparison the GPU's start-up self-check and
+// bench/gpu's op check make (gpu/backend_compare.h): every op family with
+// the tiled fp32 attention, the flash kernels, the batched paths' score
+// kernels, with warps and lanes resumed in order and in reverse; and a
+// transformer's loss and gradients against the CPU engine. Then the
+// emulator itself: it must catch what the hardware would not forgive.
+#define BOOST_TEST_MODULE gpu_kernels
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <mma.h>  // the emulator's
+
+#include "cpu/cpu_backend.h"
+#include "cuda_emulator.h"
+#include "emulated_backend.h"
+#include "dsl/frontend.h"
+#include "gpu/backend_compare.h"
+#include "nn/section_model.h"
+#include "support/random_vector.h"
+#include "support/rel_err.h"
+
+using namespace maestro;
+using test_support::EmulatedAttention;
+using test_support::make_emulated_backend;
+
+namespace {
+
+constexpr double kF32 = 1e-5;  // the fp32 bound against the CPU backend
+// The flash kernels read bf16 copies of q, k, v, dO and round P and dS to
+// bf16: the self-check's bound for them (gpu/cuda/self_check.cpp).
+constexpr double kFlash = 5e-2;
+
+struct Schedules {
+  emu::Schedule s;
+  const char* name;
+} const kSchedules[] = {{emu::Schedule::ThreadOrder, "thread order"}, {emu::Schedule::Reverse, "reverse"}};
+
+struct ScheduleGuard {
+  explicit ScheduleGuard(emu::Schedule s) { emu::set_schedule(s); }
+  ~ScheduleGuard() { emu::set_schedule(emu::Schedule::ThreadOrder); }
+};
+
+void expect_all_ok(const std::vector<OpCheck>& checks, const std::string& what) {
+  BOOST_TEST_REQUIRE(!checks.empty());
+  for (const OpCheck& c : checks) {
+    BOOST_TEST_MESSAGE(what << ": " << c.op << " rel_err " << c.rel_err << " (<= " << c.tolerance << ")");
+    BOOST_TEST(c.ok(), what << ": " << c.op << " rel_err " << c.rel_err << " > " << c.tolerance);
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(emulated_kernels)
+
+BOOST_AUTO_TEST_CASE(every_kernel_matches_the_cpu_backend_in_fp32) {
+  for (const auto& [schedule, name] : kSchedules) {
+    ScheduleGuard guard(schedule);
+    auto gpu = make_emulated_backend(EmulatedAttention::Tiled);
+    auto cpu = make_cpu_backend(1);
+    emu::reset_counts();
+    for (const std::string& family : compared_op_families()) {
+      CompareOptions o;
+      o.tolerance = o.gemm_tolerance = kF32;
+      o.ops = {family};
+      const auto t0 = std::chrono::steady_clock::now();
+      expect_all_ok(compare_backends(*gpu, *cpu, o), std::string("tiled, ") + name);
+      BOOST_TEST_MESSAGE(family << ": " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+                                << " s");
+    }
+    const emu::Counts n = emu::counts();
+    BOOST_TEST_MESSAGE(name << ": " << n.launches << " launches, " << n.blocks << " blocks, " << n.block_barriers
+                            << " block barriers, " << n.warp_barriers << " warp barriers");
+    BOOST_TEST(n.launches > 50u);
+    BOOST_TEST(n.block_barriers > 0u);
+    BOOST_TEST(n.warp_barriers > 0u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_flash_kernels_match_the_cpu_backend) {
+  for (const auto& [schedule, name] : kSchedules) {
+    ScheduleGuard guard(schedule);
+    auto gpu = make_emulated_backend(EmulatedAttention::Flash);
+    auto cpu = make_cpu_backend(1);
+    CompareOptions o;
+    o.ops = {"attention"};
+    o.attention_tolerance = kFlash;
+    const std::vector<OpCheck> checks = compare_backends(*gpu, *cpu, o);
+    expect_all_ok(checks, std::string("flash, ") + name);
+  }
+}
+
+// A whole transformer section — the engine's own calls, in its order — on
+// the emulated kernels against the CPU engine: the loss and every gradient
+// of one forward and backward (bench/gpu's "model" check, here).
+BOOST_AUTO_TEST_CASE(a_transformer_s_loss_and_gradients_match_the_cpu_engine) {
+  Diagnostics diags;
+  const std::optional<Program> program = load_program_text(
+      "section llm { model = transformer(layers: 2, hidden: 64, heads: 4, kv_heads: 2, ffn: 128, vocab: 96, "
+      "max_seq: 80); consumes = [text]; loss = cross_entropy; }\n"
+      "data { source = synthetic(seed: 1); mix { text = 1.0; } text_tokens = 80; }\n"
+      "train { global_batch = 2; steps = 1; optimizer = adamw(lr: 1e-3); precision = fp32; }\n",
+      "model.sect", diags);
+  BOOST_TEST_REQUIRE(program.has_value());
+  std::vector<std::vector<int32_t>> ids(2);  // two lengths: two tiles' ends
+  for (int32_t t = 0; t < 80; ++t) ids[0].push_back((t * 37 + 5) % 96);
+  for (int32_t t = 0; t < 45; ++t) ids[1].push_back((t * 11 + 3) % 96);
+  std::vector<SampleInput> in(2);
+  for (size_t s = 0; s < 2; ++s) in[s].tokens = ids[s];
+  const int64_t n_global = 79 + 44;
+  auto run = [&](Backend& b, std::vector<float>& grads) {
+    SectionModel model(program->sections[0], b, 1);
+    model.zero_grads();
+    ForwardOutput out = model.forward(in);
+    const double loss = model.loss(*out.context, {}, n_global);
+    model.backward(*out.context, {});
+    grads.resize(model.grad_count());
+    b.copy_to_host(grads.data(), model.grads(), grads.size() * sizeof(float));
+    return loss;
+  };
+  std::vector<float> want;
+  auto cpu = make_cpu_backend(1);
+  const double want_loss = run(*cpu, want);
+  for (auto [attention, tolerance, name] : {std::tuple{EmulatedAttention::Tiled, 1e-4, "tiled fp32"},
+                                            std::tuple{EmulatedAttention::Flash, kFlash, "flash"}}) {
+    std::vector<float> got;
+    auto gpu = make_emulated_backend(attention);
+    const double loss = run(*gpu, got);
+    const double loss_err = std::abs(loss - want_loss) / std::abs(want_loss), grad_err = test_support::max_rel_err(got, want);
+    BOOST_TEST_MESSAGE(name << ": loss " << loss << " vs " << want_loss << " (rel " << loss_err << "), gradients rel_err "
+                            << grad_err);
+    BOOST_TEST(loss_err <= tolerance, name << ": loss rel_err " << loss_err);
+    BOOST_TEST(grad_err <= tolerance, name << ": gradients rel_err " << grad_err);
+  }
+}
+
+// The batched paths' score kernels, between GEMMs made on the host: the
+// reference path in fp32, and the tensor-core path's bf16 P and dS with no
+// causal blocks and with blocks of 32 query rows (the long sequences of 70
+// and 130 tokens then end rows inside and at a block's end).
+BOOST_AUTO_TEST_CASE(the_batched_paths_score_kernels_match_the_cpu_backend) {
+  struct Path {
+    EmulatedAttention attention;
+    int64_t block;
+    double tolerance;
+    const char* name;
+  } const paths[] = {{EmulatedAttention::Batched, 0, kF32, "batched fp32"},
+                     {EmulatedAttention::BatchedBf16, 0, kFlash, "tensor cores"},
+                     {EmulatedAttention::BatchedBf16, 32, kFlash, "tensor cores, causal blocks of 32"}};
+  for (const Path& p : paths)
+    for (const auto& [schedule, name] : kSchedules) {
+      ScheduleGuard guard(schedule);
+      auto gpu = make_emulated_backend(p.attention, p.block);
+      auto cpu = make_cpu_backend(1);
+      CompareOptions o;
+      o.ops = {"attention"};
+      o.attention_tolerance = p.tolerance;
+      expect_all_ok(compare_backends(*gpu, *cpu, o), std::string(p.name) + ", " + name);
+    }
+}
+
+// A head size that is not a multiple of 8 (the flash kernels' scalar
+// loads, padded to 64), GQA 6 query heads over 2, causal and not, over
+// sequences that cross the 64-row blocks and 32-key tiles.
+BOOST_AUTO_TEST_CASE(the_flash_kernels_take_a_head_of_24) {
+  const int64_t H = 6, KV = 2, D = 24;
+  const std::vector<int32_t> cu = {0, 70, 70, 167, 170};
+  const int64_t n_seq = 4, N = cu.back();
+  using V = std::vector<float>;
+  const V q = test_support::random_normal(size_t(N * H * D), 11), k = test_support::random_normal(size_t(N * KV * D), 12),
+          v = test_support::random_normal(size_t(N * KV * D), 13), dout = test_support::random_normal(size_t(N * H * D), 14);
+  for (bool causal : {true, false}) {
+    auto run = [&](Backend& b, V& out, V& lse, V& dq, V& dk, V& dv) {
+      auto up = [&](const V& h) {
+        float* d = b.allocate(h.size());
+        b.copy_from_host(d, h.data(), h.size() * sizeof(float));
+        return d;
+      };
+      float *dq_ = up(V(q.size())), *dk_ = up(V(k.size())), *dv_ = up(V(v.size())), *q_ = up(q), *k_ = up(k),
+            *v_ = up(v), *do_ = up(dout), *out_ = up(V(q.size())), *lse_ = up(V(size_t(N * H)));
+      b.attention_forward(out_, lse_, q_, k_, v_, cu.data(), n_seq, N, H, KV, D, causal);
+      b.attention_backward(dq_, dk_, dv_, do_, out_, lse_, q_, k_, v_, cu.data(), n_seq, N, H, KV, D, causal);
+      auto down = [&](float* d, V& h) { b.copy_to_host(h.data(), d, h.size() * sizeof(float)); };
+      out.resize(q.size()), lse.resize(size_t(N * H)), dq.resize(q.size()), dk.resize(k.size()), dv.resize(v.size());
+      down(out_, out), down(lse_, lse), down(dq_, dq), down(dk_, dk), down(dv_, dv);
+      for (float* p : {dq_, dk_, dv_, q_, k_, v_, do_, out_, lse_}) b.release(p);
+    };
+    auto gpu = make_emulated_backend(EmulatedAttention::Flash);
+    auto cpu = make_cpu_backend(1);
+    V o1, l1, q1, k1, v1, o2, l2, q2, k2, v2;
+    run(*gpu, o1, l1, q1, k1, v1);
+    run(*cpu, o2, l2, q2, k2, v2);
+    const char* what = causal ? "causal" : "bidirectional";
+    for (const auto& [name, a, b] : {std::tuple{"out", &o1, &o2}, std::tuple{"lse", &l1, &l2},
+                                     std::tuple{"dq", &q1, &q2}, std::tuple{"dk", &k1, &k2},
+                                     std::tuple{"dv", &v1, &v2}}) {
+      const double e = test_support::max_rel_err(*a, *b);
+      BOOST_TEST_MESSAGE("flash head 24, " << what << ": " << name << " rel_err " << e);
+      BOOST_TEST(e <= kFlash, what << ": " << name << " rel_err " << e);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// The emulator must catch what a GPU would not forgive, or it proves nothing.
+namespace {
+
+// Each thread writes its slot of shared memory, then reads the mirror slot.
+void mirror_kernel(float* out, bool barrier) {
+  float* s = reinterpret_cast<float*>(emu::dynamic_shared());
+  s[threadIdx.x] = float(threadIdx.x);
+  if (barrier) __syncthreads();
+  out[threadIdx.x] = s[blockDim.x - 1 - threadIdx.x];
+}
+void divergent_barrier_kernel() {
+  if (threadIdx.x < 32) __syncthreads();
+}
+void wmma_kernel(int offset_bytes) {
+  namespace wmma = nvcuda::wmma;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+  wmma::load_matrix_sync(c, reinterpret_cast<float*>(emu::dynamic_shared() + offset_bytes), 16, wmma::mem_row_major);
+}
+void shared_kernel(int* ran) { *ran = 1; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(kernel_emulator)
+
+BOOST_AUTO_TEST_CASE(a_missing_barrier_reads_unwritten_shared_memory) {
+  std::vector<float> out(64);
+  emu::launch(mirror_kernel, "mirror", 1, 64, 64 * sizeof(float))(out.data(), true);
+  for (int i = 0; i < 64; ++i) BOOST_TEST(out[size_t(i)] == float(63 - i));
+  emu::launch(mirror_kernel, "mirror", 1, 64, 64 * sizeof(float))(out.data(), false);
+  BOOST_TEST(std::isnan(out[0]));  // thread 0 ran ahead of thread 63's write
+}
+
+BOOST_AUTO_TEST_CASE(a_barrier_some_threads_skip_is_a_fault) {
+  try {
+    emu::launch(divergent_barrier_kernel, "divergent", 2, 64)();
+    BOOST_FAIL("no fault");
+  } catch (const emu::KernelFault& e) {
+    BOOST_TEST(std::string(e.what()).find("kernel divergent, block (0,0,0)") != std::string::npos, e.what());
+    BOOST_TEST(std::string(e.what()).find("32 of 64 threads at __syncthreads") != std::string::npos, e.what());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_misaligned_wmma_pointer_is_a_fault) {
+  emu::launch(wmma_kernel, "wmma", 1, 32, 4096)(0);
+  BOOST_CHECK_EXCEPTION(emu::launch(wmma_kernel, "wmma", 1, 32, 4096)(16), emu::KernelFault,
+                        [](const emu::KernelFault& e) {
+                          return std::string(e.what()).find("not 32-byte aligned") != std::string::npos;
+                        });
+}
+
+BOOST_AUTO_TEST_CASE(shared_memory_past_48_kib_needs_the_kernels_attribute) {
+  int ran = 0;
+  emu::launch(shared_kernel, "shared", 1, 32, 64 << 10)(&ran);
+  BOOST_TEST(ran == 0);
+  const cudaError_t e = cudaGetLastError();
+  BOOST_TEST(e == cudaErrorInvalidValue);
+  BOOST_TEST(std::string(cudaGetErrorString(e)).find("65536 bytes of dynamic shared memory") != std::string::npos);
+  BOOST_TEST(cudaGetLastError() == cudaSuccess);  // read once, then cleared
+  BOOST_TEST(cudaFuncSetAttribute(shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 << 10) ==
+             cudaErrorInvalidValue);  // past the 99 KiB of compute capability 8.6
+  BOOST_TEST(cudaFuncSetAttribute(shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10) ==
+             cudaSuccess);
+  emu::launch(shared_kernel, "shared", 1, 32, 64 << 10)(&ran);
+  BOOST_TEST(ran == 1);
+  BOOST_TEST(cudaGetLastError() == cudaSuccess);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
