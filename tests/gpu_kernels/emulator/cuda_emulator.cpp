@@ -397,13 +397,14 @@ cudaError_t cudaGetLastError() {
   return e;
 }
 const char* cudaGetErrorString(cudaError_t error) {
-  return error == cudaSuccess ? "no error" : emu::g_last_message.c_str();
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidConfiguration: return emu::g_last_message.empty() ? "invalid argument" : emu::g_last_message.c_str();
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotReady: return "device not ready";
+    default: return "unknown error";
+  }
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
-  std::memmove(dst, src, bytes);
-  return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
-  std::memset(dst, value, bytes);
-  return cudaSuccess;
-}
+

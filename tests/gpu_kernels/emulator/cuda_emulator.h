@@ -2,7 +2,8 @@
 // (src/gpu/cuda/*.cu) compiled as host C++ with this header forced in
 // (-include) and the shim/ headers in place of the toolkit's, so that the
 // very code a GPU runs — its indexing, shared memory, barriers, shuffles and
-// WMMA tiles — runs here, where there is no GPU (tests/gpu_kernels).
+// WMMA tiles — runs here, where there is no GPU (tests/gpu_kernels; the
+// backend around the kernels runs over cuda_runtime.cpp and cublas.cpp).
 //
 // A launch runs its blocks one after another; a block's threads are fibers
 // (ucontext) on the calling thread, each running until it reaches a
@@ -90,6 +91,9 @@ namespace emu {
 enum class Schedule { ThreadOrder, Reverse };
 // The order the scheduler resumes a block's threads in (ThreadOrder by default).
 void set_schedule(Schedule s);
+
+// How many devices cudaGetDeviceCount reports (1 until set; cuda_runtime.cpp).
+void set_device_count(int n);
 
 // Every launch since the last reset_counts(), and the barriers they took.
 struct Counts {

@@ -1,50 +1,61 @@
-// The CUDA backend's kernels — the real sources of src/gpu/cuda/*.cu, run
-// on the CPU by the emulator (emulator/cuda_emulator.h) — against the CPU
-// backend, through the same comparison the GPU's start-up self-check and
-// bench/gpu's op check make (gpu/backend_compare.h): every op family with
-// the tiled fp32 attention, the flash kernels, the batched paths' score
-// kernels, with warps and lanes resumed in order and in reverse; and a
-// transformer's loss and gradients against the CPU engine. Then the
-// emulator itself: it must catch what the hardware would not forgive.
+// The CUDA backend on the CPU: cuda_backend.cpp and the real sources of
+// src/gpu/cuda/*.cu, run by the emulator (emulator/cuda_emulator.h) over
+// its CUDA runtime and cuBLAS(Lt) — against the CPU backend, through the
+// comparison the GPU's start-up self-check and bench/gpu's op check make
+// (gpu/backend_compare.h): every op family in fp32 and in bf16, each
+// attention path (tiled, batched fp32, tensor cores with and without causal
+// blocks, flash), with warps and lanes resumed in order and in reverse; the
+// self-check itself; a hand-off between two devices; and a transformer's
+// loss and gradients against the CPU engine. Then the emulator itself: it
+// must catch what the hardware would not forgive.
 #define BOOST_TEST_MODULE gpu_kernels
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <mma.h>  // the emulator's
 
 #include "cpu/cpu_backend.h"
 #include "cuda_emulator.h"
-#include "emulated_backend.h"
 #include "dsl/frontend.h"
 #include "gpu/backend_compare.h"
+#include "gpu/cuda/cuda_backend.h"
+#include "gpu/cuda/self_check.h"
 #include "nn/section_model.h"
 #include "support/random_vector.h"
 #include "support/rel_err.h"
 
 using namespace maestro;
-using test_support::EmulatedAttention;
-using test_support::make_emulated_backend;
 
 namespace {
 
 constexpr double kF32 = 1e-5;  // the fp32 bound against the CPU backend
-// The flash kernels read bf16 copies of q, k, v, dO and round P and dS to
-// bf16: the self-check's bound for them (gpu/cuda/self_check.cpp).
-constexpr double kFlash = 5e-2;
+// bf16: bench/gpu's op check's bounds (bench/gpu/gpu_bench.cpp, run_ops)
+constexpr double kBf16 = 1e-2, kBf16Gemm = 2e-2, kBf16Attention = kSelfCheckTensorCoreAttentionTolerance;
 
 struct Schedules {
   emu::Schedule s;
   const char* name;
-} const kSchedules[] = {{emu::Schedule::ThreadOrder, "thread order"}, {emu::Schedule::Reverse, "reverse"}};
+} const kSchedules[] = {{emu::Schedule::ThreadOrder, "in order"}, {emu::Schedule::Reverse, "reverse"}};
 
 struct ScheduleGuard {
   explicit ScheduleGuard(emu::Schedule s) { emu::set_schedule(s); }
   ~ScheduleGuard() { emu::set_schedule(emu::Schedule::ThreadOrder); }
 };
+
+std::unique_ptr<Backend> cuda(bool bf16, AttentionPath attention, int64_t causal_block = 0, int device = 0) {
+  CudaBackendOptions o;
+  o.device = device;
+  o.bf16_gemm = bf16;
+  o.attention = attention;
+  o.causal_block = causal_block;
+  o.min_segment_bytes = size_t(64) << 20;
+  return make_cuda_backend(o);
+}
 
 void expect_all_ok(const std::vector<OpCheck>& checks, const std::string& what) {
   BOOST_TEST_REQUIRE(!checks.empty());
@@ -56,12 +67,12 @@ void expect_all_ok(const std::vector<OpCheck>& checks, const std::string& what) 
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(emulated_kernels)
+BOOST_AUTO_TEST_SUITE(emulated_cuda_backend)
 
-BOOST_AUTO_TEST_CASE(every_kernel_matches_the_cpu_backend_in_fp32) {
+BOOST_AUTO_TEST_CASE(every_op_matches_the_cpu_backend_in_fp32) {
   for (const auto& [schedule, name] : kSchedules) {
     ScheduleGuard guard(schedule);
-    auto gpu = make_emulated_backend(EmulatedAttention::Tiled);
+    auto gpu = cuda(false, AttentionPath::Fast);
     auto cpu = make_cpu_backend(1);
     emu::reset_counts();
     for (const std::string& family : compared_op_families()) {
@@ -69,7 +80,7 @@ BOOST_AUTO_TEST_CASE(every_kernel_matches_the_cpu_backend_in_fp32) {
       o.tolerance = o.gemm_tolerance = kF32;
       o.ops = {family};
       const auto t0 = std::chrono::steady_clock::now();
-      expect_all_ok(compare_backends(*gpu, *cpu, o), std::string("tiled, ") + name);
+      expect_all_ok(compare_backends(*gpu, *cpu, o), std::string("fp32, tiled attention, ") + name);
       BOOST_TEST_MESSAGE(family << ": " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
                                 << " s");
     }
@@ -82,39 +93,49 @@ BOOST_AUTO_TEST_CASE(every_kernel_matches_the_cpu_backend_in_fp32) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(the_flash_kernels_match_the_cpu_backend) {
-  for (const auto& [schedule, name] : kSchedules) {
-    ScheduleGuard guard(schedule);
-    auto gpu = make_emulated_backend(EmulatedAttention::Flash);
-    auto cpu = make_cpu_backend(1);
-    CompareOptions o;
-    o.ops = {"attention"};
-    o.attention_tolerance = kFlash;
-    const std::vector<OpCheck> checks = compare_backends(*gpu, *cpu, o);
-    expect_all_ok(checks, std::string("flash, ") + name);
+// The start-up self-check as a GPU runs it (fast kernels against the
+// reference path on the same device), for each attention it may check.
+BOOST_AUTO_TEST_CASE(the_start_up_self_check_passes) {
+  for (AttentionPath a : {AttentionPath::Auto, AttentionPath::Flash}) {
+    const std::vector<OpCheck> checks = gpu_self_check(0, true, true, a);
+    expect_all_ok(checks, std::string("self-check, ") + (a == AttentionPath::Flash ? "flash" : "auto"));
   }
 }
 
-// A whole transformer section — the engine's own calls, in its order — on
-// the emulated kernels against the CPU engine: the loss and every gradient
-// of one forward and backward (bench/gpu's "model" check, here).
+// A hand-off left in one GPU's memory read by a backend of another (peer
+// copies), as the self-check checks two backends of one device.
+BOOST_AUTO_TEST_CASE(a_hand_off_between_two_devices_keeps_its_bytes) {
+  emu::set_device_count(2);
+  auto producer = cuda(true, AttentionPath::Auto, 0, 0), consumer = cuda(true, AttentionPath::Auto, 0, 1);
+  expect_all_ok(check_handoff_copies(*producer, *consumer), "device 0 -> 1");
+  emu::set_device_count(1);
+}
+
+// A whole transformer section — the engine's own calls, in its order, the
+// bf16 copies of its linear operands included — on the CUDA backend
+// against the CPU engine: the loss and every gradient of one forward and
+// backward (bench/gpu's "model" check, here).
 BOOST_AUTO_TEST_CASE(a_transformer_s_loss_and_gradients_match_the_cpu_engine) {
-  Diagnostics diags;
-  const std::optional<Program> program = load_program_text(
-      "section llm { model = transformer(layers: 2, hidden: 64, heads: 4, kv_heads: 2, ffn: 128, vocab: 96, "
-      "max_seq: 80); consumes = [text]; loss = cross_entropy; }\n"
-      "data { source = synthetic(seed: 1); mix { text = 1.0; } text_tokens = 80; }\n"
-      "train { global_batch = 2; steps = 1; optimizer = adamw(lr: 1e-3); precision = fp32; }\n",
-      "model.sect", diags);
-  BOOST_TEST_REQUIRE(program.has_value());
+  auto program_of = [](const char* precision) {
+    Diagnostics diags;
+    std::optional<Program> p = load_program_text(
+        std::string("section llm { model = transformer(layers: 2, hidden: 64, heads: 4, kv_heads: 2, ffn: 128, "
+                    "vocab: 96, max_seq: 80); consumes = [text]; loss = cross_entropy; }\n"
+                    "data { source = synthetic(seed: 1); mix { text = 1.0; } text_tokens = 80; }\n"
+                    "train { global_batch = 2; steps = 1; optimizer = adamw(lr: 1e-3); precision = ") +
+            precision + "; }\n",
+        "model.sect", diags);
+    BOOST_TEST_REQUIRE(p.has_value());
+    return *p;
+  };
   std::vector<std::vector<int32_t>> ids(2);  // two lengths: two tiles' ends
   for (int32_t t = 0; t < 80; ++t) ids[0].push_back((t * 37 + 5) % 96);
   for (int32_t t = 0; t < 45; ++t) ids[1].push_back((t * 11 + 3) % 96);
   std::vector<SampleInput> in(2);
   for (size_t s = 0; s < 2; ++s) in[s].tokens = ids[s];
   const int64_t n_global = 79 + 44;
-  auto run = [&](Backend& b, std::vector<float>& grads) {
-    SectionModel model(program->sections[0], b, 1);
+  auto run = [&](const Program& program, Backend& b, std::vector<float>& grads) {
+    SectionModel model(program.sections[0], b, 1);
     model.zero_grads();
     ForwardOutput out = model.forward(in);
     const double loss = model.loss(*out.context, {}, n_global);
@@ -123,43 +144,59 @@ BOOST_AUTO_TEST_CASE(a_transformer_s_loss_and_gradients_match_the_cpu_engine) {
     b.copy_to_host(grads.data(), model.grads(), grads.size() * sizeof(float));
     return loss;
   };
+  const Program fp32 = program_of("fp32"), bf16 = program_of("bf16");
   std::vector<float> want;
   auto cpu = make_cpu_backend(1);
-  const double want_loss = run(*cpu, want);
-  for (auto [attention, tolerance, name] : {std::tuple{EmulatedAttention::Tiled, 1e-4, "tiled fp32"},
-                                            std::tuple{EmulatedAttention::Flash, kFlash, "flash"}}) {
+  const double want_loss = run(fp32, *cpu, want);
+  struct Case {
+    bool bf16;
+    AttentionPath attention;
+    double tolerance;
+    const char* name;
+  } const cases[] = {{false, AttentionPath::Fast, 1e-4, "fp32, tiled"},
+                     {false, AttentionPath::Reference, 1e-4, "fp32, batched"},
+                     {true, AttentionPath::TensorCore, 5e-2, "bf16, tensor cores"},
+                     {true, AttentionPath::Flash, 5e-2, "bf16, flash"}};
+  for (const Case& c : cases) {
     std::vector<float> got;
-    auto gpu = make_emulated_backend(attention);
-    const double loss = run(*gpu, got);
+    auto gpu = cuda(c.bf16, c.attention);
+    const double loss = run(c.bf16 ? bf16 : fp32, *gpu, got);
     const double loss_err = std::abs(loss - want_loss) / std::abs(want_loss), grad_err = test_support::max_rel_err(got, want);
-    BOOST_TEST_MESSAGE(name << ": loss " << loss << " vs " << want_loss << " (rel " << loss_err << "), gradients rel_err "
-                            << grad_err);
-    BOOST_TEST(loss_err <= tolerance, name << ": loss rel_err " << loss_err);
-    BOOST_TEST(grad_err <= tolerance, name << ": gradients rel_err " << grad_err);
+    BOOST_TEST_MESSAGE(c.name << ": loss " << loss << " vs " << want_loss << " (rel " << loss_err
+                              << "), gradients rel_err " << grad_err);
+    BOOST_TEST(loss_err <= c.tolerance, c.name << ": loss rel_err " << loss_err);
+    BOOST_TEST(grad_err <= c.tolerance, c.name << ": gradients rel_err " << grad_err);
   }
 }
 
-// The batched paths' score kernels, between GEMMs made on the host: the
-// reference path in fp32, and the tensor-core path's bf16 P and dS with no
-// causal blocks and with blocks of 32 query rows (the long sequences of 70
-// and 130 tokens then end rows inside and at a block's end).
-BOOST_AUTO_TEST_CASE(the_batched_paths_score_kernels_match_the_cpu_backend) {
+BOOST_AUTO_TEST_SUITE_END()
+
+// The attention paths apart (a ctest of their own: unit.gpu_kernels.emulated_attention).
+BOOST_AUTO_TEST_SUITE(emulated_attention)
+
+// Every op in bf16 (bf16 GEMM operands, the engine's copies or rounded per
+// call), and each attention path, against the CPU backend.
+BOOST_AUTO_TEST_CASE(every_attention_path_and_bf16_match_the_cpu_backend) {
   struct Path {
-    EmulatedAttention attention;
+    bool bf16;
+    AttentionPath attention;
     int64_t block;
-    double tolerance;
+    bool every_family;  // every op family, in order; else the attention's
     const char* name;
-  } const paths[] = {{EmulatedAttention::Batched, 0, kF32, "batched fp32"},
-                     {EmulatedAttention::BatchedBf16, 0, kFlash, "tensor cores"},
-                     {EmulatedAttention::BatchedBf16, 32, kFlash, "tensor cores, causal blocks of 32"}};
+  } const paths[] = {{false, AttentionPath::Reference, 0, false, "fp32, batched attention"},
+                     {true, AttentionPath::TensorCore, 0, true, "bf16, tensor-core attention"},
+                     {true, AttentionPath::TensorCore, 32, false, "bf16, tensor cores in causal blocks of 32"},
+                     {true, AttentionPath::Flash, 0, false, "bf16, flash attention"}};
   for (const Path& p : paths)
     for (const auto& [schedule, name] : kSchedules) {
       ScheduleGuard guard(schedule);
-      auto gpu = make_emulated_backend(p.attention, p.block);
+      auto gpu = cuda(p.bf16, p.attention, p.block);
       auto cpu = make_cpu_backend(1);
       CompareOptions o;
-      o.ops = {"attention"};
-      o.attention_tolerance = p.tolerance;
+      o.tolerance = p.bf16 ? kBf16 : kF32;
+      o.gemm_tolerance = p.bf16 ? kBf16Gemm : kF32;
+      o.attention_tolerance = p.bf16 ? kBf16Attention : kF32;
+      if (!p.every_family || schedule == emu::Schedule::Reverse) o.ops = {"attention"};
       expect_all_ok(compare_backends(*gpu, *cpu, o), std::string(p.name) + ", " + name);
     }
 }
@@ -190,7 +227,7 @@ BOOST_AUTO_TEST_CASE(the_flash_kernels_take_a_head_of_24) {
       down(out_, out), down(lse_, lse), down(dq_, dq), down(dk_, dk), down(dv_, dv);
       for (float* p : {dq_, dk_, dv_, q_, k_, v_, do_, out_, lse_}) b.release(p);
     };
-    auto gpu = make_emulated_backend(EmulatedAttention::Flash);
+    auto gpu = cuda(true, AttentionPath::Flash);
     auto cpu = make_cpu_backend(1);
     V o1, l1, q1, k1, v1, o2, l2, q2, k2, v2;
     run(*gpu, o1, l1, q1, k1, v1);
@@ -201,7 +238,7 @@ BOOST_AUTO_TEST_CASE(the_flash_kernels_take_a_head_of_24) {
                                      std::tuple{"dv", &v1, &v2}}) {
       const double e = test_support::max_rel_err(*a, *b);
       BOOST_TEST_MESSAGE("flash head 24, " << what << ": " << name << " rel_err " << e);
-      BOOST_TEST(e <= kFlash, what << ": " << name << " rel_err " << e);
+      BOOST_TEST(e <= kBf16Attention, what << ": " << name << " rel_err " << e);
     }
   }
 }
