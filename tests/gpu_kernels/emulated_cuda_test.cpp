@@ -9,15 +9,14 @@
 // loss and gradients against the CPU engine. Then the emulator itself: it
 // must catch what the hardware would not forgive.
 #define BOOST_TEST_MODULE gpu_kernels
-#include <boost/test/unit_test.hpp>
+#include <mma.h>  // the emulator's
 
+#include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cmath>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <mma.h>  // the emulator's
 
 #include "cpu/cpu_backend.h"
 #include "cuda_emulator.h"
@@ -161,7 +160,8 @@ BOOST_AUTO_TEST_CASE(a_transformer_s_loss_and_gradients_match_the_cpu_engine) {
     std::vector<float> got;
     auto gpu = cuda(c.bf16, c.attention);
     const double loss = run(c.bf16 ? bf16 : fp32, *gpu, got);
-    const double loss_err = std::abs(loss - want_loss) / std::abs(want_loss), grad_err = test_support::max_rel_err(got, want);
+    const double loss_err = std::abs(loss - want_loss) / std::abs(want_loss),
+                 grad_err = test_support::max_rel_err(got, want);
     BOOST_TEST_MESSAGE(c.name << ": loss " << loss << " vs " << want_loss << " (rel " << loss_err
                               << "), gradients rel_err " << grad_err);
     BOOST_TEST(loss_err <= c.tolerance, c.name << ": loss rel_err " << loss_err);
@@ -209,8 +209,10 @@ BOOST_AUTO_TEST_CASE(the_flash_kernels_take_a_head_of_24) {
   const std::vector<int32_t> cu = {0, 70, 70, 167, 170};
   const int64_t n_seq = 4, N = cu.back();
   using V = std::vector<float>;
-  const V q = test_support::random_normal(size_t(N * H * D), 11), k = test_support::random_normal(size_t(N * KV * D), 12),
-          v = test_support::random_normal(size_t(N * KV * D), 13), dout = test_support::random_normal(size_t(N * H * D), 14);
+  const V q = test_support::random_normal(size_t(N * H * D), 11),
+          k = test_support::random_normal(size_t(N * KV * D), 12),
+          v = test_support::random_normal(size_t(N * KV * D), 13),
+          dout = test_support::random_normal(size_t(N * H * D), 14);
   for (bool causal : {true, false}) {
     auto run = [&](Backend& b, V& out, V& lse, V& dq, V& dk, V& dv) {
       auto up = [&](const V& h) {
@@ -233,9 +235,9 @@ BOOST_AUTO_TEST_CASE(the_flash_kernels_take_a_head_of_24) {
     run(*gpu, o1, l1, q1, k1, v1);
     run(*cpu, o2, l2, q2, k2, v2);
     const char* what = causal ? "causal" : "bidirectional";
-    for (const auto& [name, a, b] : {std::tuple{"out", &o1, &o2}, std::tuple{"lse", &l1, &l2},
-                                     std::tuple{"dq", &q1, &q2}, std::tuple{"dk", &k1, &k2},
-                                     std::tuple{"dv", &v1, &v2}}) {
+    for (const auto& [name, a, b] :
+         {std::tuple{"out", &o1, &o2}, std::tuple{"lse", &l1, &l2}, std::tuple{"dq", &q1, &q2},
+          std::tuple{"dk", &k1, &k2}, std::tuple{"dv", &v1, &v2}}) {
       const double e = test_support::max_rel_err(*a, *b);
       BOOST_TEST_MESSAGE("flash head 24, " << what << ": " << name << " rel_err " << e);
       BOOST_TEST(e <= kBf16Attention, what << ": " << name << " rel_err " << e);
@@ -289,10 +291,9 @@ BOOST_AUTO_TEST_CASE(a_barrier_some_threads_skip_is_a_fault) {
 
 BOOST_AUTO_TEST_CASE(a_misaligned_wmma_pointer_is_a_fault) {
   emu::launch(wmma_kernel, "wmma", 1, 32, 4096)(0);
-  BOOST_CHECK_EXCEPTION(emu::launch(wmma_kernel, "wmma", 1, 32, 4096)(16), emu::KernelFault,
-                        [](const emu::KernelFault& e) {
-                          return std::string(e.what()).find("not 32-byte aligned") != std::string::npos;
-                        });
+  BOOST_CHECK_EXCEPTION(
+      emu::launch(wmma_kernel, "wmma", 1, 32, 4096)(16), emu::KernelFault,
+      [](const emu::KernelFault& e) { return std::string(e.what()).find("not 32-byte aligned") != std::string::npos; });
 }
 
 BOOST_AUTO_TEST_CASE(shared_memory_past_48_kib_needs_the_kernels_attribute) {
@@ -305,8 +306,7 @@ BOOST_AUTO_TEST_CASE(shared_memory_past_48_kib_needs_the_kernels_attribute) {
   BOOST_TEST(cudaGetLastError() == cudaSuccess);  // read once, then cleared
   BOOST_TEST(cudaFuncSetAttribute(shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 << 10) ==
              cudaErrorInvalidValue);  // past the 99 KiB of compute capability 8.6
-  BOOST_TEST(cudaFuncSetAttribute(shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10) ==
-             cudaSuccess);
+  BOOST_TEST(cudaFuncSetAttribute(shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10) == cudaSuccess);
   emu::launch(shared_kernel, "shared", 1, 32, 64 << 10)(&ran);
   BOOST_TEST(ran == 1);
   BOOST_TEST(cudaGetLastError() == cudaSuccess);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "gpu/cuda/cublas_library.h"
 #include "nn/dtype.h"
@@ -36,7 +37,8 @@ struct cublasLtMatmulPreferenceOpaque {
 namespace {
 
 float element(const void* p, cudaDataType type, int64_t i) {
-  return type == CUDA_R_16BF ? maestro::bf16_to_float(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
+  return type == CUDA_R_16BF ? maestro::bf16_to_float(static_cast<const uint16_t*>(p)[i])
+                             : static_cast<const float*>(p)[i];
 }
 bool known(cudaDataType t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
 uint32_t alignment_of(const void* p) {
@@ -63,27 +65,41 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
     }
 }
 
+// The C API's opaque handles: made with new, given back with delete.
+template <class Handle>
+cublasStatus_t make(Handle* h) {
+  *h = new std::remove_pointer_t<Handle>;
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <class Handle>
+cublasStatus_t destroy(Handle h) {
+  delete h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 const char* cublasGetStatusString(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
   }
   return "unknown cuBLAS status";
 }
-cublasStatus_t cublasCreate(cublasHandle_t* handle) {
-  *handle = new cublasContext;
-  return CUBLAS_STATUS_SUCCESS;
+cublasStatus_t cublasCreate(cublasHandle_t* handle) { return make(handle); }
+cublasStatus_t cublasDestroy(cublasHandle_t handle) { return destroy(handle); }
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t) {
+  return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
 }
-cublasStatus_t cublasDestroy(cublasHandle_t handle) {
-  delete handle;
-  return CUBLAS_STATUS_SUCCESS;
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t) {
+  return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
 }
-cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t) { return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED; }
-cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t) { return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED; }
 cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void* w, size_t bytes) {
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   return bytes && alignment_of(w) < 256 ? CUBLAS_STATUS_INVALID_VALUE : CUBLAS_STATUS_SUCCESS;
@@ -94,7 +110,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t tr
                                           const void* beta, void* C, cudaDataType ct, int ldc, long long sc, int batch,
                                           cublasComputeType_t, cublasGemmAlgo_t) {
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (m < 0 || n < 0 || k < 0 || batch < 0 || !known(at) || at != bt || ct != CUDA_R_32F) return CUBLAS_STATUS_INVALID_VALUE;
+  if (m < 0 || n < 0 || k < 0 || batch < 0 || !known(at) || at != bt || ct != CUDA_R_32F)
+    return CUBLAS_STATUS_INVALID_VALUE;
   if (lda < std::max(1, transa == CUBLAS_OP_N ? m : k) || ldb < std::max(1, transb == CUBLAS_OP_N ? k : n) ||
       ldc < std::max(1, m))
     return CUBLAS_STATUS_INVALID_VALUE;
@@ -108,33 +125,21 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t tr
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
-  *handle = new cublasLtContext;
-  return CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
-  delete handle;
-  return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) { return make(handle); }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) { return destroy(handle); }
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {
   if (!known(type) || ld < int64_t(rows) || ld < 1) return CUBLAS_STATUS_INVALID_VALUE;
   *layout = new cublasLtMatrixLayoutOpaque{type, rows, cols, ld};
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
-  delete layout;
-  return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) { return destroy(layout); }
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute, cudaDataType scale) {
   if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
   *desc = new cublasLtMatmulDescOpaque;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
-  delete desc;
-  return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) { return destroy(desc); }
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
                                               const void* value, size_t bytes) {
   switch (attr) {
@@ -154,18 +159,13 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
   }
   return CUBLAS_STATUS_INVALID_VALUE;
 }
-cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
-  *pref = new cublasLtMatmulPreferenceOpaque;
-  return CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-  delete pref;
-  return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) { return make(pref); }
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) { return destroy(pref); }
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
                                                     cublasLtMatmulPreferenceAttributes_t attr, const void* value,
                                                     size_t bytes) {
-  if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return bytes == sizeof(uint64_t) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+  if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES)
+    return bytes == sizeof(uint64_t) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
   if (bytes != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
   p->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = *static_cast<const uint32_t*>(value);
   return CUBLAS_STATUS_SUCCESS;

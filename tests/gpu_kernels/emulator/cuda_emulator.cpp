@@ -219,9 +219,10 @@ std::string stuck(const Block& b) {
     at_block += f.state == State::AtBlockBarrier;
     at_warp += f.state == State::AtWarpBarrier;
   }
-  return fmt::format("kernel {}, block ({},{},{}): a barrier not every thread reaches ({} of {} threads at "
-                     "__syncthreads, {} at a warp barrier, {} ended)",
-                     b.kernel, b.bid.x, b.bid.y, b.bid.z, at_block, b.n, at_warp, b.done);
+  return fmt::format(
+      "kernel {}, block ({},{},{}): a barrier not every thread reaches ({} of {} threads at "
+      "__syncthreads, {} at a warp barrier, {} ended)",
+      b.kernel, b.bid.x, b.bid.y, b.bid.z, at_block, b.n, at_warp, b.done);
 }
 
 // Thread i of the block, about to start.
@@ -270,9 +271,7 @@ void set_schedule(Schedule s) { g_schedule = s; }
 Counts counts() { return g_counts; }
 void reset_counts() { g_counts = {}; }
 
-void fault(const std::string& what) {
-  throw KernelFault(g_block ? fmt::format("{}: {}", where(), what) : what);
-}
+void fault(const std::string& what) { throw KernelFault(g_block ? fmt::format("{}: {}", where(), what) : what); }
 
 void block_barrier() {
   Block& b = block();
@@ -348,7 +347,8 @@ void run_grid(const void* kernel, const char* name, dim3 grid, dim3 block_dim, s
     g_stacks.push_back(static_cast<unsigned char*>(p));
   }
   const size_t shared_alloc = (shared_bytes + 255) / 256 * 256 + 256;
-  std::unique_ptr<unsigned char, FreeDeleter> shared(static_cast<unsigned char*>(std::aligned_alloc(256, shared_alloc)));
+  std::unique_ptr<unsigned char, FreeDeleter> shared(
+      static_cast<unsigned char*>(std::aligned_alloc(256, shared_alloc)));
   if (!shared) throw std::bad_alloc();
   auto b = std::make_unique<Block>();
   b->kernel = name;
@@ -398,13 +398,18 @@ cudaError_t cudaGetLastError() {
 }
 const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "no error";
+    case cudaSuccess:
+      return "no error";
     case cudaErrorInvalidValue:
-    case cudaErrorInvalidConfiguration: return emu::g_last_message.empty() ? "invalid argument" : emu::g_last_message.c_str();
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorNotReady: return "device not ready";
-    default: return "unknown error";
+    case cudaErrorInvalidConfiguration:
+      return emu::g_last_message.empty() ? "invalid argument" : emu::g_last_message.c_str();
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorNotReady:
+      return "device not ready";
+    default:
+      return "unknown error";
   }
 }
-

@@ -13,9 +13,10 @@
 // after another thread's (or warp's) write reads what was there before: the
 // block's dynamic shared memory starts as 0xFF bytes (NaN as fp32 and as
 // bf16), and a WMMA store writes each lane's share only. Warps and lanes
-// run in order or, to expose the opposite hazard, in reverse (set_schedule). Strictness beyond the hardware: a barrier some
-// threads of the block (or lanes of the warp) never reach is an error, not
-// a hang, and so is a WMMA pointer or stride the hardware would refuse.
+// run in order or, to expose the opposite hazard, in reverse
+// (set_schedule). Strictness beyond the hardware: a barrier some threads of
+// the block (or lanes of the warp) never reach is an error, not a hang, and
+// so is a WMMA pointer or stride the hardware would refuse.
 //
 // What it does not model: concurrency between blocks (they run in turn;
 // the kernels here use no atomics and no inter-block communication), the
@@ -133,12 +134,10 @@ void run_grid(const void* kernel, const char* name, dim3 grid, dim3 block, size_
 // emu::launch(kernel, "kernel", grid, block, shared, stream)(args...)
 // (the build rewrites the sources: CMakeLists.txt).
 template <class... P>
-auto launch(void (*kernel)(P...), const char* name, dim3 grid, dim3 block, size_t shared = 0,
-            cudaStream_t = nullptr) {
+auto launch(void (*kernel)(P...), const char* name, dim3 grid, dim3 block, size_t shared = 0, cudaStream_t = nullptr) {
   return [=](auto&&... args) {
     std::tuple<std::decay_t<P>...> params(std::forward<decltype(args)>(args)...);
-    run_grid(reinterpret_cast<const void*>(kernel), name, grid, block, shared,
-             [&] { std::apply(kernel, params); });
+    run_grid(reinterpret_cast<const void*>(kernel), name, grid, block, shared, [&] { std::apply(kernel, params); });
   };
 }
 
@@ -168,5 +167,5 @@ template <class Kernel>
 cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attr, int value) {
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
   return emu::set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), value) ? cudaSuccess
-                                                                                  : cudaErrorInvalidValue;
+                                                                                   : cudaErrorInvalidValue;
 }
