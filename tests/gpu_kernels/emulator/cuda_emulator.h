@@ -45,7 +45,10 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static
+// A block's static shared memory: per host thread, since the host threads of
+// a program over the emulator (maestro-run-emulated's sections) launch
+// kernels at once, each running its blocks one at a time.
+#define __shared__ static thread_local
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 #define __restrict__ __restrict
@@ -93,7 +96,8 @@ enum class Schedule { ThreadOrder, Reverse };
 // The order the scheduler resumes a block's threads in (ThreadOrder by default).
 void set_schedule(Schedule s);
 
-// How many devices cudaGetDeviceCount reports (1 until set; cuda_runtime.cpp).
+// How many devices cudaGetDeviceCount reports (MAESTRO_EMULATED_GPUS in the
+// environment, else 1, until set; cuda_runtime.cpp).
 void set_device_count(int n);
 
 // Every launch since the last reset_counts(), and the barriers they took.

@@ -2,7 +2,13 @@
 // memory is host memory, streams and events that are reached as soon as
 // work is queued (it runs when queued), and the few device properties the
 // backend asks for — those of a GPU with 80 GiB and compute capability 8.6's
-// shared memory (cuda_emulator.h).
+// shared memory (cuda_emulator.h). The environment names the devices for a
+// program over the emulator (maestro-run-emulated): MAESTRO_EMULATED_GPUS
+// of them (1 without it), called MAESTRO_EMULATED_GPU_NAME ("Maestro
+// emulated GPU" without it).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -17,12 +23,23 @@ constexpr int kMaxSharedOptin = 99 << 10;
 
 struct Allocation {
   size_t bytes;
-  int device;  // -1: pinned host memory (cudaMallocHost)
+  int device;               // -1: pinned host memory (cudaMallocHost, cudaHostRegister)
+  bool registered = false;  // cudaHostRegister's: the caller's memory
 };
+
+// An event holds the host clock's reading when it was recorded.
+struct Event {
+  std::chrono::steady_clock::time_point at;
+};
+
+int devices_from_environment() {
+  const char* n = std::getenv("MAESTRO_EMULATED_GPUS");
+  return n ? std::max(0, std::atoi(n)) : 1;
+}
 
 std::mutex g_mu;
 std::map<uintptr_t, Allocation> g_allocations;  // by base address
-int g_devices = 1;
+int g_devices = devices_from_environment();
 thread_local int g_device = 0;
 
 void* allocate(size_t bytes, int device) {
@@ -35,7 +52,9 @@ void* allocate(size_t bytes, int device) {
 cudaError_t release(void* p) {
   if (!p) return cudaSuccess;
   std::lock_guard lock(g_mu);
-  if (g_allocations.erase(reinterpret_cast<uintptr_t>(p)) == 0) return cudaErrorInvalidValue;
+  auto it = g_allocations.find(reinterpret_cast<uintptr_t>(p));
+  if (it == g_allocations.end() || it->second.registered) return cudaErrorInvalidValue;
+  g_allocations.erase(it);
   std::free(p);
   return cudaSuccess;
 }
@@ -67,6 +86,33 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   if (device < 0 || device >= g_devices) return cudaErrorInvalidDevice;
   if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
   *value = kMaxSharedOptin;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  if (device < 0 || device >= g_devices) return cudaErrorInvalidDevice;
+  *p = {};
+  const char* name = std::getenv("MAESTRO_EMULATED_GPU_NAME");
+  std::snprintf(p->name, sizeof p->name, "%s", name ? name : "Maestro emulated GPU");
+  p->totalGlobalMem = kDeviceBytes;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int length, int device) {
+  if (device < 0 || device >= g_devices || length <= 0) return cudaErrorInvalidDevice;
+  std::snprintf(bus_id, size_t(length), "0000:%02x:00.0", 0x10 + device);
+  return cudaSuccess;
+}
+cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned) {
+  std::lock_guard lock(g_mu);
+  if (!p || !g_allocations.emplace(reinterpret_cast<uintptr_t>(p), Allocation{bytes, -1, true}).second)
+    return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+cudaError_t cudaHostUnregister(void* p) {
+  std::lock_guard lock(g_mu);
+  auto it = g_allocations.find(reinterpret_cast<uintptr_t>(p));
+  if (it == g_allocations.end() || !it->second.registered) return cudaErrorInvalidValue;
+  g_allocations.erase(it);
   return cudaSuccess;
 }
 
@@ -116,8 +162,10 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
   if (bytes) std::memset(dst, value, bytes);
   return cudaSuccess;
 }
+cudaError_t cudaMemset(void* dst, int value, size_t bytes) { return cudaMemsetAsync(dst, value, bytes); }
 
 // Streams and events are tokens: work is done when it is queued.
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
   *stream = reinterpret_cast<cudaStream_t>(new char);
   return cudaSuccess;
@@ -130,13 +178,25 @@ cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
   return event ? cudaSuccess : cudaErrorInvalidValue;
 }
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
-  *event = reinterpret_cast<cudaEvent_t>(new char);
+  *event = reinterpret_cast<cudaEvent_t>(new Event{std::chrono::steady_clock::now()});
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete reinterpret_cast<char*>(event);
+  delete reinterpret_cast<Event*>(event);
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) { return event ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (!event) return cudaErrorInvalidValue;
+  reinterpret_cast<Event*>(event)->at = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
 cudaError_t cudaEventQuery(cudaEvent_t event) { return event ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventSynchronize(cudaEvent_t event) { return cudaEventQuery(event); }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!start || !end) return cudaErrorInvalidValue;
+  *ms = std::chrono::duration<float, std::milli>(reinterpret_cast<Event*>(end)->at - reinterpret_cast<Event*>(start)->at)
+            .count();
+  return cudaSuccess;
+}
