@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -24,7 +25,17 @@ namespace {
 
 constexpr const char* kH100 = "NVIDIA H100 80GB HBM3";  // a name in the device table (plan/devices.h)
 
-std::string temp_path(const std::string& name) { return "/tmp/maestro_emulated_" + std::to_string(::getpid()) + "_" + name; }
+namespace fs = std::filesystem;
+
+// The suite's models and configurations: a folder of this process's,
+// removed when the suite ends.
+const fs::path kScratch = fs::temp_directory_path() / ("maestro_emulated_gpu_" + std::to_string(::getpid()));
+struct Scratch {
+  Scratch() { fs::create_directories(kScratch); }
+  ~Scratch() { fs::remove_all(kScratch); }
+};
+
+std::string temp_path(const std::string& name) { return (kScratch / name).string(); }
 
 std::string config(const std::string& backend) {
   const std::string path = temp_path(backend + ".toml");
@@ -92,7 +103,7 @@ nlohmann::json cpu_run(const std::string& model, const std::string& steps) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(emulated_gpu, *boost::unit_test::label("emulated_gpu"))
+BOOST_AUTO_TEST_SUITE(emulated_gpu, *boost::unit_test::label("emulated_gpu") * boost::unit_test::fixture<Scratch>())
 
 // One GPU whose name the device table lacks: every section on it, the
 // start-up self-check first (the one case that runs it: 13 s here); fp32
