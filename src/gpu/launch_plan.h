@@ -48,45 +48,35 @@ constexpr int kFastAttentionMaxHead = 128;
 inline bool fast_attention_supports(int64_t D) { return D > 0 && D <= kFastAttentionMaxHead; }
 
 // The flash kernels (gpu/cuda/flash_attention.cu): the online softmax of
-// the tiled kernel with its products on the tensor cores (WMMA 16×16×16,
-// bf16 operands, fp32 sums) and no [H, L, L] buffer. A block of
-// kFlashWarps warps owns kFlashRows rows of one sequence — query rows
-// (forward, dq) or key rows (dk, dv), 16 per warp — and walks the other
-// side in tiles of kFlashCols. Head sizes up to kFlashMaxHead, padded with
-// zeros to flash_padded_head (64 or 128: the kernels' fragment counts).
-constexpr int kFlashWarps = 4, kFlashRows = 16 * kFlashWarps, kFlashCols = 32;
+// the tiled kernel with its products on the tensor cores (mma.sync
+// m16n8k16, bf16 operands, fp32 sums; gpu/cuda/flash_ptx.cuh), the scores
+// kept in registers, and no [H, L, L] buffer. A block of kFlashWarps warps
+// owns kFlashRows rows of one sequence — query rows (forward, dq) or key
+// rows (dk, dv), 16 per warp — and walks the other side in tiles, each
+// copied in (cp.async) while the block computes on the one before:
+// kFlashKeyCols keys (forward), kFlashGradCols keys (dq) or queries (dk,
+// dv; their scores and accumulators leave a warp fewer registers). Head
+// sizes up to kFlashMaxHead, padded with zeros to flash_padded_head (64 or
+// 128: the kernels' fragment counts).
+constexpr int kFlashWarps = 4, kFlashRows = 16 * kFlashWarps, kFlashKeyCols = 64, kFlashGradCols = 32;
 constexpr int64_t kFlashMaxHead = 128;
 inline bool flash_attention_supports(int64_t D) { return D > 0 && D <= kFlashMaxHead; }
 constexpr int64_t flash_padded_head(int64_t D) { return D <= 64 ? 64 : 128; }
-// Shared memory of the flash kernels for padded head size Dp: row strides
-// (elements; padded so that every 16×16 fragment starts 32-byte aligned, as
-// WMMA loads want) and tile sizes (bytes), each tile a multiple of 32 bytes.
-//   forward:  Q [rows][Dp] bf16 | K, V [cols][Dp] bf16 | S [rows][cols] fp32
-//             | P [rows][cols] bf16 | O [rows][Dp] fp32
-//   backward: two tiles of the block's own rows [rows][Dp] bf16 (dq: Q, dO;
-//             dk/dv: K, V) | two of the walked side [cols][Dp] bf16 (K, V;
-//             Q, dO) | S, dP [rows][cols] fp32 | P, dS [rows][cols] bf16 |
-//             lse, delta [rows] fp32 (dq reads them per row, dk/dv per column)
-// The backward kernels stage their fp32 results [rows][Dp] over their
-// first two tiles at the end (out <= 2·row_tile).
+// Shared memory of the flash kernels for padded head size Dp: bf16 tiles
+// of rows ldh = Dp + 8 elements long (16-byte aligned rows, as ldmatrix and
+// cp.async want; the 8 rows of a fragment in 8 different groups of 4
+// banks), the walked side's in two stages.
+//   forward: Q [rows] | 2 × (K, V [key cols])
+//   dq:      Q, dO [rows] | 2 × (K, V [grad cols])
+//   dk, dv:  K, V [rows] | 2 × (Q, dO [grad cols])
 struct FlashLayout {
-  int64_t head, ldh, ldo, lds, ldp;                 // Dp; bf16 and fp32 [.][Dp] rows; fp32 scores, bf16 probs rows
-  int64_t row_tile, col_tile, scores, probs, out;   // bytes
-  constexpr int64_t forward_bytes() const { return row_tile + 2 * col_tile + scores + probs + out; }
-  constexpr int64_t backward_bytes() const {
-    return 2 * row_tile + 2 * col_tile + 2 * scores + 2 * probs + 2 * 4 * kFlashRows;
-  }
+  int64_t head, ldh;  // Dp; the bf16 tiles' row stride (elements)
+  constexpr int64_t tile(int64_t rows) const { return rows * ldh * 2; }
+  constexpr int64_t forward_bytes() const { return tile(kFlashRows) + 2 * 2 * tile(kFlashKeyCols); }
+  constexpr int64_t backward_bytes() const { return 2 * tile(kFlashRows) + 2 * 2 * tile(kFlashGradCols); }
   constexpr int64_t max_bytes() const { return forward_bytes() > backward_bytes() ? forward_bytes() : backward_bytes(); }
 };
-constexpr FlashLayout flash_layout(int64_t Dp) {
-  FlashLayout l{Dp, Dp + 8, Dp + 4, kFlashCols + 4, kFlashCols + 8, 0, 0, 0, 0, 0};
-  l.row_tile = kFlashRows * l.ldh * 2;
-  l.col_tile = kFlashCols * l.ldh * 2;
-  l.scores = kFlashRows * l.lds * 4;
-  l.probs = kFlashRows * l.ldp * 2;
-  l.out = kFlashRows * l.ldo * 4;
-  return l;
-}
+constexpr FlashLayout flash_layout(int64_t Dp) { return FlashLayout{Dp, Dp + 8}; }
 
 // The attention a backend is asked for: Auto (it chooses), Fast (the tiled
 // online-softmax kernel), Reference (fp32 cuBLAS batched, the oracle),

@@ -139,10 +139,9 @@ BOOST_AUTO_TEST_CASE(attention_paths_by_name_and_what_the_self_check_runs) {
 }
 
 // The flash kernels' shared memory (gpu/cuda/flash_attention.cu): every
-// WMMA fragment must start 32-byte aligned with a stride WMMA takes (a
-// multiple of 8 bf16 or 4 fp32 elements), the results' stage must fit over
-// the first two tiles, and each kernel must fit a block of an sm_86/sm_89
-// GPU (99 KiB), the smallest of the sm_80+ parts.
+// row ldmatrix reads must start 16-byte aligned, a matrix's 8 rows must
+// fall in different banks, and each kernel must fit a block of an
+// sm_86/sm_89 GPU (99 KiB), the smallest of the sm_80+ parts.
 BOOST_AUTO_TEST_CASE(the_flash_kernels_shared_memory_is_aligned_and_fits) {
   BOOST_TEST(flash_padded_head(1) == 64);
   BOOST_TEST(flash_padded_head(64) == 64);
@@ -151,25 +150,22 @@ BOOST_AUTO_TEST_CASE(the_flash_kernels_shared_memory_is_aligned_and_fits) {
   BOOST_TEST(flash_attention_supports(128));
   BOOST_TEST(!flash_attention_supports(129));
   BOOST_TEST(!flash_attention_supports(0));
-  static_assert(kFlashRows == 16 * kFlashWarps && kFlashCols % 32 == 0, "a lane per column, 16 rows per warp");
+  static_assert(kFlashRows == 16 * kFlashWarps, "16 rows per warp");
+  static_assert(kFlashKeyCols % 16 == 0 && kFlashGradCols % 16 == 0, "the walked tiles: whole k-steps of 16");
   for (const int64_t Dp : {64, 128}) {
     const FlashLayout l = flash_layout(Dp);
-    BOOST_TEST(l.ldh % 8 == 0);
-    BOOST_TEST(l.ldp % 8 == 0);
-    BOOST_TEST(l.ldo % 4 == 0);
-    BOOST_TEST(l.lds % 4 == 0);
-    // a fragment at (16i, 16j): 16 rows of a stride, 16 elements
-    BOOST_TEST((16 * l.ldh * 2) % 32 == 0);
-    BOOST_TEST((16 * l.ldp * 2) % 32 == 0);
-    BOOST_TEST((16 * l.ldo * 4) % 32 == 0);
-    BOOST_TEST((16 * l.lds * 4) % 32 == 0);
-    for (const int64_t bytes : {l.row_tile, l.col_tile, l.scores, l.probs, l.out}) BOOST_TEST(bytes % 32 == 0);
-    BOOST_TEST(l.out <= 2 * l.row_tile);
+    // ldmatrix: every row 16-byte aligned, and the 8 rows of a matrix in 8
+    // different groups of 4 banks (a row stride of 4 mod 32 words)
+    BOOST_TEST((l.ldh * 2) % 16 == 0);
+    BOOST_TEST((l.ldh * 2 / 4) % 32 == 4);
+    BOOST_TEST(l.ldh >= Dp);
+    // every tile starts 16-byte aligned
+    for (const int64_t rows : {kFlashRows, kFlashKeyCols, kFlashGradCols}) BOOST_TEST(l.tile(rows) % 16 == 0);
     BOOST_TEST(l.max_bytes() <= 99 * 1024);
   }
   const FlashLayout l = flash_layout(128);
-  BOOST_TEST(l.forward_bytes() == 17408 + 2 * 8704 + 9216 + 5120 + 33792);
-  BOOST_TEST(l.backward_bytes() == 2 * 17408 + 2 * 8704 + 2 * 9216 + 2 * 5120 + 512);
+  BOOST_TEST(l.forward_bytes() == (64 + 4 * 64) * 136 * 2);
+  BOOST_TEST(l.backward_bytes() == (2 * 64 + 4 * 32) * 136 * 2);
   BOOST_TEST(l.max_bytes() == l.forward_bytes());
 }
 

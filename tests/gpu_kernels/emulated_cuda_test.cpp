@@ -9,8 +9,6 @@
 // loss and gradients against the CPU engine. Then the emulator itself: it
 // must catch what the hardware would not forgive.
 #define BOOST_TEST_MODULE gpu_kernels
-#include <mma.h>  // the emulator's
-
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cmath>
@@ -21,6 +19,7 @@
 #include "cpu/cpu_backend.h"
 #include "cuda_emulator.h"
 #include "dsl/frontend.h"
+#include "gpu/cuda/flash_ptx.cuh"  // after cuda_emulator.h: the emulator's versions
 #include "gpu/backend_compare.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/self_check.h"
@@ -279,10 +278,54 @@ void mirror_kernel(float* out, bool barrier) {
 void divergent_barrier_kernel() {
   if (threadIdx.x < 32) __syncthreads();
 }
-void wmma_kernel(int offset_bytes) {
-  namespace wmma = nvcuda::wmma;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-  wmma::load_matrix_sync(c, reinterpret_cast<float*>(emu::dynamic_shared() + offset_bytes), 16, wmma::mem_row_major);
+namespace warp = maestro::cuda_detail::warp;
+void ldmatrix_kernel(int offset_bytes) {
+  uint32_t r[4];
+  warp::ldmatrix_x4(r, emu::dynamic_shared() + offset_bytes + 16 * (threadIdx.x % 32));
+}
+
+// The PTX ISA's fragments of mma.m16n8k16 (flash_ptx.cuh's comment): lane
+// L, g = L/4, t = L%4. `tiles` (bf16, rows of kLd) holds A [16][16], B
+// [16 k][16 n] and Bᵀ [16 n][16 k]; copied into shared memory. Each lane
+// writes what ldmatrix gave it, regs[12·L..]: A | B from Bᵀ plain | B
+// transposed; and its share of A·B for the n-tiles 0..7 and 8..15,
+// d_out[8·L..]: d[4] of each.
+constexpr int kLd = 24;
+void fragments_kernel(const __nv_bfloat16* tiles, uint32_t* regs, float* d_out) {
+  auto* smem = reinterpret_cast<__nv_bfloat16*>(emu::dynamic_shared());
+  for (int e = int(threadIdx.x); e < 48 * kLd; e += 32) smem[e] = tiles[e];
+  __syncthreads();
+  const auto* A = smem;
+  const auto* B = A + 16 * kLd;   // [k][n]
+  const auto* Bt = B + 16 * kLd;  // [n][k]
+  const int lane = int(threadIdx.x), i = lane / 8;
+  uint32_t a[4], b[4], bt[4];
+  warp::ldmatrix_x4(a, A + ((i % 2) * 8 + lane % 8) * kLd + (i / 2) * 8);
+  warp::ldmatrix_x4(b, Bt + ((i / 2) * 8 + lane % 8) * kLd + (i % 2) * 8);
+  warp::ldmatrix_x4_trans(bt, B + ((i % 2) * 8 + lane % 8) * kLd + (i / 2) * 8);
+  float d[2][4] = {};
+  const uint32_t lo[2] = {b[0], b[1]}, hi[2] = {b[2], b[3]};
+  warp::mma_bf16_16816(d[0], a, lo);
+  warp::mma_bf16_16816(d[1], a, hi);
+  for (int e = 0; e < 4; ++e) {
+    regs[12 * lane + e] = a[e];
+    regs[12 * lane + 4 + e] = b[e];
+    regs[12 * lane + 8 + e] = bt[e];
+    d_out[8 * lane + e] = d[0][e];
+    d_out[8 * lane + 4 + e] = d[1][e];
+  }
+}
+
+// Each thread copies its 16 bytes in by cp.async and reads them back
+// before and after the wait.
+void async_copy_kernel(const float* src, float* before, float* after) {
+  float* s = reinterpret_cast<float*>(emu::dynamic_shared());
+  const int i = int(threadIdx.x);
+  warp::cp_async16(s + 4 * i, src + 4 * i, i % 2 == 0);  // odd threads: zeros
+  warp::cp_async_commit();
+  before[i] = s[4 * i];
+  warp::cp_async_wait<0>();
+  after[i] = s[4 * i];
 }
 void shared_kernel(int* ran) { *ran = 1; }
 
@@ -308,11 +351,76 @@ BOOST_AUTO_TEST_CASE(a_barrier_some_threads_skip_is_a_fault) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(a_misaligned_wmma_pointer_is_a_fault) {
-  emu::launch(wmma_kernel, "wmma", 1, 32, 4096)(0);
-  BOOST_CHECK_EXCEPTION(
-      emu::launch(wmma_kernel, "wmma", 1, 32, 4096)(16), emu::KernelFault,
-      [](const emu::KernelFault& e) { return std::string(e.what()).find("not 32-byte aligned") != std::string::npos; });
+BOOST_AUTO_TEST_CASE(a_misaligned_ldmatrix_row_is_a_fault) {
+  emu::launch(ldmatrix_kernel, "ldmatrix", 1, 32, 4096)(0);
+  BOOST_CHECK_EXCEPTION(emu::launch(ldmatrix_kernel, "ldmatrix", 1, 32, 4096)(8), emu::KernelFault,
+                        [](const emu::KernelFault& e) {
+                          return std::string(e.what()).find("not 16-byte aligned") != std::string::npos;
+                        });
+}
+
+BOOST_AUTO_TEST_CASE(mma_and_ldmatrix_follow_the_ptx_fragment_layouts) {
+  // Small integers: exact in bf16, their products' sums exact in fp32.
+  auto a_at = [](int r, int k) { return float((r * 16 + k) % 13 - 6); };
+  auto b_at = [](int k, int n) { return float((k * 16 + n) % 7 - 3); };
+  auto bits = [](float x) { return uint32_t(__float2bfloat16_rn(x).bits); };
+  auto pair = [&](float lo, float hi) { return bits(lo) | bits(hi) << 16; };
+  std::vector<__nv_bfloat16> tiles(48 * kLd, __float2bfloat16_rn(0.0f));
+  for (int x = 0; x < 16; ++x)
+    for (int y = 0; y < 16; ++y) {
+      tiles[size_t(x * kLd + y)] = __float2bfloat16_rn(a_at(x, y));
+      tiles[size_t((16 + x) * kLd + y)] = __float2bfloat16_rn(b_at(x, y));
+      tiles[size_t((32 + y) * kLd + x)] = __float2bfloat16_rn(b_at(x, y));
+    }
+  std::vector<uint32_t> regs(32 * 12);
+  std::vector<float> d(32 * 8);
+  emu::launch(fragments_kernel, "fragments", 1, 32, 48 * kLd * 2)(tiles.data(), regs.data(), d.data());
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    const uint32_t* r = &regs[size_t(12 * lane)];
+    BOOST_TEST(r[0] == pair(a_at(g, 2 * t), a_at(g, 2 * t + 1)));
+    BOOST_TEST(r[1] == pair(a_at(g + 8, 2 * t), a_at(g + 8, 2 * t + 1)));
+    BOOST_TEST(r[2] == pair(a_at(g, 2 * t + 8), a_at(g, 2 * t + 9)));
+    BOOST_TEST(r[3] == pair(a_at(g + 8, 2 * t + 8), a_at(g + 8, 2 * t + 9)));
+    for (int n = 0; n < 2; ++n) {  // the n-tiles 0..7 and 8..15: b[2n], b[2n + 1]
+      BOOST_TEST(r[4 + 2 * n] == pair(b_at(2 * t, 8 * n + g), b_at(2 * t + 1, 8 * n + g)));
+      BOOST_TEST(r[5 + 2 * n] == pair(b_at(2 * t + 8, 8 * n + g), b_at(2 * t + 9, 8 * n + g)));
+    }
+    for (int e = 0; e < 4; ++e) BOOST_TEST(r[8 + e] == r[4 + e]);  // B transposed = Bᵀ plain
+    for (int n = 0; n < 2; ++n)
+      for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e / 2), col = 8 * n + 2 * t + e % 2;
+        float want = 0;
+        for (int k = 0; k < 16; ++k) want += a_at(row, k) * b_at(k, col);
+        BOOST_TEST(d[size_t(8 * lane + 4 * n + e)] == want, "lane " << lane << " n " << n << " e " << e);
+      }
+  }
+}
+
+// A copy lands at its wait in order, at its issue in reverse: the two
+// hazards a pipelined kernel can have (read too early, overwrite too early).
+BOOST_AUTO_TEST_CASE(cp_async_copies_land_by_their_wait) {
+  std::vector<float> src(32 * 4), before(32), after(32);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = float(i + 1);
+  for (const emu::Schedule order : {emu::Schedule::ThreadOrder, emu::Schedule::Reverse}) {
+    emu::set_schedule(order);
+    emu::launch(async_copy_kernel, "async_copy", 1, 32, 32 * 16)(src.data(), before.data(), after.data());
+    for (int i = 0; i < 32; ++i) {
+      const float want = i % 2 == 0 ? src[size_t(4 * i)] : 0.0f;
+      BOOST_TEST(after[size_t(i)] == want);
+      if (order == emu::Schedule::ThreadOrder)
+        BOOST_TEST(std::isnan(before[size_t(i)]));
+      else
+        BOOST_TEST(before[size_t(i)] == want);
+    }
+  }
+  emu::set_schedule(emu::Schedule::ThreadOrder);
+  BOOST_CHECK_EXCEPTION(emu::launch(async_copy_kernel, "async_copy", 1, 32, 32 * 16)(src.data() + 1, before.data(),
+                                                                                     after.data()),
+                        emu::KernelFault, [](const emu::KernelFault& e) {
+                          return std::string(e.what()).find("cp.async: a source not 16-byte aligned") !=
+                                 std::string::npos;
+                        });
 }
 
 BOOST_AUTO_TEST_CASE(shared_memory_past_48_kib_needs_the_kernels_attribute) {

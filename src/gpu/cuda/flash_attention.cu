@@ -1,33 +1,39 @@
 // The flash attention kernels (attention_kernels.h, "flash path"): the
 // tiled kernel's online softmax with its four products on the tensor cores
-// (WMMA 16×16×16, bf16 operands — the backend's bf16 copies of q, k, v, dO
-// — fp32 sums), and no [H, L, L] buffer in device memory.
-// Geometry and shared-memory layout: gpu/launch_plan.h (FlashLayout).
+// in the manner of FlashAttention-2 — mma.sync m16n8k16 with bf16 operands
+// (the backend's bf16 copies of q, k, v, dO) and fp32 sums
+// (gpu/cuda/flash_ptx.cuh) — each warp's scores, probabilities and output
+// kept in registers, and no [H, L, L] buffer in device memory. Shared
+// memory holds only the bf16 tiles (gpu/launch_plan.h's FlashLayout); the
+// next tile of the walked side is copied in (cp.async) while the block
+// computes on the current one.
 // Per-element math: gpu/kernel_math.h (flash_rescale, flash_prob,
-// attention_dscore). No atomics: dq is summed by the query rows' block,
-// dk and dv by the key rows' block, each in a fixed order — the same bits
-// on every run. Written without a GPU: the start-up self-check runs it
-// against the reference path before a run may train on it.
+// attention_dscore). No atomics: dq is summed by the query rows' block, dk
+// and dv by the key rows' block, each in a fixed order — the same bits on
+// every run. Written without a GPU: the emulator runs them on the CPU
+// (tests/gpu_kernels), and the start-up self-check runs them against the
+// reference path before a run may train on them.
 #include <cuda_bf16.h>
-#include <mma.h>
 
 #include "gpu/cuda/attention_kernels.h"
 #include "gpu/cuda/cuda_check.h"
-#include "gpu/cuda/device_reduce.cuh"
+#include "gpu/cuda/flash_ptx.cuh"
 #include "gpu/kernel_math.h"
 
 namespace maestro::cuda_detail {
 
 namespace gm = gpu_math;
-namespace wmma = nvcuda::wmma;
 
 namespace {
 
 using bf16 = __nv_bfloat16;
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
-using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
-using FragBt = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;  // read as the transpose
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+using warp::cp_async16;
+using warp::cp_async_commit;
+using warp::cp_async_wait;
+using warp::ldmatrix_x4;
+using warp::ldmatrix_x4_trans;
+using warp::mma_bf16_16816;
+using warp::pack_bf16;
 
 constexpr int kThreads = 32 * kFlashWarps;
 
@@ -35,9 +41,11 @@ constexpr int kThreads = 32 * kFlashWarps;
 // d < D; zero for the padding (r < n, d < Dp). Both bf16: the backend hands
 // the kernels bf16 copies of q, k, v and dO (rounded once per call, as the
 // tensor-core path's GEMMs read them). With D a multiple of 8, 16-byte
-// loads and stores: every row then starts 16-byte aligned (the backend's
-// scratch is 256-byte aligned, the strides multiples of D, and the shared
-// rows Dp + 8 long).
+// cp.async copies in the calling thread's open group (every row then starts
+// 16-byte aligned: the backend's scratch is 256-byte aligned, the strides
+// multiples of D, and the shared rows Dp + 8 long); else plain stores.
+// Either way the tile is there for every thread after the group's
+// cp_async_wait and a barrier.
 template <int Dp>
 __device__ void load_tile(bf16* dst, int64_t ld, const bf16* src, int64_t row0, int64_t rows, int64_t stride,
                           int64_t D, int n) {
@@ -45,9 +53,8 @@ __device__ void load_tile(bf16* dst, int64_t ld, const bf16* src, int64_t row0, 
     constexpr int kPerRow = Dp / 8;
     for (int e = threadIdx.x; e < n * kPerRow; e += kThreads) {
       const int r = e / kPerRow, d = (e % kPerRow) * 8;
-      uint4 x = make_uint4(0u, 0u, 0u, 0u);
-      if (r < rows && d < D) x = *reinterpret_cast<const uint4*>(src + (row0 + r) * stride + d);
-      *reinterpret_cast<uint4*>(dst + r * ld + d) = x;
+      const bool valid = r < rows && d < D;
+      cp_async16(dst + r * ld + d, valid ? src + (row0 + r) * stride + d : src, valid);
     }
   } else {
     for (int e = threadIdx.x; e < n * Dp; e += kThreads) {
@@ -57,321 +64,368 @@ __device__ void load_tile(bf16* dst, int64_t ld, const bf16* src, int64_t row0, 
   }
 }
 
-// C[16][kFlashCols] (fp32, ldc) = A[16][Dp]·B[kFlashCols][Dp]ᵀ. a(k, f)
-// puts A's k-th 16×16 fragment in f: from registers (the forward's and the
-// dq kernel's own rows, loaded once) or from shared memory (the dk/dv
-// kernel, whose 2·Dp/16 accumulators leave no registers for them).
-template <int Dp, typename AFragment>
-__device__ void product_abt(float* C, int64_t ldc, AFragment a, const bf16* B, int64_t ldb) {
+// A warp's fragments (flash_ptx.cuh's layouts). Lane L: g = L/4 owns rows g
+// and g + 8 of a 16-row tile, t = L%4 columns 2t and 2t + 1 of each 8.
+// An accumulator of 16 rows × 8·NT columns is float[NT][4]: element e of
+// column tile n is row g + 8·(e/2), column 8n + 2t + e%2.
+__device__ int lane_id() { return int(threadIdx.x % 32); }
+
+// a = the A fragment of tile[0..15][c0..c0+15] (bf16, row stride ld).
+__device__ void load_a(uint32_t (&a)[4], const bf16* tile, int64_t ld, int c0) {
+  const int lane = lane_id(), i = lane / 8;
+  ldmatrix_x4(a, tile + ((i % 2) * 8 + lane % 8) * ld + c0 + (i / 2) * 8);
+}
+// b[0..1], b[2..3] = the B fragments of columns n0..n0+7 and n0+8..n0+15,
+// k in k0..k0+15, of B = tileᵀ, tile [n][k] row-major (K or V in Q·Kᵀ).
+__device__ void load_b_transposed(uint32_t (&b)[4], const bf16* tile, int64_t ld, int n0, int k0) {
+  const int lane = lane_id(), i = lane / 8;
+  ldmatrix_x4(b, tile + (n0 + (i / 2) * 8 + lane % 8) * ld + k0 + (i % 2) * 8);
+}
+// The same of B = tile, tile [k][n] row-major (V in P·V).
+__device__ void load_b(uint32_t (&b)[4], const bf16* tile, int64_t ld, int k0, int n0) {
+  const int lane = lane_id(), i = lane / 8;
+  ldmatrix_x4_trans(b, tile + (k0 + (i % 2) * 8 + lane % 8) * ld + n0 + (i / 2) * 8);
+}
+__device__ void mma_pair(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+  const uint32_t lo[2] = {b[0], b[1]}, hi[2] = {b[2], b[3]};
+  mma_bf16_16816(c0, a, lo);
+  mma_bf16_16816(c1, a, hi);
+}
+
+// c[16][8·NT] = A[16][Dp]·B[8·NT][Dp]ᵀ: A the warp's 16 rows (Q, dO; K, V),
+// B the walked tile (K, V; Q, dO), both bf16 in shared memory.
+template <int Dp, int NT>
+__device__ void product_abt(float (&c)[NT][4], const bf16* A, const bf16* B, int64_t ld) {
 #pragma unroll
-  for (int n = 0; n < kFlashCols / 16; ++n) {
-    FragC c;
-    wmma::fill_fragment(c, 0.0f);
+  for (int n = 0; n < NT; ++n)
 #pragma unroll
-    for (int k = 0; k < Dp / 16; ++k) {
-      FragA f;
-      FragBt b;
-      a(k, f);
-      wmma::load_matrix_sync(b, B + 16 * n * ldb + 16 * k, unsigned(ldb));
-      wmma::mma_sync(c, f, b, c);
+    for (int e = 0; e < 4; ++e) c[n][e] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < Dp / 16; ++k) {
+    uint32_t a[4];
+    load_a(a, A, ld, 16 * k);
+#pragma unroll
+    for (int n = 0; n < NT / 2; ++n) {
+      uint32_t b[4];
+      load_b_transposed(b, B, ld, 16 * n, 16 * k);
+      mma_pair(c[2 * n], c[2 * n + 1], a, b);
     }
-    wmma::store_matrix_sync(C + 16 * n, c, unsigned(ldc), wmma::mem_row_major);
   }
 }
-// A's fragments held in registers, or read from shared memory (A[16][Dp], lda).
-template <int Dp>
-struct HeldRows {
-  const FragA (&a)[Dp / 16];
-  __device__ void operator()(int k, FragA& f) const { f = a[k]; }
-};
-struct SharedRows {
-  const bf16* A;
-  int64_t lda;
-  __device__ void operator()(int k, FragA& f) const { wmma::load_matrix_sync(f, A + 16 * k, unsigned(lda)); }
-};
 
-// The warp's 16 rows of A[.][Dp] (bf16, lda) as fragments.
-template <int Dp>
-__device__ void load_rows(FragA (&a)[Dp / 16], const bf16* A, int64_t lda) {
+// The accumulator c[16][8·NT] rounded to bf16 as A fragments of 16 columns each.
+template <int NT>
+__device__ void as_a(uint32_t (&a)[NT / 2][4], const float (&c)[NT][4]) {
 #pragma unroll
-  for (int k = 0; k < Dp / 16; ++k) wmma::load_matrix_sync(a[k], A + 16 * k, unsigned(lda));
+  for (int k = 0; k < NT / 2; ++k) {
+    a[k][0] = pack_bf16(c[2 * k][0], c[2 * k][1]);
+    a[k][1] = pack_bf16(c[2 * k][2], c[2 * k][3]);
+    a[k][2] = pack_bf16(c[2 * k + 1][0], c[2 * k + 1][1]);
+    a[k][3] = pack_bf16(c[2 * k + 1][2], c[2 * k + 1][3]);
+  }
 }
 
-// acc[16][Dp] += A[16][kFlashCols]·B[kFlashCols][Dp] (A, B bf16 row-major).
-template <int Dp>
-__device__ void product_ab(FragC (&acc)[Dp / 16], const bf16* A, int64_t lda, const bf16* B, int64_t ldb) {
+// acc[16][Dp] += P[16][16·KT]·B[16·KT][Dp]: P in registers (as_a), B the
+// walked tile [k][Dp] (V; dO, Q; K), bf16 in shared memory.
+template <int Dp, int KT>
+__device__ void product_pb(float (&acc)[Dp / 8][4], const uint32_t (&p)[KT][4], const bf16* B, int64_t ld) {
 #pragma unroll
-  for (int k = 0; k < kFlashCols / 16; ++k) {
-    FragA a;
-    wmma::load_matrix_sync(a, A + 16 * k, unsigned(lda));
+  for (int k = 0; k < KT; ++k)
 #pragma unroll
     for (int n = 0; n < Dp / 16; ++n) {
-      FragB b;
-      wmma::load_matrix_sync(b, B + 16 * k * ldb + 16 * n, unsigned(ldb));
-      wmma::mma_sync(acc[n], a, b, acc[n]);
+      uint32_t b[4];
+      load_b(b, B, ld, 16 * k, 16 * n);
+      mma_pair(acc[2 * n], acc[2 * n + 1], p[k], b);
     }
+}
+
+template <int N>
+__device__ void zero(float (&c)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[n][e] = 0.0f;
+}
+
+// The max (or sum) of a row over the four lanes of a quad that hold it.
+__device__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// A gradient's warp rows from its accumulator: grad[(row0 + r)·stride + d]
+// gets scale·acc (put_grad) for the lane's rows r < rows and columns d < D.
+template <int Dp>
+__device__ void write_rows(float* grad, bool add, const float (&acc)[Dp / 8][4], int64_t row0, int64_t rows,
+                           int64_t stride, int64_t D, float scale) {
+  const int g = lane_id() / 4, t = lane_id() % 4;
+#pragma unroll
+  for (int n = 0; n < Dp / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t r = g + 8 * (e / 2), d = 8 * n + 2 * t + e % 2;
+      if (r < rows && d < D) gm::put_grad(grad[(row0 + r) * stride + d], scale * acc[n][e], add);
+    }
+}
+
+// The walk over the other side's tiles, shared by the three kernels: tile
+// i + 1 is copied into stage (i + 1) % 2 while the block computes on tile
+// i in stage i % 2. `load(i, stage)` issues tile i's copies (the first
+// group also holds the block's own rows, issued before the walk);
+// `compute(i, stage)` runs once tile i is there for every thread.
+template <typename Load, typename Compute>
+__device__ void walk_tiles(int64_t n, Load load, Compute compute) {
+  load(int64_t(0), 0);
+  cp_async_commit();
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + 1 < n) load(i + 1, int((i + 1) % 2));
+    cp_async_commit();  // possibly empty: every thread's groups stay in step
+    cp_async_wait<1>();  // all but the newest group: tile i (and the own rows) landed
+    __syncthreads();
+    compute(i, int(i % 2));
+    __syncthreads();  // stage i % 2 is consumed before tile i + 2 is copied over it
   }
-}
-
-template <int Dp>
-__device__ void zero(FragC (&acc)[Dp / 16]) {
-#pragma unroll
-  for (int n = 0; n < Dp / 16; ++n) wmma::fill_fragment(acc[n], 0.0f);
-}
-
-// The backward kernels' shared memory (FlashLayout, "backward"): two tiles
-// of the block's own rows, two of the walked side, S and dP, P and dS, and
-// two rows of per-row values (lse, delta).
-struct BackwardTiles {
-  bf16 *own0, *own1, *walk0, *walk1, *P, *dS;
-  float *S, *dP, *lse, *delta;
-};
-template <int Dp>
-__device__ BackwardTiles backward_tiles(unsigned char* smem) {
-  constexpr FlashLayout L = flash_layout(Dp);
-  BackwardTiles b;
-  b.own0 = reinterpret_cast<bf16*>(smem);
-  b.own1 = reinterpret_cast<bf16*>(smem + L.row_tile);
-  b.walk0 = reinterpret_cast<bf16*>(smem + 2 * L.row_tile);
-  b.walk1 = reinterpret_cast<bf16*>(smem + 2 * L.row_tile + L.col_tile);
-  b.S = reinterpret_cast<float*>(smem + 2 * L.row_tile + 2 * L.col_tile);
-  b.dP = b.S + kFlashRows * L.lds;
-  b.P = reinterpret_cast<bf16*>(b.dP + kFlashRows * L.lds);
-  b.dS = b.P + kFlashRows * L.ldp;
-  b.lse = reinterpret_cast<float*>(b.dS + kFlashRows * L.ldp);
-  b.delta = b.lse + kFlashRows;
-  return b;
-}
-
-// The warp's 16 rows of a gradient: staged through shared memory
-// (stage[16][Dp], fp32, ldo), then grad[(row0 + r)·stride + d] gets
-// scale·value (put_grad) for r < rows and d < D.
-template <int Dp>
-__device__ void write_rows(float* grad, bool add, const FragC (&acc)[Dp / 16], float* stage, int64_t ldo,
-                           int64_t row0, int64_t rows, int64_t stride, int64_t D, float scale) {
-#pragma unroll
-  for (int n = 0; n < Dp / 16; ++n) wmma::store_matrix_sync(stage + 16 * n, acc[n], unsigned(ldo), wmma::mem_row_major);
-  __syncwarp();
-  const int lane = threadIdx.x % 32;
-  for (int r = 0; r < 16 && r < rows; ++r)
-    for (int64_t d = lane; d < D; d += 32) gm::put_grad(grad[(row0 + r) * stride + d], scale * stage[r * ldo + d], add);
-  __syncwarp();
 }
 
 // grid (n_tiles of kFlashRows query rows, H). Warp w owns the tile's query
-// rows 16w..16w+15: S = q·kᵀ per key tile into shared memory, the online
-// softmax (two lanes per row), O rescaled and O += P·v, O kept in shared
-// memory (a fragment's layout is opaque, so its rows cannot be rescaled in
-// registers).
+// rows 16w..16w+15: per tile of kFlashKeyCols keys S = q·kᵀ in registers,
+// the online softmax there (each lane's two rows; a row's max over its
+// quad), O rescaled and O += P·v with P handed on in registers. A lane's
+// Σ exp covers its own columns; the quad adds them at the end.
 template <int Dp>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                          const AttentionTile* tiles, int64_t H, int64_t KV, int64_t D, bool causal) {
   constexpr FlashLayout L = flash_layout(Dp);
+  constexpr int C = kFlashKeyCols, NT = C / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* Ks = reinterpret_cast<bf16*>(smem + L.row_tile);
-  bf16* Vs = reinterpret_cast<bf16*>(smem + L.row_tile + L.col_tile);
-  float* Ss = reinterpret_cast<float*>(smem + L.row_tile + 2 * L.col_tile);
-  bf16* Ps = reinterpret_cast<bf16*>(smem + L.row_tile + 2 * L.col_tile + L.scores);
-  float* Os = reinterpret_cast<float*>(smem + L.row_tile + 2 * L.col_tile + L.scores + L.probs);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = 16 * warp;
+  bf16* stages = Qs + kFlashRows * L.ldh;  // stage s: K at s·2C rows, V C rows after
+  const int warp = threadIdx.x / 32, g = lane_id() / 4, r0 = 16 * warp;
+  const int ct = 2 * (lane_id() % 4);  // the lane's first column in each 8
   const AttentionTile t = tiles[blockIdx.x];
   const int64_t h = blockIdx.y, kh = h / (H / KV);
   const float scale = rsqrtf(float(D));
-  load_tile<Dp>(Qs, L.ldh, q + h * D, t.row0, t.rows, H * D, D, kFlashRows);
-  for (int e = threadIdx.x; e < kFlashRows * L.ldo; e += kThreads) Os[e] = 0.0f;
-  __syncthreads();
-  FragA qf[Dp / 16];
-  load_rows<Dp>(qf, Qs + r0 * L.ldh, L.ldh);
-  // The online softmax: lanes 2r and 2r + 1 own row r of the warp's 16,
-  // half of its columns (and of O's) each, and keep the row's max m and
-  // Σ exp l; a tile's row max and sum take one shuffle between the two.
-  constexpr int kHalf = kFlashCols / 2;
-  const int my_row = lane / 2, half = lane % 2;
-  const int64_t my_local = r0 + my_row;
-  float m = -INFINITY, l = 0.0f;
+  float o[Dp / 8][4];
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
   const int64_t key_end = causal ? int64_t(t.row0) + t.rows : int64_t(t.seq_end);
   const int64_t last_row = int64_t(t.row0) + r0 + 15;  // the warp's last query row
-  for (int64_t key0 = t.seq_begin; key0 < key_end; key0 += kFlashCols) {
-    const int64_t keys = key_end - key0 < kFlashCols ? key_end - key0 : int64_t(kFlashCols);
-    __syncthreads();  // the previous K, V tiles are consumed
-    load_tile<Dp>(Ks, L.ldh, k + kh * D, key0, keys, KV * D, D, kFlashCols);
-    load_tile<Dp>(Vs, L.ldh, v + kh * D, key0, keys, KV * D, D, kFlashCols);
-    __syncthreads();
-    if (causal && key0 > last_row) continue;  // every key of the tile is after the warp's rows
-    product_abt<Dp>(Ss + r0 * L.lds, L.lds, HeldRows<Dp>{qf}, Ks, L.ldh);
-    __syncwarp();
-    float x[kHalf], mx = -INFINITY;
-    const int64_t row = t.row0 + my_local;
+  load_tile<Dp>(Qs, L.ldh, q + h * D, t.row0, t.rows, H * D, D, kFlashRows);
+  auto key0_of = [&](int64_t i) { return int64_t(t.seq_begin) + i * C; };
+  auto keys_of = [&](int64_t i) { return key_end - key0_of(i) < C ? key_end - key0_of(i) : int64_t(C); };
+  auto load = [&](int64_t i, int stage) {
+    bf16* Ks = stages + stage * 2 * C * L.ldh;
+    load_tile<Dp>(Ks, L.ldh, k + kh * D, key0_of(i), keys_of(i), KV * D, D, C);
+    load_tile<Dp>(Ks + C * L.ldh, L.ldh, v + kh * D, key0_of(i), keys_of(i), KV * D, D, C);
+  };
+  auto compute = [&](int64_t i, int stage) {
+    const int64_t key0 = key0_of(i), keys = keys_of(i);
+    if (causal && key0 > last_row) return;  // every key of the tile is after the warp's rows
+    const bf16* Ks = stages + stage * 2 * C * L.ldh;
+    float s[NT][4];
+    product_abt<Dp, NT>(s, Qs + r0 * L.ldh, Ks, L.ldh);
+    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int i = 0; i < kHalf; ++i) {
-      const int j = half * kHalf + i;
-      x[i] = my_local < t.rows && j < keys && gm::attention_visible(row, key0 + j, causal)
-                 ? Ss[my_local * L.lds + j] * scale
-                 : -INFINITY;
-      mx = fmaxf(mx, x[i]);
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t local = r0 + g + 8 * (e / 2), j = 8 * n + ct + e % 2;
+        const float x = local < t.rows && j < keys && gm::attention_visible(t.row0 + local, key0 + j, causal)
+                            ? s[n][e] * scale
+                            : -INFINITY;
+        s[n][e] = x;
+        mx[e / 2] = fmaxf(mx[e / 2], x);
+      }
+    float m_new[2], alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m_new[r] = fmaxf(m[r], quad_max(mx[r]));
+      alpha[r] = gm::flash_rescale(m[r], m_new[r]);
     }
-    const float m_new = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
-    const float alpha = gm::flash_rescale(m, m_new);
-    float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kHalf; ++i) {
-      const float p = gm::flash_prob(x[i], m_new);
-      sum += p;
-      Ps[my_local * L.ldp + half * kHalf + i] = __float2bfloat16_rn(p);
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sum[e / 2] += s[n][e] = gm::flash_prob(s[n][e], m_new[e / 2]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] = l[r] * alpha[r] + sum[r];
+      m[r] = m_new[r];
     }
-    l = l * alpha + (sum + __shfl_xor_sync(0xffffffffu, sum, 1));
-    m = m_new;
-#pragma unroll 8
-    for (int d = half * (Dp / 2); d < (half + 1) * (Dp / 2); ++d) Os[my_local * L.ldo + d] *= alpha;
-    __syncwarp();
-    FragC o[Dp / 16];
 #pragma unroll
-    for (int n = 0; n < Dp / 16; ++n)
-      wmma::load_matrix_sync(o[n], Os + r0 * L.ldo + 16 * n, unsigned(L.ldo), wmma::mem_row_major);
-    product_ab<Dp>(o, Ps + r0 * L.ldp, L.ldp, Vs, L.ldh);
+    for (int n = 0; n < Dp / 8; ++n)
 #pragma unroll
-    for (int n = 0; n < Dp / 16; ++n)
-      wmma::store_matrix_sync(Os + r0 * L.ldo + 16 * n, o[n], unsigned(L.ldo), wmma::mem_row_major);
-    __syncwarp();
-  }
-  // Out: the whole warp on a row (lanes along the head), its m and l from lane 2r.
-  for (int r = 0; r < 16; ++r) {
-    const float row_m = __shfl_sync(0xffffffffu, m, 2 * r), row_l = __shfl_sync(0xffffffffu, l, 2 * r);
-    const int64_t local = r0 + r, row = t.row0 + local;
-    if (local >= t.rows) break;  // warp-uniform
-    const float inv = 1.0f / row_l;  // l > 0: a row sees at least its own key
-    for (int64_t d = lane; d < D; d += 32) out[(row * H + h) * D + d] = Os[local * L.ldo + d] * inv;
-    if (lane == 0) lse[row * H + h] = row_m + logf(row_l);
+      for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e / 2];
+    uint32_t p[NT / 2][4];
+    as_a<NT>(p, s);
+    product_pb<Dp, NT / 2>(o, p, Ks + C * L.ldh, L.ldh);
+  };
+  walk_tiles((key_end - t.seq_begin + C - 1) / C, load, compute);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] = quad_sum(l[r]);
+    const int64_t local = r0 + g + 8 * r, row = t.row0 + local;
+    if (local >= t.rows) continue;
+    const float inv = 1.0f / l[r];  // l > 0: a row sees at least its own key
+#pragma unroll
+    for (int n = 0; n < Dp / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t d = 8 * n + ct + e;
+        if (d < D) out[(row * H + h) * D + d] = o[n][2 * r + e] * inv;
+      }
+    if (ct == 0) lse[row * H + h] = m[r] + logf(l[r]);
   }
 }
 
 // grid (n_tiles of kFlashRows query rows, H). Warp w owns query rows
-// 16w..16w+15: per key tile S = q·kᵀ and dP = dO·vᵀ, dS = P·(dP − delta)
-// with P = exp(scale·S − lse), and dq += dS·k in fragments; dq = scale·Σ.
+// 16w..16w+15: per tile of kFlashGradCols keys S = q·kᵀ and dP = dO·vᵀ in
+// registers, dS = P·(dP − delta) with P = exp(scale·S − lse), and
+// dq += dS·k with dS handed on in registers; dq = scale·Σ.
 template <int Dp>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_q_kernel(float* dq, bool add_dq, const bf16* dout, const float* lse, const float* delta,
                             const bf16* q, const bf16* k, const bf16* v, const AttentionTile* tiles, int64_t H,
                             int64_t KV, int64_t D, bool causal) {
   constexpr FlashLayout L = flash_layout(Dp);
+  constexpr int C = kFlashGradCols, NT = C / 8;
   extern __shared__ __align__(128) unsigned char smem[];
-  const BackwardTiles b = backward_tiles<Dp>(smem);
-  bf16 *Qs = b.own0, *dOs = b.own1, *Ks = b.walk0, *Vs = b.walk1, *dSs = b.dS;
-  float *Ss = b.S, *dPs = b.dP, *lse_s = b.lse, *delta_s = b.delta;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = 16 * warp;
+  bf16* Qs = reinterpret_cast<bf16*>(smem);
+  bf16* dOs = Qs + kFlashRows * L.ldh;
+  bf16* stages = dOs + kFlashRows * L.ldh;  // stage s: K at s·2C rows, V C rows after
+  const int warp = threadIdx.x / 32, g = lane_id() / 4, r0 = 16 * warp;
+  const int ct = 2 * (lane_id() % 4);
   const AttentionTile t = tiles[blockIdx.x];
   const int64_t h = blockIdx.y, kh = h / (H / KV);
   const float scale = rsqrtf(float(D));
-  load_tile<Dp>(Qs, L.ldh, q + h * D, t.row0, t.rows, H * D, D, kFlashRows);
-  load_tile<Dp>(dOs, L.ldh, dout + h * D, t.row0, t.rows, H * D, D, kFlashRows);
-  for (int r = threadIdx.x; r < kFlashRows; r += kThreads) {
-    lse_s[r] = r < t.rows ? lse[(t.row0 + r) * H + h] : 0.0f;
-    delta_s[r] = r < t.rows ? delta[(t.row0 + r) * H + h] : 0.0f;
+  float row_lse[2], row_delta[2];  // the lane's rows g and g + 8
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t local = r0 + g + 8 * r;
+    row_lse[r] = local < t.rows ? lse[(t.row0 + local) * H + h] : 0.0f;
+    row_delta[r] = local < t.rows ? delta[(t.row0 + local) * H + h] : 0.0f;
   }
-  __syncthreads();
-  FragA qf[Dp / 16], dof[Dp / 16];
-  load_rows<Dp>(qf, Qs + r0 * L.ldh, L.ldh);
-  load_rows<Dp>(dof, dOs + r0 * L.ldh, L.ldh);
-  FragC acc[Dp / 16];
-  zero<Dp>(acc);
+  float acc[Dp / 8][4];
+  zero(acc);
   const int64_t key_end = causal ? int64_t(t.row0) + t.rows : int64_t(t.seq_end);
   const int64_t last_row = int64_t(t.row0) + r0 + 15;
-  for (int64_t key0 = t.seq_begin; key0 < key_end; key0 += kFlashCols) {
-    const int64_t keys = key_end - key0 < kFlashCols ? key_end - key0 : int64_t(kFlashCols);
-    __syncthreads();
-    load_tile<Dp>(Ks, L.ldh, k + kh * D, key0, keys, KV * D, D, kFlashCols);
-    load_tile<Dp>(Vs, L.ldh, v + kh * D, key0, keys, KV * D, D, kFlashCols);
-    __syncthreads();
-    if (causal && key0 > last_row) continue;
-    product_abt<Dp>(Ss + r0 * L.lds, L.lds, HeldRows<Dp>{qf}, Ks, L.ldh);
-    product_abt<Dp>(dPs + r0 * L.lds, L.lds, HeldRows<Dp>{dof}, Vs, L.ldh);
-    __syncwarp();
-    for (int r = 0; r < 16; ++r) {
-      const int64_t local = r0 + r, row = t.row0 + local;
+  load_tile<Dp>(Qs, L.ldh, q + h * D, t.row0, t.rows, H * D, D, kFlashRows);
+  load_tile<Dp>(dOs, L.ldh, dout + h * D, t.row0, t.rows, H * D, D, kFlashRows);
+  auto key0_of = [&](int64_t i) { return int64_t(t.seq_begin) + i * C; };
+  auto keys_of = [&](int64_t i) { return key_end - key0_of(i) < C ? key_end - key0_of(i) : int64_t(C); };
+  auto load = [&](int64_t i, int stage) {
+    bf16* Ks = stages + stage * 2 * C * L.ldh;
+    load_tile<Dp>(Ks, L.ldh, k + kh * D, key0_of(i), keys_of(i), KV * D, D, C);
+    load_tile<Dp>(Ks + C * L.ldh, L.ldh, v + kh * D, key0_of(i), keys_of(i), KV * D, D, C);
+  };
+  auto compute = [&](int64_t i, int stage) {
+    const int64_t key0 = key0_of(i), keys = keys_of(i);
+    if (causal && key0 > last_row) return;
+    const bf16* Ks = stages + stage * 2 * C * L.ldh;
+    float s[NT][4], dp[NT][4];
+    product_abt<Dp, NT>(s, Qs + r0 * L.ldh, Ks, L.ldh);
+    product_abt<Dp, NT>(dp, dOs + r0 * L.ldh, Ks + C * L.ldh, L.ldh);
 #pragma unroll
-      for (int c = 0; c < kFlashCols / 32; ++c) {
-        const int j = lane + 32 * c;
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t local = r0 + g + 8 * (e / 2), j = 8 * n + ct + e % 2;
         float ds = 0.0f;
-        if (local < t.rows && j < keys && gm::attention_visible(row, key0 + j, causal))
-          ds = gm::attention_dscore(expf(Ss[local * L.lds + j] * scale - lse_s[local]), dPs[local * L.lds + j],
-                                    delta_s[local]);
-        dSs[local * L.ldp + j] = __float2bfloat16_rn(ds);
+        if (local < t.rows && j < keys && gm::attention_visible(t.row0 + local, key0 + j, causal))
+          ds = gm::attention_dscore(expf(s[n][e] * scale - row_lse[e / 2]), dp[n][e], row_delta[e / 2]);
+        s[n][e] = ds;
       }
-    }
-    __syncwarp();
-    product_ab<Dp>(acc, dSs + r0 * L.ldp, L.ldp, Ks, L.ldh);
-  }
-  __syncthreads();  // the stage overlays Q and dO
-  float* stage = reinterpret_cast<float*>(smem);
-  write_rows<Dp>(dq + h * D, add_dq, acc, stage + r0 * L.ldo, L.ldo, t.row0 + r0, t.rows - r0, H * D, D, scale);
+    uint32_t ds16[NT / 2][4];
+    as_a<NT>(ds16, s);
+    product_pb<Dp, NT / 2>(acc, ds16, Ks, L.ldh);
+  };
+  walk_tiles((key_end - t.seq_begin + C - 1) / C, load, compute);
+  write_rows<Dp>(dq + h * D, add_dq, acc, int64_t(t.row0) + r0, int64_t(t.rows) - r0, H * D, D, scale);
 }
 
 // grid (n_tiles of kFlashRows key rows, KV). Warp w owns key rows
 // 16w..16w+15 of kv head blockIdx.y. For each query head of the group in
-// turn and each tile of kFlashCols query rows: Sᵀ = k·qᵀ, dPᵀ = v·dOᵀ,
-// Pᵀ and dSᵀ as the q kernel computes them, dv += Pᵀ·dO and dk += dSᵀ·q in
-// fragments (a fixed order: heads, then query tiles); dk = scale·Σ.
+// turn and each tile of kFlashGradCols query rows: Sᵀ = k·qᵀ, dPᵀ = v·dOᵀ,
+// Pᵀ and dSᵀ as the q kernel computes them, all in registers; dv += Pᵀ·dO
+// and dk += dSᵀ·q (a fixed order: heads, then query tiles); dk = scale·Σ.
 template <int Dp>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_kv_kernel(float* dk, bool add_dk, float* dv, bool add_dv, const bf16* dout, const float* lse,
                              const float* delta, const bf16* q, const bf16* k, const bf16* v,
                              const AttentionTile* tiles, int64_t H, int64_t KV, int64_t D, bool causal) {
   constexpr FlashLayout L = flash_layout(Dp);
+  constexpr int C = kFlashGradCols, NT = C / 8;
   extern __shared__ __align__(128) unsigned char smem[];
-  const BackwardTiles b = backward_tiles<Dp>(smem);
-  bf16 *Ks = b.own0, *Vs = b.own1, *Qs = b.walk0, *dOs = b.walk1, *Ps = b.P, *dSs = b.dS;
-  float *Ss = b.S, *dPs = b.dP, *lse_s = b.lse, *delta_s = b.delta;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = 16 * warp;
+  bf16* Ks = reinterpret_cast<bf16*>(smem);
+  bf16* Vs = Ks + kFlashRows * L.ldh;
+  bf16* stages = Vs + kFlashRows * L.ldh;  // stage s: Q at s·2C rows, dO C rows after
+  const int warp = threadIdx.x / 32, g = lane_id() / 4, r0 = 16 * warp;
+  const int ct = 2 * (lane_id() % 4);
   const AttentionTile t = tiles[blockIdx.x];
-  const int64_t kh = blockIdx.y, g = H / KV;
+  const int64_t kh = blockIdx.y, group = H / KV;
   const float scale = rsqrtf(float(D));
-  load_tile<Dp>(Ks, L.ldh, k + kh * D, t.row0, t.rows, KV * D, D, kFlashRows);
-  load_tile<Dp>(Vs, L.ldh, v + kh * D, t.row0, t.rows, KV * D, D, kFlashRows);
-  FragC dk_acc[Dp / 16], dv_acc[Dp / 16];
-  zero<Dp>(dk_acc);
-  zero<Dp>(dv_acc);
+  float dk_acc[Dp / 8][4], dv_acc[Dp / 8][4];
+  zero(dk_acc);
+  zero(dv_acc);
   const int64_t first_key = int64_t(t.row0) + r0;  // the warp's first key row
   // Causal: a query sees keys up to itself, so the tile's keys are seen from its first row on.
   const int64_t query_begin = causal ? int64_t(t.row0) : int64_t(t.seq_begin);
-  for (int64_t h = kh * g; h < (kh + 1) * g; ++h)
-    for (int64_t q0 = query_begin; q0 < t.seq_end; q0 += kFlashCols) {
-      const int64_t queries = t.seq_end - q0 < kFlashCols ? t.seq_end - q0 : int64_t(kFlashCols);
-      __syncthreads();  // the previous query tile is consumed (and K, V written)
-      load_tile<Dp>(Qs, L.ldh, q + h * D, q0, queries, H * D, D, kFlashCols);
-      load_tile<Dp>(dOs, L.ldh, dout + h * D, q0, queries, H * D, D, kFlashCols);
-      for (int j = threadIdx.x; j < kFlashCols; j += kThreads) {
-        lse_s[j] = j < queries ? lse[(q0 + j) * H + h] : 0.0f;
-        delta_s[j] = j < queries ? delta[(q0 + j) * H + h] : 0.0f;
-      }
-      __syncthreads();
-      if (causal && q0 + queries - 1 < first_key) continue;  // every query is before the warp's keys
-      product_abt<Dp>(Ss + r0 * L.lds, L.lds, SharedRows{Ks + r0 * L.ldh, L.ldh}, Qs, L.ldh);
-      product_abt<Dp>(dPs + r0 * L.lds, L.lds, SharedRows{Vs + r0 * L.ldh, L.ldh}, dOs, L.ldh);
-      __syncwarp();
-      for (int r = 0; r < 16; ++r) {
-        const int64_t local = r0 + r, key = t.row0 + local;
+  const int64_t q_tiles = (t.seq_end - query_begin + C - 1) / C;
+  load_tile<Dp>(Ks, L.ldh, k + kh * D, t.row0, t.rows, KV * D, D, kFlashRows);
+  load_tile<Dp>(Vs, L.ldh, v + kh * D, t.row0, t.rows, KV * D, D, kFlashRows);
+  // Tile i: query head kh·group + i / q_tiles, query rows from q0_of(i).
+  auto head_of = [&](int64_t i) { return kh * group + i / q_tiles; };
+  auto q0_of = [&](int64_t i) { return query_begin + (i % q_tiles) * C; };
+  auto queries_of = [&](int64_t i) { return t.seq_end - q0_of(i) < C ? t.seq_end - q0_of(i) : int64_t(C); };
+  auto load = [&](int64_t i, int stage) {
+    bf16* Qs = stages + stage * 2 * C * L.ldh;
+    const int64_t h = head_of(i);
+    load_tile<Dp>(Qs, L.ldh, q + h * D, q0_of(i), queries_of(i), H * D, D, C);
+    load_tile<Dp>(Qs + C * L.ldh, L.ldh, dout + h * D, q0_of(i), queries_of(i), H * D, D, C);
+  };
+  auto compute = [&](int64_t i, int stage) {
+    const int64_t h = head_of(i), q0 = q0_of(i), queries = queries_of(i);
+    if (causal && q0 + queries - 1 < first_key) return;  // every query is before the warp's keys
+    const bf16* Qs = stages + stage * 2 * C * L.ldh;
+    const bf16* dOs = Qs + C * L.ldh;
+    float col_lse[NT][2], col_delta[NT][2];  // the lane's columns 8n + ct, 8n + ct + 1
 #pragma unroll
-        for (int c = 0; c < kFlashCols / 32; ++c) {
-          const int j = lane + 32 * c;
-          float p = 0.0f, ds = 0.0f;
-          if (local < t.rows && j < queries && gm::attention_visible(q0 + j, key, causal)) {
-            p = expf(Ss[local * L.lds + j] * scale - lse_s[j]);
-            ds = gm::attention_dscore(p, dPs[local * L.lds + j], delta_s[j]);
-          }
-          Ps[local * L.ldp + j] = __float2bfloat16_rn(p);
-          dSs[local * L.ldp + j] = __float2bfloat16_rn(ds);
-        }
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t j = 8 * n + ct + e;
+        col_lse[n][e] = j < queries ? lse[(q0 + j) * H + h] : 0.0f;
+        col_delta[n][e] = j < queries ? delta[(q0 + j) * H + h] : 0.0f;
       }
-      __syncwarp();
-      product_ab<Dp>(dv_acc, Ps + r0 * L.ldp, L.ldp, dOs, L.ldh);
-      product_ab<Dp>(dk_acc, dSs + r0 * L.ldp, L.ldp, Qs, L.ldh);
-    }
-  __syncthreads();  // the stage overlays K and V
-  float* stage = reinterpret_cast<float*>(smem) + r0 * L.ldo;
-  if (dk) write_rows<Dp>(dk + kh * D, add_dk, dk_acc, stage, L.ldo, first_key, t.rows - r0, KV * D, D, scale);
-  if (dv) write_rows<Dp>(dv + kh * D, add_dv, dv_acc, stage, L.ldo, first_key, t.rows - r0, KV * D, D, 1.0f);
+    float s[NT][4], dp[NT][4];
+    product_abt<Dp, NT>(s, Ks + r0 * L.ldh, Qs, L.ldh);
+    product_abt<Dp, NT>(dp, Vs + r0 * L.ldh, dOs, L.ldh);
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t local = r0 + g + 8 * (e / 2), j = 8 * n + ct + e % 2;
+        float p = 0.0f, ds = 0.0f;
+        if (local < t.rows && j < queries && gm::attention_visible(q0 + j, t.row0 + local, causal)) {
+          p = expf(s[n][e] * scale - col_lse[n][e % 2]);
+          ds = gm::attention_dscore(p, dp[n][e], col_delta[n][e % 2]);
+        }
+        s[n][e] = p;
+        dp[n][e] = ds;
+      }
+    uint32_t p16[NT / 2][4], ds16[NT / 2][4];
+    as_a<NT>(p16, s);
+    as_a<NT>(ds16, dp);
+    product_pb<Dp, NT / 2>(dv_acc, p16, dOs, L.ldh);
+    product_pb<Dp, NT / 2>(dk_acc, ds16, Qs, L.ldh);
+  };
+  walk_tiles(group * q_tiles, load, compute);
+  if (dk) write_rows<Dp>(dk + kh * D, add_dk, dk_acc, first_key, int64_t(t.rows) - r0, KV * D, D, scale);
+  if (dv) write_rows<Dp>(dv + kh * D, add_dv, dv_acc, first_key, int64_t(t.rows) - r0, KV * D, D, 1.0f);
 }
 
 // Kernels with more than 48 KiB of dynamic shared memory must ask for it

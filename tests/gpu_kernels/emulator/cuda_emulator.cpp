@@ -12,12 +12,12 @@
 #endif
 
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <map>
 #include <memory>
 #include <vector>
 
-#include "mma.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define MAESTRO_EMU_ASAN 1
@@ -71,11 +71,12 @@ maestro_emu_switch:
 namespace emu {
 namespace {
 
-constexpr size_t kStackBytes = size_t(256) << 10;  // a WMMA fragment here is 1 KiB a lane
+constexpr size_t kStackBytes = size_t(256) << 10;  // a thread's registers (kernels' local arrays) live here
 constexpr unsigned kMaxThreads = 1024;
 constexpr int kDefaultShared = 48 << 10;
 constexpr int kMaxShared = 99 << 10;  // compute capability 8.6's opt-in limit, the least of 8.0-9.0
 constexpr unsigned kFullMask = 0xffffffffu;
+constexpr size_t kGatherBytes = 32;  // warp_gather's bytes a lane (an mma.sync's A and B fragments: 24)
 
 enum class State { Ready, AtBlockBarrier, AtWarpBarrier, Done };
 
@@ -118,6 +119,14 @@ struct Fiber {
   Context ctx;
   State state = State::Ready;
   uint3 tid{0, 0, 0};
+  unsigned gathers = 0;  // warp_gather calls so far: which of two buffers the next one uses
+  // cp.async: the committed groups not yet landed, oldest first, and the open one.
+  struct Copy {
+    unsigned char* dst;
+    const unsigned char* src;  // null: zeros
+  };
+  std::deque<std::vector<Copy>> copy_groups;
+  std::vector<Copy> open_copies;
 };
 
 // The running block.
@@ -129,7 +138,11 @@ struct Block {
   unsigned done = 0, block_waiting = 0;
   unsigned warp_waiting[kMaxThreads / 32] = {};
   uint64_t exchange[kMaxThreads] = {};
+  // warp_gather's two buffers, used in turn: a lane that has read one
+  // gather may write the next while its warp's slower lanes still read.
+  unsigned char gather[2][kMaxThreads][kGatherBytes] = {};
   unsigned char* shared = nullptr;
+  size_t shared_bytes = 0;
   const std::function<void()>* thread = nullptr;
   std::exception_ptr error;
   std::vector<Fiber> fibers;
@@ -228,6 +241,9 @@ std::string stuck(const Block& b) {
 // Thread i of the block, about to start.
 void prepare(Fiber& f, unsigned i) {
   f.state = State::Ready;
+  f.gathers = 0;
+  f.copy_groups.clear();
+  f.open_copies.clear();
   f.tid = {i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y)};
   make_context(f.ctx, g_stacks[i], kStackBytes, run_thread);
 }
@@ -312,6 +328,58 @@ uint64_t warp_exchange(uint64_t mine, int src) {
   return b.exchange[base + unsigned(src)];
 }
 
+void warp_gather(const void* mine, size_t bytes, void* all) {
+  if (bytes > kGatherBytes) fault(fmt::format("warp_gather of {} bytes a lane: at most {}", bytes, kGatherBytes));
+  Block& b = block();
+  Fiber& f = me();
+  const unsigned base = b.current / 32 * 32, buffer = f.gathers++ % 2;
+  std::memcpy(b.gather[buffer][b.current], mine, bytes);
+  warp_barrier(kFullMask);
+  for (unsigned l = 0; l < 32; ++l)
+    std::memcpy(static_cast<unsigned char*>(all) + l * bytes, b.gather[buffer][base + l], bytes);
+}
+
+static void land(const Fiber::Copy& c) {
+  if (!c.dst) return;  // landed when issued
+  if (c.src)
+    std::memcpy(c.dst, c.src, 16);
+  else
+    std::memset(c.dst, 0, 16);
+}
+
+void async_copy16(void* dst, const void* src, bool valid) {
+  if (!in_dynamic_shared(dst, 16) || reinterpret_cast<uintptr_t>(dst) % 16 != 0)
+    fault("cp.async: a destination outside dynamic shared memory or not 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(src) % 16 != 0) fault("cp.async: a source not 16-byte aligned");
+  const Fiber::Copy c{static_cast<unsigned char*>(dst), valid ? static_cast<const unsigned char*>(src) : nullptr};
+  if (g_schedule == Schedule::Reverse) {
+    land(c);  // as early as the hardware may: a tile copied over one still being read shows
+    me().open_copies.push_back({nullptr, nullptr});
+  } else {
+    me().open_copies.push_back(c);  // as late as it may: a tile read before its wait shows
+  }
+}
+
+void async_commit() {
+  Fiber& f = me();
+  f.copy_groups.push_back(std::move(f.open_copies));
+  f.open_copies.clear();
+}
+
+void async_wait(int pending) {
+  Fiber& f = me();
+  while (f.copy_groups.size() > size_t(pending)) {
+    for (const Fiber::Copy& c : f.copy_groups.front()) land(c);
+    f.copy_groups.pop_front();
+  }
+}
+
+bool in_dynamic_shared(const void* p, size_t bytes) {
+  const Block& b = block();
+  const auto* c = static_cast<const unsigned char*>(p);
+  return c >= b.shared && c + bytes <= b.shared + b.shared_bytes;
+}
+
 int lane() { return int(block().current % 32); }
 
 unsigned char* dynamic_shared() { return block().shared; }
@@ -355,6 +423,7 @@ void run_grid(const void* kernel, const char* name, dim3 grid, dim3 block_dim, s
   b->n = unsigned(threads);
   b->thread = &thread;
   b->shared = shared.get();
+  b->shared_bytes = shared_bytes;
   b->fibers.resize(threads);
   blockDim = block_dim;
   gridDim = grid;
@@ -375,21 +444,6 @@ void run_grid(const void* kernel, const char* name, dim3 grid, dim3 block_dim, s
 }
 
 }  // namespace emu
-
-namespace nvcuda::wmma::detail {
-
-void check(const void* p, unsigned ldm, size_t elem, const char* op) {
-  if (reinterpret_cast<uintptr_t>(p) % 32 != 0) emu::fault(fmt::format("{}: pointer {} is not 32-byte aligned", op, p));
-  if ((size_t(ldm) * elem) % 16 != 0)
-    emu::fault(fmt::format("{}: a stride of {} elements of {} bytes is not a multiple of 16 bytes", op, ldm, elem));
-}
-int lane() { return emu::lane(); }
-void converge(const char* op) {
-  (void)op;
-  emu::warp_barrier(0xffffffffu);
-}
-
-}  // namespace nvcuda::wmma::detail
 
 cudaError_t cudaGetLastError() {
   const cudaError_t e = emu::g_last_error;

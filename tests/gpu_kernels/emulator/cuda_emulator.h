@@ -1,30 +1,34 @@
 // A CUDA kernel emulator on the CPU: the CUDA backend's kernel sources
 // (src/gpu/cuda/*.cu) compiled as host C++ with this header forced in
 // (-include) and the shim/ headers in place of the toolkit's, so that the
-// very code a GPU runs — its indexing, shared memory, barriers, shuffles and
-// WMMA tiles — runs here, where there is no GPU (tests/gpu_kernels; the
-// backend around the kernels runs over cuda_runtime.cpp and cublas.cpp).
+// very code a GPU runs — its indexing, shared memory, barriers, shuffles,
+// tensor-core fragments and asynchronous copies — runs here, where there is
+// no GPU (tests/gpu_kernels; the backend around the kernels runs over
+// cuda_runtime.cpp and cublas.cpp; the flash kernels' inline PTX over
+// shim/flash_ptx_emulated.h).
 //
 // A launch runs its blocks one after another; a block's threads are fibers
-// (ucontext) on the calling thread, each running until it reaches a
-// barrier (__syncthreads, __syncwarp, a shuffle, a WMMA op) or ends, and
-// each warp runs as far as it can before the next one starts. So a thread
-// that reads shared memory before the barrier that should have ordered it
-// after another thread's (or warp's) write reads what was there before: the
-// block's dynamic shared memory starts as 0xFF bytes (NaN as fp32 and as
-// bf16), and a WMMA store writes each lane's share only. Warps and lanes
-// run in order or, to expose the opposite hazard, in reverse
-// (set_schedule). Strictness beyond the hardware: a barrier some threads of
-// the block (or lanes of the warp) never reach is an error, not a hang, and
-// so is a WMMA pointer or stride the hardware would refuse.
+// on the calling thread, each running until it reaches a barrier
+// (__syncthreads, __syncwarp, a shuffle, an mma.sync or ldmatrix) or ends,
+// and each warp runs as far as it can before the next one starts. So a
+// thread that reads shared memory before the barrier that should have
+// ordered it after another thread's (or warp's) write reads what was there
+// before: the block's dynamic shared memory starts as 0xFF bytes (NaN as
+// fp32 and as bf16). Warps and lanes run in order or, to expose the
+// opposite hazard, in reverse (set_schedule), which also moves when
+// cp.async copies land (below). Strictness beyond the hardware: a barrier
+// some threads of the block (or lanes of the warp) never reach is an
+// error, not a hang, and so is an ldmatrix or cp.async address the
+// hardware would refuse.
 //
 // What it does not model: concurrency between blocks (they run in turn;
 // the kernels here use no atomics and no inter-block communication), the
-// memory model beyond barriers, the tensor cores' internal rounding (WMMA
-// sums here are fp32 in k order), fast-math intrinsics, and timing.
-// Launch geometry is checked against a device of compute capability 8.6
-// (1,024 threads a block, 48 KiB of dynamic shared memory unless a kernel
-// asks for up to 99 KiB): the least of the GPUs the backend is built for.
+// memory model beyond barriers and cp.async waits, the tensor cores'
+// internal rounding (mma sums here are fp32 in k order), fast-math
+// intrinsics, and timing. Launch geometry is checked against a device of
+// compute capability 8.6 (1,024 threads a block, 48 KiB of dynamic shared
+// memory unless a kernel asks for up to 99 KiB): the least of the GPUs the
+// backend is built for.
 #pragma once
 
 #include <math.h>
@@ -52,6 +56,9 @@
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 #define __restrict__ __restrict
+// Kernel sources that use inline PTX (gpu/cuda/flash_ptx.cuh) take the
+// emulator's versions of those functions instead (shim/flash_ptx_emulated.h).
+#define MAESTRO_CUDA_EMULATOR 1
 
 struct uint3 {
   unsigned x, y, z;
@@ -108,7 +115,7 @@ Counts counts();
 void reset_counts();
 
 // A fault the hardware would raise or that is undefined there (a divergent
-// barrier, a misaligned WMMA pointer): thrown from the launch that made it,
+// barrier, a misaligned ldmatrix row): thrown from the launch that made it,
 // naming the kernel, the block and the thread.
 struct KernelFault : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -121,6 +128,22 @@ void warp_barrier(unsigned mask);
 // for the warp, returns lane `src`'s.
 uint64_t warp_exchange(uint64_t mine, int src);
 int lane();
+// Every lane's `bytes` (at most 32) in lane order: writes the calling lane's,
+// waits for the warp, copies all 32 into `all` (32·bytes).
+void warp_gather(const void* mine, size_t bytes, void* all);
+// cp.async for the calling thread: a 16-byte copy from global `src` to
+// dynamic shared `dst` (zeros when !valid; both 16-byte aligned, else a
+// fault), queued in the thread's open group; commit closes the group;
+// wait(n) makes every copy land but those of the newest n groups. Under
+// Schedule::ThreadOrder a copy lands as late as the hardware may let it
+// (at the wait: a read of a tile before its wait finds the old bytes);
+// under Reverse as early (when issued: a tile copied over one that other
+// warps still read, with no barrier between, corrupts their reads).
+void async_copy16(void* dst, const void* src, bool valid);
+void async_commit();
+void async_wait(int pending);
+// Whether [p, p + bytes) lies in the running block's dynamic shared memory.
+bool in_dynamic_shared(const void* p, size_t bytes);
 
 // The running block's dynamic shared memory (the launch's byte count).
 unsigned char* dynamic_shared();
