@@ -191,6 +191,30 @@ __device__ void walk_tiles(int64_t n, Load load, Compute compute) {
   }
 }
 
+// The key tiles of C keys that a block of query rows walks (forward, dq):
+// tile i holds keys key0(i) .. key0(i) + keys(i) − 1 of kv head kh — up to
+// the block's last row when causal — as K, then V, in a stage of shared
+// memory (`stages`: stage s at s·2C rows).
+template <int Dp, int C>
+struct KeyTiles {
+  const AttentionTile& t;
+  const bf16 *k, *v;
+  int64_t kh, KV, D;
+  bool causal;
+  bf16* stages;
+  static constexpr int64_t ld = flash_layout(Dp).ldh;
+  __device__ int64_t end() const { return causal ? int64_t(t.row0) + t.rows : int64_t(t.seq_end); }
+  __device__ int64_t count() const { return (end() - t.seq_begin + C - 1) / C; }
+  __device__ int64_t key0(int64_t i) const { return int64_t(t.seq_begin) + i * C; }
+  __device__ int64_t keys(int64_t i) const { return end() - key0(i) < C ? end() - key0(i) : int64_t(C); }
+  __device__ bf16* K(int stage) const { return stages + stage * 2 * C * ld; }
+  __device__ bf16* V(int stage) const { return K(stage) + C * ld; }
+  __device__ void load(int64_t i, int stage) const {
+    load_tile<Dp>(K(stage), ld, k + kh * D, key0(i), keys(i), KV * D, D, C);
+    load_tile<Dp>(V(stage), ld, v + kh * D, key0(i), keys(i), KV * D, D, C);
+  }
+};
+
 // grid (n_tiles of kFlashRows query rows, H). Warp w owns the tile's query
 // rows 16w..16w+15: per tile of kFlashKeyCols keys S = q·kᵀ in registers,
 // the online softmax there (each lane's two rows; a row's max over its
@@ -204,7 +228,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int C = kFlashKeyCols, NT = C / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* stages = Qs + kFlashRows * L.ldh;  // stage s: K at s·2C rows, V C rows after
+  bf16* stages = Qs + kFlashRows * L.ldh;  // KeyTiles' stages
   const int warp = threadIdx.x / 32, g = lane_id() / 4, r0 = 16 * warp;
   const int ct = 2 * (lane_id() % 4);  // the lane's first column in each 8
   const AttentionTile t = tiles[blockIdx.x];
@@ -213,22 +237,14 @@ __global__ void __launch_bounds__(kThreads)
   float o[Dp / 8][4];
   zero(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
-  const int64_t key_end = causal ? int64_t(t.row0) + t.rows : int64_t(t.seq_end);
   const int64_t last_row = int64_t(t.row0) + r0 + 15;  // the warp's last query row
+  const KeyTiles<Dp, C> tiles_of_keys{t, k, v, kh, KV, D, causal, stages};
   load_tile<Dp>(Qs, L.ldh, q + h * D, t.row0, t.rows, H * D, D, kFlashRows);
-  auto key0_of = [&](int64_t i) { return int64_t(t.seq_begin) + i * C; };
-  auto keys_of = [&](int64_t i) { return key_end - key0_of(i) < C ? key_end - key0_of(i) : int64_t(C); };
-  auto load = [&](int64_t i, int stage) {
-    bf16* Ks = stages + stage * 2 * C * L.ldh;
-    load_tile<Dp>(Ks, L.ldh, k + kh * D, key0_of(i), keys_of(i), KV * D, D, C);
-    load_tile<Dp>(Ks + C * L.ldh, L.ldh, v + kh * D, key0_of(i), keys_of(i), KV * D, D, C);
-  };
   auto compute = [&](int64_t i, int stage) {
-    const int64_t key0 = key0_of(i), keys = keys_of(i);
+    const int64_t key0 = tiles_of_keys.key0(i), keys = tiles_of_keys.keys(i);
     if (causal && key0 > last_row) return;  // every key of the tile is after the warp's rows
-    const bf16* Ks = stages + stage * 2 * C * L.ldh;
     float s[NT][4];
-    product_abt<Dp, NT>(s, Qs + r0 * L.ldh, Ks, L.ldh);
+    product_abt<Dp, NT>(s, Qs + r0 * L.ldh, tiles_of_keys.K(stage), L.ldh);
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < NT; ++n)
@@ -262,9 +278,9 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e / 2];
     uint32_t p[NT / 2][4];
     as_a<NT>(p, s);
-    product_pb<Dp, NT / 2>(o, p, Ks + C * L.ldh, L.ldh);
+    product_pb<Dp, NT / 2>(o, p, tiles_of_keys.V(stage), L.ldh);
   };
-  walk_tiles((key_end - t.seq_begin + C - 1) / C, load, compute);
+  walk_tiles(tiles_of_keys.count(), [&](int64_t i, int stage) { tiles_of_keys.load(i, stage); }, compute);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] = quad_sum(l[r]);
@@ -296,7 +312,7 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* dOs = Qs + kFlashRows * L.ldh;
-  bf16* stages = dOs + kFlashRows * L.ldh;  // stage s: K at s·2C rows, V C rows after
+  bf16* stages = dOs + kFlashRows * L.ldh;  // KeyTiles' stages
   const int warp = threadIdx.x / 32, g = lane_id() / 4, r0 = 16 * warp;
   const int ct = 2 * (lane_id() % 4);
   const AttentionTile t = tiles[blockIdx.x];
@@ -311,24 +327,17 @@ __global__ void __launch_bounds__(kThreads)
   }
   float acc[Dp / 8][4];
   zero(acc);
-  const int64_t key_end = causal ? int64_t(t.row0) + t.rows : int64_t(t.seq_end);
   const int64_t last_row = int64_t(t.row0) + r0 + 15;
+  const KeyTiles<Dp, C> tiles_of_keys{t, k, v, kh, KV, D, causal, stages};
   load_tile<Dp>(Qs, L.ldh, q + h * D, t.row0, t.rows, H * D, D, kFlashRows);
   load_tile<Dp>(dOs, L.ldh, dout + h * D, t.row0, t.rows, H * D, D, kFlashRows);
-  auto key0_of = [&](int64_t i) { return int64_t(t.seq_begin) + i * C; };
-  auto keys_of = [&](int64_t i) { return key_end - key0_of(i) < C ? key_end - key0_of(i) : int64_t(C); };
-  auto load = [&](int64_t i, int stage) {
-    bf16* Ks = stages + stage * 2 * C * L.ldh;
-    load_tile<Dp>(Ks, L.ldh, k + kh * D, key0_of(i), keys_of(i), KV * D, D, C);
-    load_tile<Dp>(Ks + C * L.ldh, L.ldh, v + kh * D, key0_of(i), keys_of(i), KV * D, D, C);
-  };
   auto compute = [&](int64_t i, int stage) {
-    const int64_t key0 = key0_of(i), keys = keys_of(i);
+    const int64_t key0 = tiles_of_keys.key0(i), keys = tiles_of_keys.keys(i);
     if (causal && key0 > last_row) return;
-    const bf16* Ks = stages + stage * 2 * C * L.ldh;
+    const bf16* Ks = tiles_of_keys.K(stage);
     float s[NT][4], dp[NT][4];
     product_abt<Dp, NT>(s, Qs + r0 * L.ldh, Ks, L.ldh);
-    product_abt<Dp, NT>(dp, dOs + r0 * L.ldh, Ks + C * L.ldh, L.ldh);
+    product_abt<Dp, NT>(dp, dOs + r0 * L.ldh, tiles_of_keys.V(stage), L.ldh);
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -343,7 +352,7 @@ __global__ void __launch_bounds__(kThreads)
     as_a<NT>(ds16, s);
     product_pb<Dp, NT / 2>(acc, ds16, Ks, L.ldh);
   };
-  walk_tiles((key_end - t.seq_begin + C - 1) / C, load, compute);
+  walk_tiles(tiles_of_keys.count(), [&](int64_t i, int stage) { tiles_of_keys.load(i, stage); }, compute);
   write_rows<Dp>(dq + h * D, add_dq, acc, int64_t(t.row0) + r0, int64_t(t.rows) - r0, H * D, D, scale);
 }
 
