@@ -51,14 +51,16 @@ inline bool fast_attention_supports(int64_t D) { return D > 0 && D <= kFastAtten
 // the tiled kernel with its products on the tensor cores (mma.sync
 // m16n8k16, bf16 operands, fp32 sums; gpu/cuda/flash_ptx.cuh), the scores
 // kept in registers, and no [H, L, L] buffer. A block of kFlashWarps warps
-// owns kFlashRows rows of one sequence — query rows (forward, dq) or key
-// rows (dk, dv), 16 per warp — and walks the other side in tiles, each
-// copied in (cp.async) while the block computes on the one before:
-// kFlashKeyCols keys (forward), kFlashGradCols keys (dq) or queries (dk,
-// dv; their scores and accumulators leave a warp fewer registers). Head
-// sizes up to kFlashMaxHead, padded with zeros to flash_padded_head (64 or
-// 128: the kernels' fragment counts).
-constexpr int kFlashWarps = 4, kFlashRows = 16 * kFlashWarps, kFlashKeyCols = 64, kFlashGradCols = 32;
+// owns rows of one sequence — kFlashForwardRows query rows in the forward,
+// 32 per warp (two tiles of 16 that share each K and V fragment);
+// kFlashRows query rows (dq) or key rows (dk, dv) in the backward, 16 per
+// warp, whose gradients' accumulators leave no registers for two — and
+// walks the other side in tiles of kFlashCols, each copied in (cp.async)
+// while the block computes on the one before. Head sizes up to
+// kFlashMaxHead, padded with zeros to flash_padded_head (64 or 128: the
+// kernels' fragment counts).
+constexpr int kFlashWarps = 4, kFlashForwardRows = 32 * kFlashWarps, kFlashRows = 16 * kFlashWarps,
+              kFlashCols = 32;
 constexpr int64_t kFlashMaxHead = 128;
 inline bool flash_attention_supports(int64_t D) { return D > 0 && D <= kFlashMaxHead; }
 constexpr int64_t flash_padded_head(int64_t D) { return D <= 64 ? 64 : 128; }
@@ -66,14 +68,14 @@ constexpr int64_t flash_padded_head(int64_t D) { return D <= 64 ? 64 : 128; }
 // of rows ldh = Dp + 8 elements long (16-byte aligned rows, as ldmatrix and
 // cp.async want; the 8 rows of a fragment in 8 different groups of 4
 // banks), the walked side's in two stages.
-//   forward: Q [rows] | 2 × (K, V [key cols])
-//   dq:      Q, dO [rows] | 2 × (K, V [grad cols])
-//   dk, dv:  K, V [rows] | 2 × (Q, dO [grad cols])
+//   forward: Q [forward rows] | 2 × (K, V [cols])
+//   dq:      Q, dO [rows] | 2 × (K, V [cols])
+//   dk, dv:  K, V [rows] | 2 × (Q, dO [cols])
 struct FlashLayout {
   int64_t head, ldh;  // Dp; the bf16 tiles' row stride (elements)
   constexpr int64_t tile(int64_t rows) const { return rows * ldh * 2; }
-  constexpr int64_t forward_bytes() const { return tile(kFlashRows) + 2 * 2 * tile(kFlashKeyCols); }
-  constexpr int64_t backward_bytes() const { return 2 * tile(kFlashRows) + 2 * 2 * tile(kFlashGradCols); }
+  constexpr int64_t forward_bytes() const { return tile(kFlashForwardRows) + 2 * 2 * tile(kFlashCols); }
+  constexpr int64_t backward_bytes() const { return 2 * tile(kFlashRows) + 2 * 2 * tile(kFlashCols); }
   constexpr int64_t max_bytes() const { return forward_bytes() > backward_bytes() ? forward_bytes() : backward_bytes(); }
 };
 constexpr FlashLayout flash_layout(int64_t Dp) { return FlashLayout{Dp, Dp + 8}; }

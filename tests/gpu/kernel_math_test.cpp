@@ -559,9 +559,9 @@ BOOST_AUTO_TEST_CASE(tiled_online_softmax_attention_matches_the_cpu_backend) {
 }
 
 // The flash kernels (gpu/cuda/flash_attention.cu) replayed on the CPU in
-// their own order: blocks of kFlashRows query (or key) rows, 16 per warp,
-// tiles of kFlashKeyCols keys (forward), kFlashGradCols keys (dq) or
-// queries (dk, dv), a warp's causal skip of tiles it cannot see, the
+// their own order: blocks of kFlashForwardRows query rows, 32 per warp
+// (forward), or of kFlashRows query (or key) rows, 16 per warp (dq; dk,
+// dv), tiles of kFlashCols keys or queries, a warp's causal skip of tiles it cannot see, the
 // online softmax of gm::flash_rescale and gm::flash_prob with O rescaled
 // before P·v is added, dS from lse and delta, dq in the query block and
 // dk, dv in the key block (heads of the group, then query tiles). `round`
@@ -586,18 +586,17 @@ FlashReplay flash_replay(const Vec& q, const Vec& k, const Vec& v, const Vec& do
     for (int64_t d = 0; d < D; ++d) s += at(a, ra, na, ha, d) * at(b, rb, nb, hb, d);
     return s;
   };
-  const auto tiles = plan_attention_tiles(cu.data(), n_seq, kFlashRows);
-  for (const AttentionTile& t : tiles)
+  for (const AttentionTile& t : plan_attention_tiles(cu.data(), n_seq, kFlashForwardRows))
     for (int64_t h = 0; h < H; ++h)
-      for (int64_t local = 0; local < kFlashRows; ++local) {  // forward: a warp's rows, padding included
-        const int64_t row = t.row0 + local, kh = h / g, last_row = t.row0 + local / 16 * 16 + 15;
+      for (int64_t local = 0; local < kFlashForwardRows; ++local) {  // forward: a warp's 32 rows, padding included
+        const int64_t row = t.row0 + local, kh = h / g, last_row = t.row0 + local / 32 * 32 + 31;
         const int64_t key_end = causal ? t.row0 + t.rows : t.seq_end;
         float m = -INFINITY, l = 0;
         Vec o(size_t(D), 0.0f);
-        for (int64_t key0 = t.seq_begin; key0 < key_end; key0 += kFlashKeyCols) {
+        for (int64_t key0 = t.seq_begin; key0 < key_end; key0 += kFlashCols) {
           if (causal && key0 > last_row) continue;
-          const int64_t keys = std::min<int64_t>(key_end - key0, kFlashKeyCols);
-          Vec x(size_t(kFlashKeyCols), -INFINITY);
+          const int64_t keys = std::min<int64_t>(key_end - key0, kFlashCols);
+          Vec x(size_t(kFlashCols), -INFINITY);
           float mx = -INFINITY;
           for (int64_t j = 0; j < keys; ++j)
             if (local < t.rows && gm::attention_visible(row, key0 + j, causal))
@@ -627,15 +626,16 @@ FlashReplay flash_replay(const Vec& q, const Vec& k, const Vec& v, const Vec& do
     return std::pair<float, float>{p, gm::attention_dscore(p, dot(dout, row, h, H, v, key, kh, KV),
                                                            delta[size_t(row * H + h)])};
   };
+  const auto tiles = plan_attention_tiles(cu.data(), n_seq, kFlashRows);
   for (const AttentionTile& t : tiles)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t local = 0; local < t.rows; ++local) {  // dq: the query block
         const int64_t row = t.row0 + local, kh = h / g, last_row = t.row0 + local / 16 * 16 + 15;
         const int64_t key_end = causal ? t.row0 + t.rows : t.seq_end;
         Vec acc(size_t(D), 0.0f);
-        for (int64_t key0 = t.seq_begin; key0 < key_end; key0 += kFlashGradCols) {
+        for (int64_t key0 = t.seq_begin; key0 < key_end; key0 += kFlashCols) {
           if (causal && key0 > last_row) continue;
-          for (int64_t key = key0; key < std::min<int64_t>(key_end, key0 + kFlashGradCols); ++key) {
+          for (int64_t key = key0; key < std::min<int64_t>(key_end, key0 + kFlashCols); ++key) {
             if (!gm::attention_visible(row, key, causal)) continue;
             const float ds = round(p_ds(row, h, key).second);
             for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += ds * at(k, key, KV, kh, d);
@@ -649,8 +649,8 @@ FlashReplay flash_replay(const Vec& q, const Vec& k, const Vec& v, const Vec& do
         const int64_t key = t.row0 + local, first_key = t.row0 + local / 16 * 16;
         Vec dk_acc(size_t(D), 0.0f), dv_acc(size_t(D), 0.0f);
         for (int64_t h = kh * g; h < (kh + 1) * g; ++h)
-          for (int64_t q0 = causal ? t.row0 : t.seq_begin; q0 < t.seq_end; q0 += kFlashGradCols) {
-            const int64_t queries = std::min<int64_t>(t.seq_end - q0, kFlashGradCols);
+          for (int64_t q0 = causal ? t.row0 : t.seq_begin; q0 < t.seq_end; q0 += kFlashCols) {
+            const int64_t queries = std::min<int64_t>(t.seq_end - q0, kFlashCols);
             if (causal && q0 + queries - 1 < first_key) continue;
             for (int64_t row = q0; row < q0 + queries; ++row) {
               if (!gm::attention_visible(row, key, causal)) continue;

@@ -151,7 +151,8 @@ BOOST_AUTO_TEST_CASE(the_flash_kernels_shared_memory_is_aligned_and_fits) {
   BOOST_TEST(!flash_attention_supports(129));
   BOOST_TEST(!flash_attention_supports(0));
   static_assert(kFlashRows == 16 * kFlashWarps, "16 rows per warp");
-  static_assert(kFlashKeyCols % 16 == 0 && kFlashGradCols % 16 == 0, "the walked tiles: whole k-steps of 16");
+  static_assert(kFlashForwardRows % (16 * kFlashWarps) == 0, "whole tiles of 16 rows per warp");
+  static_assert(kFlashCols % 16 == 0, "the walked tiles: whole k-steps of 16");
   for (const int64_t Dp : {64, 128}) {
     const FlashLayout l = flash_layout(Dp);
     // ldmatrix: every row 16-byte aligned, and the 8 rows of a matrix in 8
@@ -160,13 +161,13 @@ BOOST_AUTO_TEST_CASE(the_flash_kernels_shared_memory_is_aligned_and_fits) {
     BOOST_TEST((l.ldh * 2 / 4) % 32 == 4);
     BOOST_TEST(l.ldh >= Dp);
     // every tile starts 16-byte aligned
-    for (const int64_t rows : {kFlashRows, kFlashKeyCols, kFlashGradCols}) BOOST_TEST(l.tile(rows) % 16 == 0);
+    for (const int64_t rows : {kFlashForwardRows, kFlashRows, kFlashCols}) BOOST_TEST(l.tile(rows) % 16 == 0);
     BOOST_TEST(l.max_bytes() <= 99 * 1024);
   }
   const FlashLayout l = flash_layout(128);
-  BOOST_TEST(l.forward_bytes() == (64 + 4 * 64) * 136 * 2);
+  BOOST_TEST(l.forward_bytes() == (128 + 4 * 32) * 136 * 2);
   BOOST_TEST(l.backward_bytes() == (2 * 64 + 4 * 32) * 136 * 2);
-  BOOST_TEST(l.max_bytes() == l.forward_bytes());
+  BOOST_TEST(l.max_bytes() == 69632);
 }
 
 BOOST_AUTO_TEST_CASE(rows_grouped_by_token_keep_row_order) {

@@ -378,7 +378,7 @@ class CudaBackend final : public Backend {
     if (kernel == AttentionKernel::Flash) {  // reads bf16 copies of q, k, v
       void* b16[kAttnBuffers] = {};
       round_attention_inputs(b16, q, k, v, nullptr, N, H, KV, D);
-      const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, kFlashRows);
+      const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, kFlashForwardRows);
       launch_flash_attention_forward(out, lse, bits(b16[kAttnQ]), bits(b16[kAttnK]), bits(b16[kAttnV]), tiles,
                                      n_tiles, H, KV, D, causal, stream_);
       return;

@@ -92,23 +92,32 @@ __device__ void mma_pair(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
   mma_bf16_16816(c1, a, hi);
 }
 
-// c[16][8·NT] = A[16][Dp]·B[8·NT][Dp]ᵀ: A the warp's 16 rows (Q, dO; K, V),
-// B the walked tile (K, V; Q, dO), both bf16 in shared memory.
-template <int Dp, int NT>
-__device__ void product_abt(float (&c)[NT][4], const bf16* A, const bf16* B, int64_t ld) {
+template <int N>
+__device__ void zero(float (&c)[N][4]) {
 #pragma unroll
-  for (int n = 0; n < NT; ++n)
+  for (int n = 0; n < N; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) c[n][e] = 0.0f;
+}
+
+// c[m][16][8·NT] = A_m[16][Dp]·B[8·NT][Dp]ᵀ for the warp's MT tiles of 16
+// rows (A_m at A + 16·m rows: Q, dO; K, V) against the walked tile B (K,
+// V; Q, dO), both bf16 in shared memory. Each B fragment serves all MT.
+template <int Dp, int NT, int MT>
+__device__ void product_abt(float (&c)[MT][NT][4], const bf16* A, const bf16* B, int64_t ld) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m) zero(c[m]);
 #pragma unroll
   for (int k = 0; k < Dp / 16; ++k) {
-    uint32_t a[4];
-    load_a(a, A, ld, 16 * k);
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) load_a(a[m], A + 16 * m * ld, ld, 16 * k);
 #pragma unroll
     for (int n = 0; n < NT / 2; ++n) {
       uint32_t b[4];
       load_b_transposed(b, B, ld, 16 * n, 16 * k);
-      mma_pair(c[2 * n], c[2 * n + 1], a, b);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) mma_pair(c[m][2 * n], c[m][2 * n + 1], a[m], b);
     }
   }
 }
@@ -125,26 +134,20 @@ __device__ void as_a(uint32_t (&a)[NT / 2][4], const float (&c)[NT][4]) {
   }
 }
 
-// acc[16][Dp] += P[16][16·KT]·B[16·KT][Dp]: P in registers (as_a), B the
-// walked tile [k][Dp] (V; dO, Q; K), bf16 in shared memory.
-template <int Dp, int KT>
-__device__ void product_pb(float (&acc)[Dp / 8][4], const uint32_t (&p)[KT][4], const bf16* B, int64_t ld) {
+// acc[m][16][Dp] += P_m[16][16·KT]·B[16·KT][Dp] for the warp's MT tiles
+// of 16 rows: P in registers (as_a), B the walked tile [k][Dp] (V; dO, Q;
+// K), bf16 in shared memory. Each B fragment serves all MT.
+template <int Dp, int KT, int MT>
+__device__ void product_pb(float (&acc)[MT][Dp / 8][4], const uint32_t (&p)[MT][KT][4], const bf16* B, int64_t ld) {
 #pragma unroll
   for (int k = 0; k < KT; ++k)
 #pragma unroll
     for (int n = 0; n < Dp / 16; ++n) {
       uint32_t b[4];
       load_b(b, B, ld, 16 * k, 16 * n);
-      mma_pair(acc[2 * n], acc[2 * n + 1], p[k], b);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) mma_pair(acc[m][2 * n], acc[m][2 * n + 1], p[m][k], b);
     }
-}
-
-template <int N>
-__device__ void zero(float (&c)[N][4]) {
-#pragma unroll
-  for (int n = 0; n < N; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) c[n][e] = 0.0f;
 }
 
 // The max (or sum) of a row over the four lanes of a quad that hold it.
@@ -172,6 +175,13 @@ __device__ void write_rows(float* grad, bool add, const float (&acc)[Dp / 8][4],
     }
 }
 
+// Blocks in the order that keeps an SM's last blocks short: a causal
+// sequence's last query tiles see the most keys, its first key tiles the
+// most queries, and a GPU starts blocks roughly in index order — so the
+// forward and dq kernels take their tiles from the end of the list (token
+// order, plan_attention_tiles) and the dk/dv kernel from the start. Each
+// output row is still summed by one block in a fixed order: the same bits.
+//
 // The walk over the other side's tiles, shared by the three kernels: tile
 // i + 1 is copied into stage (i + 1) % 2 while the block computes on tile
 // i in stage i % 2. `load(i, stage)` issues tile i's copies (the first
@@ -215,91 +225,103 @@ struct KeyTiles {
   }
 };
 
-// grid (n_tiles of kFlashRows query rows, H). Warp w owns the tile's query
-// rows 16w..16w+15: per tile of kFlashKeyCols keys S = q·kᵀ in registers,
-// the online softmax there (each lane's two rows; a row's max over its
-// quad), O rescaled and O += P·v with P handed on in registers. A lane's
-// Σ exp covers its own columns; the quad adds them at the end.
+// grid (n_tiles of kFlashForwardRows query rows, H). Warp w owns the
+// tile's query rows 32w..32w+31, two tiles of 16 (MT; each K and V
+// fragment serves both): per tile of kFlashCols keys S = q·kᵀ in
+// registers, the online softmax there (each lane's two rows of each 16; a
+// row's max over its quad), O rescaled and O += P·v with P handed on in
+// registers. A lane's Σ exp covers its own columns; the quad adds them at
+// the end.
 template <int Dp>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                          const AttentionTile* tiles, int64_t H, int64_t KV, int64_t D, bool causal) {
   constexpr FlashLayout L = flash_layout(Dp);
-  constexpr int C = kFlashKeyCols, NT = C / 8;
+  constexpr int C = kFlashCols, NT = C / 8, MT = kFlashForwardRows / (16 * kFlashWarps);
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* stages = Qs + kFlashRows * L.ldh;  // KeyTiles' stages
-  const int warp = threadIdx.x / 32, g = lane_id() / 4, r0 = 16 * warp;
+  bf16* stages = Qs + kFlashForwardRows * L.ldh;  // KeyTiles' stages
+  const int warp = threadIdx.x / 32, g = lane_id() / 4, r0 = 16 * MT * warp;
   const int ct = 2 * (lane_id() % 4);  // the lane's first column in each 8
-  const AttentionTile t = tiles[blockIdx.x];
+  const AttentionTile t = tiles[gridDim.x - 1 - blockIdx.x];  // the last first (see above walk_tiles)
   const int64_t h = blockIdx.y, kh = h / (H / KV);
   const float scale = rsqrtf(float(D));
-  float o[Dp / 8][4];
-  zero(o);
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
-  const int64_t last_row = int64_t(t.row0) + r0 + 15;  // the warp's last query row
+  float o[MT][Dp / 8][4];
+  float m[MT][2], l[MT][2];  // rows 16·mt + g and 16·mt + g + 8 of the warp's
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    zero(o[mt]);
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.0f;
+  }
+  const int64_t last_row = int64_t(t.row0) + r0 + 16 * MT - 1;  // the warp's last query row
   const KeyTiles<Dp, C> tiles_of_keys{t, k, v, kh, KV, D, causal, stages};
-  load_tile<Dp>(Qs, L.ldh, q + h * D, t.row0, t.rows, H * D, D, kFlashRows);
+  load_tile<Dp>(Qs, L.ldh, q + h * D, t.row0, t.rows, H * D, D, kFlashForwardRows);
   auto compute = [&](int64_t i, int stage) {
     const int64_t key0 = tiles_of_keys.key0(i), keys = tiles_of_keys.keys(i);
     if (causal && key0 > last_row) return;  // every key of the tile is after the warp's rows
-    float s[NT][4];
-    product_abt<Dp, NT>(s, Qs + r0 * L.ldh, tiles_of_keys.K(stage), L.ldh);
-    float mx[2] = {-INFINITY, -INFINITY};
+    float s[MT][NT][4];
+    product_abt<Dp, NT, MT>(s, Qs + r0 * L.ldh, tiles_of_keys.K(stage), L.ldh);
+    uint32_t p[MT][NT / 2][4];
 #pragma unroll
-    for (int n = 0; n < NT; ++n)
+    for (int mt = 0; mt < MT; ++mt) {
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t local = r0 + g + 8 * (e / 2), j = 8 * n + ct + e % 2;
-        const float x = local < t.rows && j < keys && gm::attention_visible(t.row0 + local, key0 + j, causal)
-                            ? s[n][e] * scale
-                            : -INFINITY;
-        s[n][e] = x;
-        mx[e / 2] = fmaxf(mx[e / 2], x);
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t local = r0 + 16 * mt + g + 8 * (e / 2), j = 8 * n + ct + e % 2;
+          const float x = local < t.rows && j < keys && gm::attention_visible(t.row0 + local, key0 + j, causal)
+                              ? s[mt][n][e] * scale
+                              : -INFINITY;
+          s[mt][n][e] = x;
+          mx[e / 2] = fmaxf(mx[e / 2], x);
+        }
+      float m_new[2], alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        m_new[r] = fmaxf(m[mt][r], quad_max(mx[r]));
+        alpha[r] = gm::flash_rescale(m[mt][r], m_new[r]);
       }
-    float m_new[2], alpha[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      m_new[r] = fmaxf(m[r], quad_max(mx[r]));
-      alpha[r] = gm::flash_rescale(m[r], m_new[r]);
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum[e / 2] += s[mt][n][e] = gm::flash_prob(s[mt][n][e], m_new[e / 2]);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        l[mt][r] = l[mt][r] * alpha[r] + sum[r];
+        m[mt][r] = m_new[r];
+      }
+#pragma unroll
+      for (int n = 0; n < Dp / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[mt][n][e] *= alpha[e / 2];
+      as_a<NT>(p[mt], s[mt]);
     }
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sum[e / 2] += s[n][e] = gm::flash_prob(s[n][e], m_new[e / 2]);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      l[r] = l[r] * alpha[r] + sum[r];
-      m[r] = m_new[r];
-    }
-#pragma unroll
-    for (int n = 0; n < Dp / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e / 2];
-    uint32_t p[NT / 2][4];
-    as_a<NT>(p, s);
-    product_pb<Dp, NT / 2>(o, p, tiles_of_keys.V(stage), L.ldh);
+    product_pb<Dp, NT / 2, MT>(o, p, tiles_of_keys.V(stage), L.ldh);
   };
   walk_tiles(tiles_of_keys.count(), [&](int64_t i, int stage) { tiles_of_keys.load(i, stage); }, compute);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] = quad_sum(l[r]);
-    const int64_t local = r0 + g + 8 * r, row = t.row0 + local;
-    if (local >= t.rows) continue;
-    const float inv = 1.0f / l[r];  // l > 0: a row sees at least its own key
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int n = 0; n < Dp / 8; ++n)
+    for (int r = 0; r < 2; ++r) {
+      const float row_l = quad_sum(l[mt][r]);
+      const int64_t local = r0 + 16 * mt + g + 8 * r, row = t.row0 + local;
+      if (local >= t.rows) continue;
+      const float inv = 1.0f / row_l;  // l > 0: a row sees at least its own key
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t d = 8 * n + ct + e;
-        if (d < D) out[(row * H + h) * D + d] = o[n][2 * r + e] * inv;
-      }
-    if (ct == 0) lse[row * H + h] = m[r] + logf(l[r]);
-  }
+      for (int n = 0; n < Dp / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t d = 8 * n + ct + e;
+          if (d < D) out[(row * H + h) * D + d] = o[mt][n][2 * r + e] * inv;
+        }
+      if (ct == 0) lse[row * H + h] = m[mt][r] + logf(row_l);
+    }
 }
 
 // grid (n_tiles of kFlashRows query rows, H). Warp w owns query rows
-// 16w..16w+15: per tile of kFlashGradCols keys S = q·kᵀ and dP = dO·vᵀ in
+// 16w..16w+15: per tile of kFlashCols keys S = q·kᵀ and dP = dO·vᵀ in
 // registers, dS = P·(dP − delta) with P = exp(scale·S − lse), and
 // dq += dS·k with dS handed on in registers; dq = scale·Σ.
 template <int Dp>
@@ -308,14 +330,14 @@ __global__ void __launch_bounds__(kThreads)
                             const bf16* q, const bf16* k, const bf16* v, const AttentionTile* tiles, int64_t H,
                             int64_t KV, int64_t D, bool causal) {
   constexpr FlashLayout L = flash_layout(Dp);
-  constexpr int C = kFlashGradCols, NT = C / 8;
+  constexpr int C = kFlashCols, NT = C / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* dOs = Qs + kFlashRows * L.ldh;
   bf16* stages = dOs + kFlashRows * L.ldh;  // KeyTiles' stages
   const int warp = threadIdx.x / 32, g = lane_id() / 4, r0 = 16 * warp;
   const int ct = 2 * (lane_id() % 4);
-  const AttentionTile t = tiles[blockIdx.x];
+  const AttentionTile t = tiles[gridDim.x - 1 - blockIdx.x];  // the last first (see above walk_tiles)
   const int64_t h = blockIdx.y, kh = h / (H / KV);
   const float scale = rsqrtf(float(D));
   float row_lse[2], row_delta[2];  // the lane's rows g and g + 8
@@ -325,8 +347,8 @@ __global__ void __launch_bounds__(kThreads)
     row_lse[r] = local < t.rows ? lse[(t.row0 + local) * H + h] : 0.0f;
     row_delta[r] = local < t.rows ? delta[(t.row0 + local) * H + h] : 0.0f;
   }
-  float acc[Dp / 8][4];
-  zero(acc);
+  float acc[1][Dp / 8][4];
+  zero(acc[0]);
   const int64_t last_row = int64_t(t.row0) + r0 + 15;
   const KeyTiles<Dp, C> tiles_of_keys{t, k, v, kh, KV, D, causal, stages};
   load_tile<Dp>(Qs, L.ldh, q + h * D, t.row0, t.rows, H * D, D, kFlashRows);
@@ -335,9 +357,11 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t key0 = tiles_of_keys.key0(i), keys = tiles_of_keys.keys(i);
     if (causal && key0 > last_row) return;
     const bf16* Ks = tiles_of_keys.K(stage);
-    float s[NT][4], dp[NT][4];
-    product_abt<Dp, NT>(s, Qs + r0 * L.ldh, Ks, L.ldh);
-    product_abt<Dp, NT>(dp, dOs + r0 * L.ldh, tiles_of_keys.V(stage), L.ldh);
+    float sm[1][NT][4], dpm[1][NT][4];
+    product_abt<Dp, NT, 1>(sm, Qs + r0 * L.ldh, Ks, L.ldh);
+    product_abt<Dp, NT, 1>(dpm, dOs + r0 * L.ldh, tiles_of_keys.V(stage), L.ldh);
+    float(&s)[NT][4] = sm[0];
+    const float(&dp)[NT][4] = dpm[0];
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -348,17 +372,17 @@ __global__ void __launch_bounds__(kThreads)
           ds = gm::attention_dscore(expf(s[n][e] * scale - row_lse[e / 2]), dp[n][e], row_delta[e / 2]);
         s[n][e] = ds;
       }
-    uint32_t ds16[NT / 2][4];
-    as_a<NT>(ds16, s);
-    product_pb<Dp, NT / 2>(acc, ds16, Ks, L.ldh);
+    uint32_t ds16[1][NT / 2][4];
+    as_a<NT>(ds16[0], s);
+    product_pb<Dp, NT / 2, 1>(acc, ds16, Ks, L.ldh);
   };
   walk_tiles(tiles_of_keys.count(), [&](int64_t i, int stage) { tiles_of_keys.load(i, stage); }, compute);
-  write_rows<Dp>(dq + h * D, add_dq, acc, int64_t(t.row0) + r0, int64_t(t.rows) - r0, H * D, D, scale);
+  write_rows<Dp>(dq + h * D, add_dq, acc[0], int64_t(t.row0) + r0, int64_t(t.rows) - r0, H * D, D, scale);
 }
 
 // grid (n_tiles of kFlashRows key rows, KV). Warp w owns key rows
 // 16w..16w+15 of kv head blockIdx.y. For each query head of the group in
-// turn and each tile of kFlashGradCols query rows: Sᵀ = k·qᵀ, dPᵀ = v·dOᵀ,
+// turn and each tile of kFlashCols query rows: Sᵀ = k·qᵀ, dPᵀ = v·dOᵀ,
 // Pᵀ and dSᵀ as the q kernel computes them, all in registers; dv += Pᵀ·dO
 // and dk += dSᵀ·q (a fixed order: heads, then query tiles); dk = scale·Σ.
 template <int Dp>
@@ -367,7 +391,7 @@ __global__ void __launch_bounds__(kThreads)
                              const float* delta, const bf16* q, const bf16* k, const bf16* v,
                              const AttentionTile* tiles, int64_t H, int64_t KV, int64_t D, bool causal) {
   constexpr FlashLayout L = flash_layout(Dp);
-  constexpr int C = kFlashGradCols, NT = C / 8;
+  constexpr int C = kFlashCols, NT = C / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Ks = reinterpret_cast<bf16*>(smem);
   bf16* Vs = Ks + kFlashRows * L.ldh;
@@ -377,9 +401,9 @@ __global__ void __launch_bounds__(kThreads)
   const AttentionTile t = tiles[blockIdx.x];
   const int64_t kh = blockIdx.y, group = H / KV;
   const float scale = rsqrtf(float(D));
-  float dk_acc[Dp / 8][4], dv_acc[Dp / 8][4];
-  zero(dk_acc);
-  zero(dv_acc);
+  float dk_acc[1][Dp / 8][4], dv_acc[1][Dp / 8][4];
+  zero(dk_acc[0]);
+  zero(dv_acc[0]);
   const int64_t first_key = int64_t(t.row0) + r0;  // the warp's first key row
   // Causal: a query sees keys up to itself, so the tile's keys are seen from its first row on.
   const int64_t query_begin = causal ? int64_t(t.row0) : int64_t(t.seq_begin);
@@ -410,9 +434,11 @@ __global__ void __launch_bounds__(kThreads)
         col_lse[n][e] = j < queries ? lse[(q0 + j) * H + h] : 0.0f;
         col_delta[n][e] = j < queries ? delta[(q0 + j) * H + h] : 0.0f;
       }
-    float s[NT][4], dp[NT][4];
-    product_abt<Dp, NT>(s, Ks + r0 * L.ldh, Qs, L.ldh);
-    product_abt<Dp, NT>(dp, Vs + r0 * L.ldh, dOs, L.ldh);
+    float sm[1][NT][4], dpm[1][NT][4];
+    product_abt<Dp, NT, 1>(sm, Ks + r0 * L.ldh, Qs, L.ldh);
+    product_abt<Dp, NT, 1>(dpm, Vs + r0 * L.ldh, dOs, L.ldh);
+    float(&s)[NT][4] = sm[0];
+    float(&dp)[NT][4] = dpm[0];
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -426,15 +452,15 @@ __global__ void __launch_bounds__(kThreads)
         s[n][e] = p;
         dp[n][e] = ds;
       }
-    uint32_t p16[NT / 2][4], ds16[NT / 2][4];
-    as_a<NT>(p16, s);
-    as_a<NT>(ds16, dp);
-    product_pb<Dp, NT / 2>(dv_acc, p16, dOs, L.ldh);
-    product_pb<Dp, NT / 2>(dk_acc, ds16, Qs, L.ldh);
+    uint32_t p16[1][NT / 2][4], ds16[1][NT / 2][4];
+    as_a<NT>(p16[0], s);
+    as_a<NT>(ds16[0], dp);
+    product_pb<Dp, NT / 2, 1>(dv_acc, p16, dOs, L.ldh);
+    product_pb<Dp, NT / 2, 1>(dk_acc, ds16, Qs, L.ldh);
   };
   walk_tiles(group * q_tiles, load, compute);
-  if (dk) write_rows<Dp>(dk + kh * D, add_dk, dk_acc, first_key, int64_t(t.rows) - r0, KV * D, D, scale);
-  if (dv) write_rows<Dp>(dv + kh * D, add_dv, dv_acc, first_key, int64_t(t.rows) - r0, KV * D, D, 1.0f);
+  if (dk) write_rows<Dp>(dk + kh * D, add_dk, dk_acc[0], first_key, int64_t(t.rows) - r0, KV * D, D, scale);
+  if (dv) write_rows<Dp>(dv + kh * D, add_dv, dv_acc[0], first_key, int64_t(t.rows) - r0, KV * D, D, 1.0f);
 }
 
 // Kernels with more than 48 KiB of dynamic shared memory must ask for it
