@@ -18,7 +18,6 @@
 #include <memory>
 #include <vector>
 
-
 #if defined(__SANITIZE_ADDRESS__)
 #define MAESTRO_EMU_ASAN 1
 #elif defined(__has_feature)
@@ -122,7 +121,7 @@ struct Fiber {
   unsigned gathers = 0;  // warp_gather calls so far: which of two buffers the next one uses
   // cp.async: the committed groups not yet landed, oldest first, and the open one.
   struct Copy {
-    unsigned char* dst;
+    unsigned char* dst;        // null: landed when issued (Schedule::Reverse)
     const unsigned char* src;  // null: zeros
   };
   std::deque<std::vector<Copy>> copy_groups;
