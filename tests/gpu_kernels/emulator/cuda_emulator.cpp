@@ -121,7 +121,7 @@ struct Fiber {
   unsigned gathers = 0;  // warp_gather calls so far: which of two buffers the next one uses
   // cp.async: the committed groups not yet landed, oldest first, and the open one.
   struct Copy {
-    unsigned char* dst;        // null: landed when issued (Schedule::Reverse)
+    unsigned char* dst;
     const unsigned char* src;  // null: zeros
   };
   std::deque<std::vector<Copy>> copy_groups;
@@ -339,7 +339,6 @@ void warp_gather(const void* mine, size_t bytes, void* all) {
 }
 
 static void land(const Fiber::Copy& c) {
-  if (!c.dst) return;  // landed when issued
   if (c.src)
     std::memcpy(c.dst, c.src, 16);
   else
@@ -351,12 +350,10 @@ void async_copy16(void* dst, const void* src, bool valid) {
     fault("cp.async: a destination outside dynamic shared memory or not 16-byte aligned");
   if (reinterpret_cast<uintptr_t>(src) % 16 != 0) fault("cp.async: a source not 16-byte aligned");
   const Fiber::Copy c{static_cast<unsigned char*>(dst), valid ? static_cast<const unsigned char*>(src) : nullptr};
-  if (g_schedule == Schedule::Reverse) {
+  if (g_schedule == Schedule::Reverse)
     land(c);  // as early as the hardware may: a tile copied over one still being read shows
-    me().open_copies.push_back({nullptr, nullptr});
-  } else {
+  else
     me().open_copies.push_back(c);  // as late as it may: a tile read before its wait shows
-  }
 }
 
 void async_commit() {
