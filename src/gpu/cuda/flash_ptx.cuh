@@ -1,10 +1,11 @@
 // The inline PTX of the flash kernels (sm_80 and later): mma.sync
 // m16n8k16 with bf16 operands and fp32 accumulators, ldmatrix x4 (plain
 // and transposed), and cp.async, the copies from global to shared memory
-// that land while the kernel computes on the previous tile. Their fragments have the layouts
-// the PTX ISA documents ("Matrix Fragments for mma.m16n8k16"), unlike
-// WMMA's opaque ones, so a kernel keeps a score tile in registers, takes
-// its softmax there and hands it on to the next product as an A operand.
+// that land while the kernel computes on the previous tile. mma.sync's
+// fragments have the layouts the PTX ISA documents ("Matrix Fragments for
+// mma.m16n8k16"), unlike WMMA's opaque ones, so a kernel keeps a score
+// tile in registers, takes its softmax there and hands it on to the next
+// product as an A operand.
 // Lane L (g = L/4, t = L%4) holds
 //   A (16×16): a[0] rows g, cols 2t..2t+1; a[1] row g+8; a[2] row g, cols
 //              2t+8..2t+9; a[3] row g+8, cols 2t+8..
