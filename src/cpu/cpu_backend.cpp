@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -24,6 +25,17 @@ constexpr int64_t kReduceBlock = 1 << 12;   // elements per partial of a reducti
 
 // g[i] += x, or g[i] = x when g is overwritten (nn/backend.h's Grad).
 inline void put(Grad g, int64_t i, float x) { g.p[i] = g.add ? g.p[i] + x : x; }
+// The same for an activation op's gradient, and its bf16 copy when it has one
+// (then it is overwritten: the copy is x's rounding).
+inline void put(GradOut g, int64_t i, float x) {
+  if (g.p) put(Grad(g), i, x);
+  if (g.bf16) static_cast<uint16_t*>(g.bf16)[i] = float_to_bf16(x);
+}
+// out[i] = x, in fp32 and/or bf16 (nn/backend.h's Out).
+inline void put(Out o, int64_t i, float x) {
+  if (o.f32) o.f32[i] = x;
+  if (o.bf16) static_cast<uint16_t*>(o.bf16)[i] = float_to_bf16(x);
+}
 
 // Rows per chunk so that a chunk holds about kElementGrain elements.
 int64_t row_grain(int64_t C) { return std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, C)); }
@@ -130,7 +142,8 @@ class CpuBackend final : public Backend {
   }
 
   // ---- linear ---------------------------------------------------------------------
-  // fp32 GEMMs: bf16 copies of the operands are never wanted (wants_bf16_operands).
+  // fp32 GEMMs: bf16 copies of the operands are never wanted (wants_bf16_operands),
+  // so every Operand's f32 is here.
   void linear_forward(float* out, Operand in, Operand lw, const float* bias, int64_t N, int64_t C,
                       int64_t OC) override {
     const float *inp = in.f32, *w = lw.f32;
@@ -142,13 +155,14 @@ class CpuBackend final : public Backend {
           for (int64_t o = 0; o < OC; ++o) out[i * OC + o] += bias[o];
       });
   }
-  void linear_backward(Grad dinp, Grad dw, float* dbias, const float* dout, Operand in, Operand lw, int64_t N,
-                       int64_t C, int64_t OC) override {
+  void linear_backward(Grad dinp, Grad dw, float* dbias, Operand dy, Operand in, Operand lw, int64_t N, int64_t C,
+                       int64_t OC) override {
     if (N == 0) {  // no rows: an overwritten dw is the empty sum
       if (dw.p && !dw.add) std::fill_n(dw.p, OC * C, 0.0f);
       return;
     }
-    const float *inp = in.f32, *w = lw.f32;
+    const float *inp = in.f32, *w = lw.f32, *dout = dy.f32;
+    if (!dout) throw std::logic_error("linear_backward: dout without fp32 values (Backend::bf16_operands_suffice)");
     // dinp[N,C] += (or =) dout[N,OC] · w[OC,C]
     if (dinp.p) gemm(false, false, N, C, OC, dout, OC, w, C, dinp.add ? 1.0f : 0.0f, dinp.p, C);
     // dw[OC,C] += (or =) dout[N,OC]ᵀ · inp[N,C]
@@ -162,7 +176,7 @@ class CpuBackend final : public Backend {
   }
 
   // ---- norms ------------------------------------------------------------------------
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+  void rmsnorm_forward(Out out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
                        float eps) override {
     pool_.parallel_for(N, row_grain(C), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
@@ -171,8 +185,7 @@ class CpuBackend final : public Backend {
         for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
         const float r = 1.0f / std::sqrt(ss / float(C) + eps);
         rstd[i] = r;
-        float* o = out + i * C;
-        for (int64_t c = 0; c < C; ++c) o[c] = x[c] * r * w[c];
+        for (int64_t c = 0; c < C; ++c) put(out, i * C + c, x[c] * r * w[c]);
       }
     });
   }
@@ -200,7 +213,7 @@ class CpuBackend final : public Backend {
         }
       });
   }
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b_,
+  void layernorm_forward(Out out, float* mean, float* rstd, const float* inp, const float* w, const float* b_,
                          int64_t N, int64_t C, float eps) override {
     pool_.parallel_for(N, row_grain(C), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
@@ -214,8 +227,7 @@ class CpuBackend final : public Backend {
         const float r = 1.0f / std::sqrt(v + eps);
         mean[i] = m;
         rstd[i] = r;
-        float* o = out + i * C;
-        for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * r * w[c] + b_[c];
+        for (int64_t c = 0; c < C; ++c) put(out, i * C + c, (x[c] - m) * r * w[c] + b_[c]);
       }
     });
   }
@@ -253,11 +265,13 @@ class CpuBackend final : public Backend {
   }
 
   // ---- rotary -------------------------------------------------------------------------
-  void rope_forward(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta) override {
-    rotate(x, pos, N, H, D, theta, 1.0f);
+  void rope_forward(Out out, const float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+                    float theta) override {
+    rotate(out, x, pos, N, H, D, theta, 1.0f);
   }
-  void rope_backward(float* dx, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta) override {
-    rotate(dx, pos, N, H, D, theta, -1.0f);
+  void rope_backward(Out out, const float* dx, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+                     float theta) override {
+    rotate(out, dx, pos, N, H, D, theta, -1.0f);
   }
 
   // ---- attention ------------------------------------------------------------------------
@@ -266,10 +280,11 @@ class CpuBackend final : public Backend {
   // masked softmax row by row, out = P·v by sgemm. Causal rows compute the
   // full S and zero P above the diagonal: one sgemm beats a triangle of
   // small ones at these sizes.
-  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                         const int32_t* cu, int64_t n_seq, int64_t N, int64_t H, int64_t KV, int64_t D,
-                         bool causal) override {
+  // fp32 throughout: q, k, v's bf16 copies (Operand) are not read.
+  void attention_forward(float* out, float* lse, Operand qo, Operand ko, Operand vo, const int32_t* cu, int64_t n_seq,
+                         int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
     (void)N;
+    const float *q = qo.f32, *k = ko.f32, *v = vo.f32;
     const float sc = 1.0f / std::sqrt(float(D));
     const int64_t group = H / KV;
     pool_.parallel_for(n_seq * H, 1, [&](int64_t b, int64_t e) {
@@ -310,9 +325,10 @@ class CpuBackend final : public Backend {
   // β = 0 from its first product: dq's one per head, dk's and dv's the
   // group's first query head.
   void attention_backward(Grad dq, Grad dk, Grad dv, const float* dout, const float* out, const float* lse,
-                          const float* q, const float* k, const float* v, const int32_t* cu, int64_t n_seq,
-                          int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
+                          Operand qo, Operand ko, Operand vo, const int32_t* cu, int64_t n_seq, int64_t N, int64_t H,
+                          int64_t KV, int64_t D, bool causal) override {
     (void)N;
+    const float *q = qo.f32, *k = ko.f32, *v = vo.f32;
     if (!dq.p && !dk.p && !dv.p) return;
     const float sc = 1.0f / std::sqrt(float(D));
     const int64_t group = H / KV;
@@ -363,31 +379,32 @@ class CpuBackend final : public Backend {
   }
 
   // ---- activations ------------------------------------------------------------------------
-  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
+  void swiglu_forward(Out out, const float* gate, const float* up, size_t n) override {
     pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+      for (int64_t i = b; i < e; ++i) put(out, i, gate[i] / (1.0f + std::exp(-gate[i])) * up[i]);
     });
   }
   // silu'(g) = σ(g)·(1 + g·(1 − σ(g)))
-  void swiglu_backward(Grad dgate, Grad dup, const float* dout, const float* gate, const float* up,
+  void swiglu_backward(GradOut dgate, GradOut dup, const float* dout, const float* gate, const float* up,
                        size_t n) override {
     pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const float g = gate[i], sg = 1.0f / (1.0f + std::exp(-g));
-        if (dgate.p) put(dgate, i, dout[i] * up[i] * sg * (1.0f + g * (1.0f - sg)));
-        if (dup.p) put(dup, i, dout[i] * g * sg);
+        if (dgate.wanted()) put(dgate, i, dout[i] * up[i] * sg * (1.0f + g * (1.0f - sg)));
+        if (dup.wanted()) put(dup, i, dout[i] * g * sg);
       }
     });
   }
-  void gelu_forward(float* out, const float* inp, size_t n) override {
+  void gelu_forward(Out out, const float* inp, size_t n) override {
     pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+        put(out, i, 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x))));
       }
     });
   }
-  void gelu_backward(Grad dinp, const float* dout, const float* inp, size_t n) override {
+  void gelu_backward(GradOut dinp, const float* dout, const float* inp, size_t n) override {
+    if (!dinp.wanted()) return;
     pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const float x = inp[i], u = kGeluScale * (x + 0.044715f * x * x * x), t = std::tanh(u);
@@ -622,7 +639,8 @@ class CpuBackend final : public Backend {
   }
 
   // angle = pos·θ^(−2i/D); sign −1 rotates back (the gradient of a rotation).
-  void rotate(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign) {
+  // out = x rotated (out.f32 may be x: each pair is read before it is written).
+  void rotate(Out out, const float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign) {
     const int64_t half = D / 2;
     std::vector<double> inv_freq(static_cast<size_t>(half));
     for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(double(theta), -2.0 * double(i) / double(D));
@@ -635,11 +653,12 @@ class CpuBackend final : public Backend {
           sn[size_t(i)] = sign * float(std::sin(a));
         }
         for (int64_t h = 0; h < H; ++h) {
-          float* r = x + (n * H + h) * D;
+          const int64_t row = (n * H + h) * D;
+          const float* r = x + row;
           for (int64_t i = 0; i < half; ++i) {
             const float x0 = r[i], x1 = r[i + half];
-            r[i] = x0 * cs[size_t(i)] - x1 * sn[size_t(i)];
-            r[i + half] = x1 * cs[size_t(i)] + x0 * sn[size_t(i)];
+            put(out, row + i, x0 * cs[size_t(i)] - x1 * sn[size_t(i)]);
+            put(out, row + i + half, x1 * cs[size_t(i)] + x0 * sn[size_t(i)]);
           }
         }
       }

@@ -95,6 +95,34 @@ class Comparison {
       t_.copy_from_host(outputs[i]->on_t, start[i].data(), outputs[i]->n * sizeof(float));
     results_.push_back({op + " (repeatable)", worst, 0.0});
   }
+  // The bf16 copy of an output that run(f32, bf16) writes on the tested
+  // backend in the same pass (nn/backend.h's Out and GradOut; bf16 NaN
+  // before each run): beside the fp32 values, each element must be its fp32
+  // value rounded; alone (f32 null: only where the backend says its copies
+  // suffice), the same bits again. x is left as it was.
+  void bf16_output(const std::string& op, const Twin& x, const std::function<void(float*, void*)>& run) {
+    Vec start(x.n), f32(x.n);
+    t_.copy_to_host(start.data(), x.on_t, x.n * sizeof(float));
+    void* b16 = t_.allocate(std::max<size_t>(x.n, 1), DType::BF16);
+    const std::vector<uint16_t> nan16(x.n, 0x7fc0);
+    std::vector<uint16_t> beside(x.n), alone(x.n);
+    t_.copy_from_host(b16, nan16.data(), x.n * 2);
+    run(x.on_t, b16);
+    t_.copy_to_host(beside.data(), b16, x.n * 2);
+    t_.copy_to_host(f32.data(), x.on_t, x.n * sizeof(float));
+    t_.copy_from_host(x.on_t, start.data(), x.n * sizeof(float));
+    if (t_.bf16_operands_suffice()) {
+      t_.copy_from_host(b16, nan16.data(), x.n * 2);
+      run(nullptr, b16);
+      t_.copy_to_host(alone.data(), b16, x.n * 2);
+    } else {
+      alone = beside;
+    }
+    t_.release(b16);
+    size_t wrong = 0;
+    for (size_t i = 0; i < x.n; ++i) wrong += beside[i] != float_to_bf16(f32[i]) || alone[i] != beside[i];
+    results_.push_back({op + " (bf16 out)", double(wrong) / double(std::max<size_t>(x.n, 1)), 0.0});
+  }
   // Fills a buffer with NaN on both sides: the output of an op that is to
   // overwrite it (nn/backend.h's Grad), so an op that reads it shows NaN.
   void poison(const Twin& x) {
@@ -194,6 +222,25 @@ void run_elementwise(Comparison& c) {
   c.poison(dg);
   c.both([&](Backend& be, bool is_t) { be.relu_backward(Grad::overwrite(ON(dg)), ON(g), ON(a), n); });
   c.check("relu_backward (overwrite)", dg);
+  // The activations' bf16 copies written in the same pass (Out, GradOut),
+  // from finite values (the gradients above end poisoned where an op reads
+  // what it is to overwrite: NaN rounds to the NaN the copy starts as).
+  Backend& t = c.t_;
+  for (Twin* x : {&dg, &du}) {
+    const Vec fresh = c.randn(n);
+    t.copy_from_host(x->on_t, fresh.data(), n * sizeof(float));
+    c.r_.copy_from_host(x->on_r, fresh.data(), n * sizeof(float));
+  }
+  c.bf16_output("swiglu_forward", out, [&](float* o, void* o16) { t.swiglu_forward({o, o16}, a.on_t, b.on_t, n); });
+  c.bf16_output("gelu_forward", out, [&](float* o, void* o16) { t.gelu_forward({o, o16}, a.on_t, n); });
+  c.bf16_output("swiglu_backward.dgate", dg, [&](float* d, void* d16) {
+    t.swiglu_backward(GradOut::overwrite(d, d16), nullptr, g.on_t, a.on_t, b.on_t, n);
+  });
+  c.bf16_output("swiglu_backward.dup", du, [&](float* d, void* d16) {
+    t.swiglu_backward(nullptr, GradOut::overwrite(d, d16), g.on_t, a.on_t, b.on_t, n);
+  });
+  c.bf16_output("gelu_backward", dg,
+                [&](float* d, void* d16) { t.gelu_backward(GradOut::overwrite(d, d16), g.on_t, a.on_t, n); });
 }
 
 void run_embedding(Comparison& c) {
@@ -238,33 +285,44 @@ void run_linear(Comparison& c) {
   });
   c.check("linear_backward.dw, no rows (overwrite)", dw);
   // A backend that reads the operands' bf16 copies (the engine's, nn/backend.h)
-  // must give what it gives when it rounds them itself: bit for bit.
+  // must give what it gives when it rounds them itself: bit for bit — and
+  // with the copies alone, where it says they suffice (bf16_operands_suffice).
   if (!c.t_.wants_bf16_operands()) return;
   Backend& t = c.t_;
-  void *inp16 = t.allocate(size_t(N * C), DType::BF16), *w16 = t.allocate(size_t(OC * C), DType::BF16);
+  void *inp16 = t.allocate(size_t(N * C), DType::BF16), *w16 = t.allocate(size_t(OC * C), DType::BF16),
+       *dout16 = t.allocate(size_t(N * OC), DType::BF16);
   t.convert(inp16, DType::BF16, inp.on_t, DType::F32, size_t(N * C));
   t.convert(w16, DType::BF16, w.on_t, DType::F32, size_t(OC * C));
+  t.convert(dout16, DType::BF16, dout.on_t, DType::F32, size_t(N * OC));
   const Vec dinp0 = c.randn(size_t(N * C)), dw0 = c.randn(size_t(OC * C));
   struct Outputs {
     Vec out, dinp, dw;
   };
-  auto outputs = [&](Operand x, Operand lw) {
+  auto outputs = [&](Operand x, Operand lw, Operand dy) {
     Outputs r{Vec(size_t(N * OC)), Vec(dinp0.size()), Vec(dw0.size())};
     t.linear_forward(out.on_t, x, lw, bias.on_t, N, C, OC);
     t.copy_from_host(dinp.on_t, dinp0.data(), dinp0.size() * sizeof(float));
     t.copy_from_host(dw.on_t, dw0.data(), dw0.size() * sizeof(float));
-    t.linear_backward(dinp.on_t, dw.on_t, nullptr, dout.on_t, x, lw, N, C, OC);
+    t.linear_backward(dinp.on_t, dw.on_t, nullptr, dy, x, lw, N, C, OC);
     t.copy_to_host(r.out.data(), out.on_t, r.out.size() * sizeof(float));
     t.copy_to_host(r.dinp.data(), dinp.on_t, r.dinp.size() * sizeof(float));
     t.copy_to_host(r.dw.data(), dw.on_t, r.dw.size() * sizeof(float));
     return r;
   };
-  const Outputs rounding = outputs(inp.on_t, w.on_t), copies = outputs({inp.on_t, inp16}, {w.on_t, w16});
-  t.release(inp16);
-  t.release(w16);
+  const Outputs rounding = outputs(inp.on_t, w.on_t, dout.on_t),
+                copies = outputs({inp.on_t, inp16}, {w.on_t, w16}, {dout.on_t, dout16});
   c.results_.push_back({"linear_forward (bf16 copies)", rel_err(copies.out, rounding.out), 0.0});
   c.results_.push_back({"linear_backward.dinp (bf16 copies)", rel_err(copies.dinp, rounding.dinp), 0.0});
   c.results_.push_back({"linear_backward.dw (bf16 copies)", rel_err(copies.dw, rounding.dw), 0.0});
+  if (t.bf16_operands_suffice()) {
+    const Outputs alone = outputs({nullptr, inp16}, {nullptr, w16}, {nullptr, dout16});
+    c.results_.push_back({"linear_forward (bf16 copies alone)", rel_err(alone.out, rounding.out), 0.0});
+    c.results_.push_back({"linear_backward.dinp (bf16 copies alone)", rel_err(alone.dinp, rounding.dinp), 0.0});
+    c.results_.push_back({"linear_backward.dw (bf16 copies alone)", rel_err(alone.dw, rounding.dw), 0.0});
+  }
+  t.release(inp16);
+  t.release(w16);
+  t.release(dout16);
 }
 
 void run_norms(Comparison& c) {
@@ -290,14 +348,37 @@ void run_norms(Comparison& c) {
   c.check("layernorm_backward.dinp", dx);
   c.check("layernorm_backward.dw", dw);
   c.check("layernorm_backward.db", db);
+  Backend& t = c.t_;
+  c.bf16_output("rmsnorm_forward", out, [&](float* o, void* o16) {
+    t.rmsnorm_forward({o, o16}, rstd.on_t, x.on_t, w.on_t, N, C, 1e-5f);
+  });
+  c.bf16_output("layernorm_forward", out, [&](float* o, void* o16) {
+    t.layernorm_forward({o, o16}, mean.on_t, rstd.on_t, x.on_t, w.on_t, b.on_t, N, C, 1e-5f);
+  });
 }
 
 void run_rope(Comparison& c) {
   Twin x(c.t_, c.r_, c.randn(size_t(N * H * D)));
-  c.both([&](Backend& be, bool is_t) { be.rope_forward(ON(x), kPos.data(), N, H, D, 10000.0f); });
+  c.both([&](Backend& be, bool is_t) { be.rope_forward(ON(x), ON(x), kPos.data(), N, H, D, 10000.0f); });
   c.check("rope_forward", x);
-  c.both([&](Backend& be, bool is_t) { be.rope_backward(ON(x), kPos.data(), N, H, D, 10000.0f); });
+  c.both([&](Backend& be, bool is_t) { be.rope_backward(ON(x), ON(x), kPos.data(), N, H, D, 10000.0f); });
   c.check("rope_backward", x);
+  // out of place (x unchanged), and with the bf16 copy (Out), in place
+  Twin y(c.t_, c.r_, Vec(size_t(N * H * D)));
+  c.both([&](Backend& be, bool is_t) { be.rope_forward(ON(y), ON(x), kPos.data(), N, H, D, 10000.0f); });
+  c.check("rope_forward (out of place)", y);
+  Vec before(x.n), after(x.n);
+  c.t_.copy_to_host(before.data(), x.on_t, x.n * sizeof(float));
+  c.t_.rope_forward(y.on_t, x.on_t, kPos.data(), N, H, D, 10000.0f);
+  c.t_.copy_to_host(after.data(), x.on_t, x.n * sizeof(float));
+  c.results_.push_back({"rope_forward (out of place) leaves x", after == before ? 0.0 : 1.0, 0.0});
+  Backend& t = c.t_;
+  c.bf16_output("rope_forward", x, [&](float* o, void* o16) {
+    t.rope_forward({o, o16}, x.on_t, kPos.data(), N, H, D, 10000.0f);
+  });
+  c.bf16_output("rope_backward", x, [&](float* o, void* o16) {
+    t.rope_backward({o, o16}, x.on_t, kPos.data(), N, H, D, 10000.0f);
+  });
 }
 
 // Attention over two shapes: the short sequences above (9, 0 and 15
@@ -310,6 +391,10 @@ struct AttentionShape {
   std::vector<int32_t> cu;
   const char* suffix;
 };
+
+void attention_copies(Comparison& c, const std::string& tag, const Twin& q, const Twin& k, const Twin& v,
+                      const Twin& dout, const int32_t* cu, int64_t n_seq, int64_t N, int64_t H, int64_t KV, int64_t D,
+                      bool causal);
 
 void run_attention(Comparison& c) {
   const AttentionShape shapes[] = {{N, H, KV, D, kCu, ""}, {200, 4, 2, 128, {0, 70, 70, 200}, ", long"}};
@@ -348,7 +433,41 @@ void run_attention(Comparison& c) {
         c.t_.attention_backward(dq.on_t, dk.on_t, dv.on_t, dout.on_t, out.on_t, lse.on_t, q.on_t, k.on_t, v.on_t, cu,
                                 n_seq, N, H, KV, D, causal);
       });
+      // q, k, v's bf16 copies given (the engine's, nn/backend.h): what the
+      // backend gives when it rounds them itself, bit for bit.
+      if (c.t_.wants_bf16_operands()) attention_copies(c, tag, q, k, v, dout, cu, n_seq, N, H, KV, D, causal);
     }
+}
+
+void attention_copies(Comparison& c, const std::string& tag, const Twin& q, const Twin& k, const Twin& v,
+                      const Twin& dout, const int32_t* cu, int64_t n_seq, int64_t N, int64_t H, int64_t KV, int64_t D,
+                      bool causal) {
+  Backend& t = c.t_;
+  const size_t nq = size_t(N * H * D), nkv = size_t(N * KV * D);
+  void *q16 = t.allocate(nq, DType::BF16), *k16 = t.allocate(nkv, DType::BF16), *v16 = t.allocate(nkv, DType::BF16);
+  t.convert(q16, DType::BF16, q.on_t, DType::F32, nq);
+  t.convert(k16, DType::BF16, k.on_t, DType::F32, nkv);
+  t.convert(v16, DType::BF16, v.on_t, DType::F32, nkv);
+  float *out = t.allocate(nq), *lse = t.allocate(size_t(N * H)), *dq = t.allocate(nq), *dk = t.allocate(nkv),
+        *dv = t.allocate(nkv);
+  auto run = [&](Operand qo, Operand ko, Operand vo) {
+    std::vector<Vec> r = {Vec(nq), Vec(size_t(N * H)), Vec(nq), Vec(nkv), Vec(nkv)};
+    t.attention_forward(out, lse, qo, ko, vo, cu, n_seq, N, H, KV, D, causal);
+    t.attention_backward(Grad::overwrite(dq), Grad::overwrite(dk), Grad::overwrite(dv), dout.on_t, out, lse, qo, ko,
+                         vo, cu, n_seq, N, H, KV, D, causal);
+    const float* from[] = {out, lse, dq, dk, dv};
+    for (size_t i = 0; i < r.size(); ++i) t.copy_to_host(r[i].data(), from[i], r[i].size() * sizeof(float));
+    return r;
+  };
+  const std::vector<Vec> rounding = run(q.on_t, k.on_t, v.on_t),
+                         copies = run({q.on_t, q16}, {k.on_t, k16}, {v.on_t, v16});
+  const char* names[] = {"", ".lse", ".dq", ".dk", ".dv"};
+  for (size_t i = 0; i < rounding.size(); ++i)
+    c.results_.push_back({std::string(i < 2 ? "attention_forward" : "attention_backward") + tag + names[i] +
+                              " (bf16 copies)",
+                          rel_err(copies[i], rounding[i]), 0.0});
+  for (void* p : {q16, k16, v16}) t.release(p);
+  for (float* p : {out, lse, dq, dk, dv}) t.release(p);
 }
 
 void run_patches(Comparison& c) {

@@ -62,8 +62,8 @@ std::vector<BatchedGemm> attention_values(int64_t t0, int64_t L, int64_t H, int6
   return out;
 }
 
-std::vector<BatchedGemm> attention_gradients(int64_t t0, int64_t L, int64_t H, int64_t KV, int64_t D, GradOut dq,
-                                             GradOut dk, GradOut dv, int64_t block) {
+std::vector<BatchedGemm> attention_gradients(int64_t t0, int64_t L, int64_t H, int64_t KV, int64_t D, GradWrite dq,
+                                             GradWrite dk, GradWrite dv, int64_t block) {
   const int64_t g = H / KV;
   const float sc = 1.0f / std::sqrt(float(D));
   std::vector<BatchedGemm> out;
@@ -76,14 +76,14 @@ std::vector<BatchedGemm> attention_gradients(int64_t t0, int64_t L, int64_t H, i
       const GemmOperand P_keys{kAttnScores, at + r0 * L + r0, L, g * L * L},
           dS_rows{kAttnDScores, at + r0 * L, L, g * L * L}, dS_keys{kAttnDScores, at + r0 * L + r0, L, g * L * L};
       // β: 0 where this product writes the gradient first and overwrites it
-      auto beta = [&](GradOut x, bool first) { return x == GradOut::Overwrite && first ? 0.0f : 1.0f; };
-      if (dv != GradOut::None)
+      auto beta = [&](GradWrite x, bool first) { return x == GradWrite::Overwrite && first ? 0.0f : 1.0f; };
+      if (dv != GradWrite::None)
         out.push_back({true, false, m, D, below, KV, 1.0f, beta(dv, j == 0), P_keys,
                        {kAttnDOut, (t0 + r0) * H * D + j * D, H * D, g * D}, {kAttnDV, (t0 + r0) * KV * D, KV * D, D}});
-      if (dq != GradOut::None)
+      if (dq != GradWrite::None)
         out.push_back({false, false, m, D, r0 + m, KV, sc, beta(dq, true), dS_rows, {kAttnK, t0 * KV * D, KV * D, D},
                        {kAttnDQ, (t0 + r0) * H * D + j * D, H * D, g * D}});
-      if (dk != GradOut::None)
+      if (dk != GradWrite::None)
         out.push_back({true, false, m, D, below, KV, sc, beta(dk, j == 0), dS_keys,
                        {kAttnQ, (t0 + r0) * H * D + j * D, H * D, g * D}, {kAttnDK, (t0 + r0) * KV * D, KV * D, D}});
     }

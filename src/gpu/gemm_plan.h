@@ -72,14 +72,14 @@ std::vector<BatchedGemm> attention_values(int64_t t0, int64_t L, int64_t H, int6
                                           int64_t block = 0);
 // What a gradient's products do with it: nothing (not wanted), add to it,
 // or overwrite it (nn/backend.h's Grad: its old contents never read).
-enum class GradOut { None, Add, Overwrite };
+enum class GradWrite { None, Add, Overwrite };
 // dV += Pᵀ·dO, dQ += scale·dS·K, dK += scale·dSᵀ·Q (P in Scores, dS in
 // DScores); the wanted ones only, each query head of a group in turn. Each
 // row block of dQ is one product's, so an overwritten dQ gets β = 0
 // throughout; the query heads of a group add into one kv head, so an
 // overwritten dK or dV gets β = 0 from its first query head only.
-std::vector<BatchedGemm> attention_gradients(int64_t t0, int64_t L, int64_t H, int64_t KV, int64_t D, GradOut dq,
-                                             GradOut dk, GradOut dv, int64_t block = 0);
+std::vector<BatchedGemm> attention_gradients(int64_t t0, int64_t L, int64_t H, int64_t KV, int64_t D, GradWrite dq,
+                                             GradWrite dk, GradWrite dv, int64_t block = 0);
 // Σ M·N·K·batch over a list: the multiply-adds it does.
 int64_t multiply_adds(const std::vector<BatchedGemm>& gemms);
 

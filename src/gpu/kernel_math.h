@@ -68,6 +68,17 @@ MAESTRO_HD inline float relu(float x) { return x < 0.0f ? 0.0f : x; }
 MAESTRO_HD inline float relu_grad(float dout, float x) { return x > 0.0f ? dout : 0.0f; }
 // g += x, or g = x (never reading g) for an overwritten gradient (nn/backend.h's Grad)
 MAESTRO_HD inline void put_grad(float& g, float x, bool add) { g = add ? g + x : x; }
+// out[i] = x in fp32 and/or bf16 (nn/backend.h's Out: either may be null).
+MAESTRO_HD inline void put_out(float* f32, uint16_t* b16, int64_t i, float x) {
+  if (f32) f32[i] = x;
+  if (b16) b16[i] = float_to_bf16(x);
+}
+// A gradient (put_grad when g is not null) and its bf16 copy (GradOut: only
+// an overwritten gradient has one, so the copy is x's rounding).
+MAESTRO_HD inline void put_grad_out(float* g, bool add, uint16_t* g16, int64_t i, float x) {
+  if (g) put_grad(g[i], x, add);
+  if (g16) g16[i] = float_to_bf16(x);
+}
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/π)
 MAESTRO_HD inline float gelu(float x) { return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))); }

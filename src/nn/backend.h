@@ -43,13 +43,27 @@ namespace maestro {
 // exactly what a backend with bf16 GEMMs would round f32 to, so passing it
 // changes no result, only saves the rounding. The caller guarantees it is
 // current (SectionModel refreshes the parameters' copy after every write of
-// them; a layer rounds an activation once, after writing it, for all its
-// uses); a backend that does not want copies (wants_bf16_operands) never
-// reads them.
+// them; the op that writes an activation writes its copy in the same pass,
+// Out, or a layer rounds it once for all its uses); a backend that does not
+// want copies (wants_bf16_operands) never reads them.
 struct Operand {
   Operand(const float* f32_, const void* bf16_ = nullptr) : f32(f32_), bf16(bf16_) {}  // NOLINT: implicit
   const float* f32;
   const void* bf16;
+};
+
+// An activation an op writes (=): fp32, and/or its rounding to bf16 (round
+// to nearest even, as Operand::bf16) written in the same pass — the copy a
+// linear op reads next, so no rounding pass follows the op. Either may be
+// null, not both: the engine asks for bf16 only from a backend that
+// wants_bf16_operands, and for bf16 alone (f32 null) only from one whose
+// copies suffice (bf16_operands_suffice), where nothing else reads the
+// fp32 values (decoder_block.h). The CPU backend writes what it is asked.
+struct Out {
+  Out(float* f32_) : f32(f32_) {}  // NOLINT: implicit; fp32 only
+  Out(float* f32_, void* bf16_) : f32(f32_), bf16(bf16_) {}
+  float* f32;
+  void* bf16 = nullptr;
 };
 
 // A gradient output an op either adds to (the default, from a plain
@@ -66,6 +80,23 @@ struct Grad {
   }
   float* p;
   bool add = true;
+};
+
+// The gradient an activation op (swiglu, gelu) hands to a linear op's
+// backward: a Grad, and — when it is overwritten — optionally its rounding
+// to bf16 written in the same pass, the next linear_backward's dout
+// Operand::bf16 (as Out does for activations). p may then be null: the
+// gradient is wanted in bf16 only.
+struct GradOut : Grad {
+  GradOut(float* p_) : Grad(p_) {}  // NOLINT: implicit; accumulates
+  GradOut(Grad g) : Grad(g) {}      // NOLINT: implicit
+  static GradOut overwrite(float* p, void* p16) {
+    GradOut g(Grad::overwrite(p));
+    g.bf16 = p16;
+    return g;
+  }
+  bool wanted() const { return p || bf16; }
+  void* bf16 = nullptr;
 };
 
 class Backend {
@@ -165,59 +196,73 @@ class Backend {
   // keeps copies of the weights (section_model.h) and of the decoder
   // layers' linear inputs (decoder_block.h).
   virtual bool wants_bf16_operands() const { return false; }
+  // Whether, more than that, a linear op given an operand's bf16 copy never
+  // reads its fp32 values (bf16 GEMMs): then the engine writes an activation
+  // that only linear ops read in bf16 alone (Out::f32, GradOut::p null) and
+  // keeps no fp32 values of it (decoder_block.h). Implies wants_bf16_operands.
+  virtual bool bf16_operands_suffice() const { return false; }
   // out[N,OC], inp[N,C], w[OC,C] (PyTorch nn.Linear layout), bias[OC] or null
   virtual void linear_forward(float* out, Operand inp, Operand w, const float* bias, int64_t N, int64_t C,
                               int64_t OC) = 0;
   // dinp[N,C] += dout·w, dw[OC,C] += doutᵀ·inp (each = when overwritten;
   // an overwritten dw is zeros when N = 0), dbias[OC] += Σ_rows dout;
-  // each may be null
-  virtual void linear_backward(Grad dinp, Grad dw, float* dbias, const float* dout, Operand inp, Operand w,
-                               int64_t N, int64_t C, int64_t OC) = 0;
+  // each may be null. dout[N,OC] is an Operand like inp: its bf16 copy,
+  // when the caller has one (an activation op's GradOut), is what the
+  // GEMMs read. An Operand's f32 may be null when its bf16 is given to a
+  // backend that wants_bf16_operands (the engine's activations written
+  // in bf16 only); dbias reads dout.f32.
+  virtual void linear_backward(Grad dinp, Grad dw, float* dbias, Operand dout, Operand inp, Operand w, int64_t N,
+                               int64_t C, int64_t OC) = 0;
 
   // ---- norms ------------------------------------------------------------
   // RMSNorm: out = inp / sqrt(mean(inp²) + eps) * w.  out,inp[N,C], w[C], rstd[N] (saved)
-  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+  virtual void rmsnorm_forward(Out out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
                                float eps) = 0;
   virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                                 const float* rstd, int64_t N, int64_t C) = 0;
   // LayerNorm: out = (inp - mean) * rstd * w + b.  out,inp[N,C], w,b[C], mean,rstd[N] (saved)
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                                 const float* b, int64_t N, int64_t C, float eps) = 0;
+  virtual void layernorm_forward(Out out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                                 int64_t N, int64_t C, float eps) = 0;
   virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                                   const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
 
   // ---- rotary position embedding ("rotate half", Llama) -----------------
-  // x[N,H,D] rotated in place: for i < D/2, angle = pos[n] * theta^(-2i/D),
+  // out[N,H,D] = x[N,H,D] rotated: for i < D/2, angle = pos[n] * theta^(-2i/D),
   // (x_i, x_{i+D/2}) -> (x_i cos - x_{i+D/2} sin, x_{i+D/2} cos + x_i sin).
-  // pos[N] is each token's position inside its own sequence.
-  virtual void rope_forward(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta) = 0;
-  // dx[N,H,D] in place: the inverse rotation (the gradient of a rotation).
-  virtual void rope_backward(float* dx, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta) = 0;
+  // pos[N] is each token's position inside its own sequence. out.f32 may be
+  // x (in place); out.bf16, when given, gets the rotated values rounded (Out).
+  virtual void rope_forward(Out out, const float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+                            float theta) = 0;
+  // out[N,H,D] = dx[N,H,D] rotated back (the gradient of a rotation), as above.
+  virtual void rope_backward(Out out, const float* dx, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+                             float theta) = 0;
 
   // ---- grouped-query attention over packed sequences ---------------------
   // q[N,H*D], k,v[N,KV*D] (H % KV == 0; query head h reads kv head h/(H/KV)),
   // out[N,H*D] = softmax(q·kᵀ/sqrt(D) [+ causal mask]) · v per sequence,
-  // lse[N,H] = the rows' log-sum-exp, saved for backward.
-  virtual void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                                 const int32_t* cu_seqlens, int64_t n_seq, int64_t N, int64_t H, int64_t KV,
-                                 int64_t D, bool causal) = 0;
+  // lse[N,H] = the rows' log-sum-exp, saved for backward. q, k, v's fp32
+  // values are always given; their bf16 copies (Operand), when the caller
+  // keeps them, are what an attention with bf16 operands reads instead of
+  // rounding them on each call (the CUDA backend's tensor-core and flash
+  // paths), forward and backward.
+  virtual void attention_forward(float* out, float* lse, Operand q, Operand k, Operand v, const int32_t* cu_seqlens,
+                                 int64_t n_seq, int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) = 0;
   // dq[N,H*D], dk,dv[N,KV*D] += (or =); recomputes the probabilities from
   // lse. Every row of an overwritten gradient is written (cu_seqlens covers
   // [0, N)).
-  virtual void attention_backward(Grad dq, Grad dk, Grad dv, const float* dout, const float* out,
-                                  const float* lse, const float* q, const float* k, const float* v,
-                                  const int32_t* cu_seqlens, int64_t n_seq, int64_t N, int64_t H, int64_t KV,
-                                  int64_t D, bool causal) = 0;
+  virtual void attention_backward(Grad dq, Grad dk, Grad dv, const float* dout, const float* out, const float* lse,
+                                  Operand q, Operand k, Operand v, const int32_t* cu_seqlens, int64_t n_seq,
+                                  int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) = 0;
 
   // ---- activations --------------------------------------------------------
   // out[n] = silu(gate[n]) * up[n]
-  virtual void swiglu_forward(float* out, const float* gate, const float* up, size_t n) = 0;
-  // dgate[n], dup[n] += (or =) their gradients; either may be null
-  virtual void swiglu_backward(Grad dgate, Grad dup, const float* dout, const float* gate, const float* up,
+  virtual void swiglu_forward(Out out, const float* gate, const float* up, size_t n) = 0;
+  // dgate[n], dup[n] += (or =) their gradients; either may be unwanted
+  virtual void swiglu_backward(GradOut dgate, GradOut dup, const float* dout, const float* gate, const float* up,
                                size_t n) = 0;
   // out[n] = gelu_tanh(inp[n]) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))
-  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
-  virtual void gelu_backward(Grad dinp, const float* dout, const float* inp, size_t n) = 0;
+  virtual void gelu_forward(Out out, const float* inp, size_t n) = 0;
+  virtual void gelu_backward(GradOut dinp, const float* dout, const float* inp, size_t n) = 0;
   // out[n] = max(inp[n], 0); dinp[n] += dout[n] where inp[n] > 0
   virtual void relu_forward(float* out, const float* inp, size_t n) = 0;
   virtual void relu_backward(Grad dinp, const float* dout, const float* inp, size_t n) = 0;

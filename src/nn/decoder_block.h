@@ -27,7 +27,7 @@ struct DecoderWeights {
 // What backward needs of one layer's forward (all from the context's pool).
 struct DecoderActs {
   float* rstd1;  // [N]
-  float* n1;     // [N, C]
+  float* n1;     // [N, C]       null where the bf16 copy suffices (take_linear_input), as n2 and act
   float* q;      // [N, H*D]     after rope
   float* k;      // [N, KV*D]    after rope
   float* v;      // [N, KV*D]
@@ -39,17 +39,25 @@ struct DecoderActs {
   float* gate;   // [N, F]
   float* up;     // [N, F]
   float* act;    // [N, F]       silu(gate) * up
-  // The linears' inputs n1, att, n2, act rounded to bf16 once, for the
-  // forward's and the backward's GEMMs; null unless the backend wants them.
+  // The linears' inputs n1, att, n2, act in bf16, for the forward's and the
+  // backward's GEMMs (written by the norms and swiglu with their fp32
+  // values, att rounded once), and the attention's q, k, v for its forward
+  // and backward (q, k written by rope, v rounded once); null unless the
+  // backend wants them.
   void *n1_16, *att_16, *n2_16, *act_16;  // [N, C], [N, H*D], [N, C], [N, F]
+  void *q16, *k16, *v16;                  // [N, H*D], [N, KV*D] ×2
   static DecoderActs take(ForwardContext& ctx, const DecoderDims& d, int64_t N);
 };
 
 // Scratch of one backward pass, shared by all layers.
 struct DecoderScratch {
   float *dn, *datt, *dq, *dk, *dv;  // [N, C], [N, H*D] ×2, [N, KV*D] ×2
-  float *dact, *dgate, *dup;               // [N, F] ×3
+  float *dact, *dgate, *dup;               // [N, F] ×3; dgate, dup as n1 above
   float* tmp;                              // [N, C]   forward: o / down projection output
+  // In bf16, as n1_16: the gate and up GEMMs' dout, and the q and k ones
+  // (rope's backward writes them; dq, dk after it as n1 above).
+  void *dgate16, *dup16;  // [N, F] ×2
+  void *dq16, *dk16;      // [N, H*D], [N, KV*D]
   static DecoderScratch take(ForwardContext& ctx, const DecoderDims& d, int64_t N);
 };
 

@@ -6,34 +6,62 @@ namespace maestro {
 
 EncoderActs EncoderActs::take(ForwardContext& ctx, const EncoderDims& d, int64_t N) {
   const size_t nc = N * d.C, nq = N * d.H * d.D, nf = N * d.F;
-  return {ctx.take(N),  ctx.take(N),         ctx.take(nc), ctx.take(nq), ctx.take(nq), ctx.take(nq), ctx.take(nq),
-          ctx.take(N * d.H), ctx.take(nc), ctx.take(N), ctx.take(N),   ctx.take(nc), ctx.take(nf), ctx.take(nf),
-          ctx.take_bf16(nc), ctx.take_bf16(nq), ctx.take_bf16(nc), ctx.take_bf16(nf)};
+  return {.mean1 = ctx.take(N),
+          .rstd1 = ctx.take(N),
+          .ln1 = ctx.take_linear_input(nc),
+          .q = ctx.take(nq),
+          .k = ctx.take(nq),
+          .v = ctx.take(nq),
+          .att = ctx.take(nq),
+          .lse = ctx.take(N * d.H),
+          .mid = ctx.take(nc),
+          .mean2 = ctx.take(N),
+          .rstd2 = ctx.take(N),
+          .ln2 = ctx.take_linear_input(nc),
+          .h = ctx.take(nf),
+          .g = ctx.take_linear_input(nf),
+          .ln1_16 = ctx.take_bf16(nc),
+          .att_16 = ctx.take_bf16(nq),
+          .ln2_16 = ctx.take_bf16(nc),
+          .g_16 = ctx.take_bf16(nf),
+          .q16 = ctx.take_bf16(nq),
+          .k16 = ctx.take_bf16(nq),
+          .v16 = ctx.take_bf16(nq)};
 }
 
 EncoderScratch EncoderScratch::take(ForwardContext& ctx, const EncoderDims& d, int64_t N) {
   const size_t nc = N * d.C, nq = N * d.H * d.D, nf = N * d.F;
-  return {ctx.take(nc), ctx.take(nq), ctx.take(nq), ctx.take(nq), ctx.take(nq),
-          ctx.take(nf), ctx.take(nf), ctx.take(nc)};
+  return {.dln = ctx.take(nc),
+          .datt = ctx.take(nq),
+          .dq = ctx.take(nq),
+          .dk = ctx.take(nq),
+          .dv = ctx.take(nq),
+          .dg = ctx.take(nf),
+          .dh = ctx.take(nf),
+          .tmp = ctx.take(nc),
+          .dh16 = ctx.take_bf16(nf)};
 }
 
 void encoder_forward(Backend& b, const EncoderDims& d, const EncoderWeights& w, const Packing& pk,
                      EncoderActs& a, float* out, const float* x, float* tmp) {
   const int64_t N = pk.tokens(), C = d.C, QD = d.H * d.D, F = d.F;
-  b.layernorm_forward(a.ln1, a.mean1, a.rstd1, x, w.ln1_w.w, w.ln1_b.w, N, C, d.eps);
-  const Operand ln1 = rounded_once(b, a.ln1, a.ln1_16, size_t(N * C));
+  // The norms and gelu write their outputs' bf16 copies (Out): the linears' operands.
+  b.layernorm_forward({a.ln1, a.ln1_16}, a.mean1, a.rstd1, x, w.ln1_w.w, w.ln1_b.w, N, C, d.eps);
+  const Operand ln1{a.ln1, a.ln1_16};
   b.linear_forward(a.q, ln1, w.q_w.linear(), w.q_b.w, N, C, QD);
   b.linear_forward(a.k, ln1, w.k_w.linear(), w.k_b.w, N, C, QD);
   b.linear_forward(a.v, ln1, w.v_w.linear(), w.v_b.w, N, C, QD);
-  b.attention_forward(a.att, a.lse, a.q, a.k, a.v, pk.cu_seqlens.data(), pk.n_seq(), N, d.H, d.H, d.D, false);
+  const Operand q = rounded_once(b, a.q, a.q16, size_t(N * QD)), k = rounded_once(b, a.k, a.k16, size_t(N * QD)),
+                v = rounded_once(b, a.v, a.v16, size_t(N * QD));
+  b.attention_forward(a.att, a.lse, q, k, v, pk.cu_seqlens.data(), pk.n_seq(), N, d.H, d.H, d.D, false);
   b.linear_forward(tmp, rounded_once(b, a.att, a.att_16, size_t(N * QD)), w.o_w.linear(),
                    d.adds_replicated_bias ? w.o_b.w : nullptr, N, QD, C);
   if (d.tp) d.tp->all_reduce(tmp, N * C);
   b.add(a.mid, x, tmp, N * C);
-  b.layernorm_forward(a.ln2, a.mean2, a.rstd2, a.mid, w.ln2_w.w, w.ln2_b.w, N, C, d.eps);
-  b.linear_forward(a.h, rounded_once(b, a.ln2, a.ln2_16, size_t(N * C)), w.fc1_w.linear(), w.fc1_b.w, N, C, F);
-  b.gelu_forward(a.g, a.h, N * F);
-  b.linear_forward(tmp, rounded_once(b, a.g, a.g_16, size_t(N * F)), w.fc2_w.linear(),
+  b.layernorm_forward({a.ln2, a.ln2_16}, a.mean2, a.rstd2, a.mid, w.ln2_w.w, w.ln2_b.w, N, C, d.eps);
+  b.linear_forward(a.h, {a.ln2, a.ln2_16}, w.fc1_w.linear(), w.fc1_b.w, N, C, F);
+  b.gelu_forward({a.g, a.g_16}, a.h, N * F);
+  b.linear_forward(tmp, {a.g, a.g_16}, w.fc2_w.linear(),
                    d.adds_replicated_bias ? w.fc2_b.w : nullptr, N, F, C);
   if (d.tp) d.tp->all_reduce(tmp, N * C);
   b.add(out, a.mid, tmp, N * C);
@@ -47,16 +75,18 @@ void encoder_backward(Backend& b, const EncoderDims& d, const EncoderWeights& w,
   // write of each scratch gradient overwrites it (Grad::overwrite).
   b.linear_backward(Grad::overwrite(s.dg), w.fc2_w.grad_write(), w.fc2_b.grad_add(), dres, {a.g, a.g_16},
                     w.fc2_w.linear(), N, F, C);
-  b.gelu_backward(Grad::overwrite(s.dh), s.dg, a.h, N * F);
-  b.linear_backward(Grad::overwrite(s.dln), w.fc1_w.grad_write(), w.fc1_b.grad_add(), s.dh, {a.ln2, a.ln2_16},
-                    w.fc1_w.linear(), N, C, F);
+  // dh in fp32 (fc1's bias gradient reads it) and bf16 (its GEMMs', GradOut)
+  b.gelu_backward(GradOut::overwrite(s.dh, s.dh16), s.dg, a.h, N * F);
+  b.linear_backward(Grad::overwrite(s.dln), w.fc1_w.grad_write(), w.fc1_b.grad_add(), {s.dh, s.dh16},
+                    {a.ln2, a.ln2_16}, w.fc1_w.linear(), N, C, F);
   if (d.tp) d.tp->all_reduce(s.dln, N * C);
   b.layernorm_backward(dres, w.ln2_w.grad_add(), w.ln2_b.grad_add(), s.dln, a.mid, w.ln2_w.w, a.mean2, a.rstd2, N, C);
   // attention: x_mid = x + out(att)
   b.linear_backward(Grad::overwrite(s.datt), w.o_w.grad_write(), w.o_b.grad_add(), dres, {a.att, a.att_16},
                     w.o_w.linear(), N, QD, C);
   b.attention_backward(Grad::overwrite(s.dq), Grad::overwrite(s.dk), Grad::overwrite(s.dv), s.datt, a.att, a.lse,
-                       a.q, a.k, a.v, pk.cu_seqlens.data(), pk.n_seq(), N, d.H, d.H, d.D, false);
+                       {a.q, a.q16}, {a.k, a.k16}, {a.v, a.v16}, pk.cu_seqlens.data(), pk.n_seq(), N, d.H, d.H, d.D,
+                       false);
   b.linear_backward(Grad::overwrite(s.dln), w.q_w.grad_write(), w.q_b.grad_add(), s.dq, {a.ln1, a.ln1_16},
                     w.q_w.linear(), N, C, QD);
   b.linear_backward(s.dln, w.k_w.grad_write(), w.k_b.grad_add(), s.dk, {a.ln1, a.ln1_16}, w.k_w.linear(), N, C, QD);

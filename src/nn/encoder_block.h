@@ -30,7 +30,7 @@ struct EncoderWeights {
 
 struct EncoderActs {
   float *mean1, *rstd1;  // [N]
-  float* ln1;            // [N, C]
+  float* ln1;            // [N, C]   null where the bf16 copy suffices (take_linear_input), as ln2 and g
   float *q, *k, *v;      // [N, H*D]
   float* att;            // [N, H*D]
   float* lse;            // [N, H]
@@ -39,9 +39,12 @@ struct EncoderActs {
   float* ln2;            // [N, C]
   float* h;              // [N, F]   fc1 output
   float* g;              // [N, F]   gelu(h)
-  // The linears' inputs ln1, att, ln2, g rounded to bf16 once, for the
-  // forward's and the backward's GEMMs; null unless the backend wants them.
+  // The linears' inputs ln1, att, ln2, g in bf16, for the forward's and the
+  // backward's GEMMs (written by the norms and gelu with their fp32 values,
+  // att rounded once), and the attention's q, k, v rounded once for its
+  // forward and backward; null unless the backend wants them.
   void *ln1_16, *att_16, *ln2_16, *g_16;  // [N, C], [N, H*D], [N, C], [N, F]
+  void *q16, *k16, *v16;                  // [N, H*D] ×3
   static EncoderActs take(ForwardContext& ctx, const EncoderDims& d, int64_t N);
 };
 
@@ -49,6 +52,7 @@ struct EncoderScratch {
   float *dln, *datt, *dq, *dk, *dv;  // [N, C], [N, H*D] ×4
   float *dg, *dh;                           // [N, F]
   float* tmp;                               // [N, C]   forward: out / fc2 projection output
+  void* dh16;                               // [N, F]   dh in bf16, fc1's GEMMs' dout (null as ln1_16)
   static EncoderScratch take(ForwardContext& ctx, const EncoderDims& d, int64_t N);
 };
 

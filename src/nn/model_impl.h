@@ -45,6 +45,10 @@ struct ForwardContext {
   // A pooled buffer for n bf16 values when the backend wants bf16 copies of
   // linear operands (Backend::wants_bf16_operands), else null.
   void* take_bf16(size_t n) { return backend.wants_bf16_operands() ? static_cast<void*>(take((n + 1) / 2)) : nullptr; }
+  // A buffer of n floats for an activation that only linear ops read (with
+  // its copy from take_bf16) — null where their bf16 copy suffices
+  // (Backend::bf16_operands_suffice): then it is written in bf16 alone.
+  float* take_linear_input(size_t n) { return backend.bf16_operands_suffice() ? nullptr : take(n); }
   float* take_zeroed(size_t n) {
     float* p = take(n);
     backend.zero(p, n);

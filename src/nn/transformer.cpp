@@ -69,6 +69,7 @@ class Transformer final : public ModelImpl {
     std::vector<DecoderActs> layers;    // [L], empty where the layer is recomputed
     float* rstd_f = nullptr;            // [Nt]     last stage
     float* text_normed = nullptr;       // [Nt, C]  final-normed text rows
+    void* text_normed16 = nullptr;      // [Nt, C]  in bf16, the head's operand (ForwardContext::take_bf16)
     float* text_in = nullptr;           // [Nt, C]  the final norm's input
     float* logits = nullptr;            // [Nt, Vs]
     std::vector<int32_t> shard_tokens;  // [Nt] tp: the tokens in this rank's vocabulary rows, Vs for the others
@@ -149,14 +150,15 @@ class Transformer final : public ModelImpl {
     ForwardOutput out;
     if (part_.last) {
       // Final norm on the text rows only, then the head.
-      a.text_normed = ctx.take(Nt * C);
+      a.text_normed = ctx.take(Nt * C);  // fp32 kept: the section's outputs
+      a.text_normed16 = ctx.take_bf16(Nt * C);
       a.rstd_f = ctx.take(Nt);
       a.text_in = ctx.take(Nt * C);
       gather_text(g, a.text_in, a.xs[L]);
-      b_.rmsnorm_forward(a.text_normed, a.rstd_f, a.text_in, norm_.w, Nt, C, dims_.eps);
+      b_.rmsnorm_forward({a.text_normed, a.text_normed16}, a.rstd_f, a.text_in, norm_.w, Nt, C, dims_.eps);
       if (ctx.logits_wanted) {
         a.logits = ctx.take(Nt * V);
-        b_.linear_forward(a.logits, a.text_normed, head_.linear(), nullptr, Nt, C, V);
+        b_.linear_forward(a.logits, {a.text_normed, a.text_normed16}, head_.linear(), nullptr, Nt, C, V);
       }
       for (size_t i = 0; i + 1 < g.text_offsets.size(); ++i) {
         const int64_t t0 = g.text_offsets[i], nt = g.text_offsets[i + 1] - t0;
@@ -190,8 +192,8 @@ class Transformer final : public ModelImpl {
       // (none without a loss: the head is skipped), + the outputs'. [Nt, C]
       float* dnormed = ctx.dlogits ? ctx.take(Nt * C) : ctx.take_zeroed(Nt * C);
       if (ctx.dlogits) {
-        b_.linear_backward(Grad::overwrite(dnormed), head_.grad_write(), nullptr, ctx.dlogits, a.text_normed,
-                           head_.linear(), Nt, C, V);
+        b_.linear_backward(Grad::overwrite(dnormed), head_.grad_write(), nullptr, ctx.dlogits,
+                           {a.text_normed, a.text_normed16}, head_.linear(), Nt, C, V);
         if (dims_.tp) dims_.tp->all_reduce(dnormed, Nt * C);  // each rank's columns' share
       }
       for (size_t i = 0; i < output_grads.size(); ++i) {

@@ -168,8 +168,8 @@ BOOST_AUTO_TEST_CASE(rope_forward_backward) {
   std::vector<int32_t> pos{0, 1, 2, 3, 0, 1, 2};  // two packed sequences
   F x = random(N * H * D, 1), dy = random(N * H * D, 2);
   Dv X = wide(x), DY = wide(dy);
-  be->rope_forward(x.data(), pos.data(), N, H, D, 10000.0f);
-  be->rope_backward(dy.data(), pos.data(), N, H, D, 10000.0f);
+  be->rope_forward(x.data(), x.data(), pos.data(), N, H, D, 10000.0f);
+  be->rope_backward(dy.data(), dy.data(), pos.data(), N, H, D, 10000.0f);
   Dv Y = X, G = DY;
   ref::rope(Y.data(), pos.data(), N, H, D, 10000.0, 1.0);
   ref::rope(G.data(), pos.data(), N, H, D, 10000.0, -1.0);
@@ -392,8 +392,8 @@ BOOST_AUTO_TEST_CASE(thread_count_independence) {
     F emb(N * C);
     b.embedding_forward(emb.data(), tok.data(), table.data(), N, C);
     F rq = q, rdq = dq;  // [N, H, D]
-    b.rope_forward(rq.data(), pos.data(), N, H, D, 10000.0f);
-    b.rope_backward(rdq.data(), pos.data(), N, H, D, 10000.0f);
+    b.rope_forward(rq.data(), rq.data(), pos.data(), N, H, D, 10000.0f);
+    b.rope_backward(rdq.data(), rdq.data(), pos.data(), N, H, D, 10000.0f);
     F teacher = random(N * V, 12), dks(N * V);
     b.kl_divergence(&kl, dks.data(), logits.data(), teacher.data(), tgt.data(), N, V, 2.0f, 0.01f);
     b.sq_norm(&sq, logits.data(), N * V);

@@ -197,8 +197,8 @@ BOOST_AUTO_TEST_CASE(torch_oracle_every_op, *boost::unit_test::label("oracle")) 
     c.in("inp", random(N * H * D, 1), {N, H, D});
     c.in("dy", random(N * H * D, 2), {N, H, D});
     F out = c.f("inp"), dinp = c.f("dy");
-    be->rope_forward(out.data(), pos.data(), N, H, D, 10000.0f);
-    be->rope_backward(dinp.data(), pos.data(), N, H, D, 10000.0f);
+    be->rope_forward(out.data(), out.data(), pos.data(), N, H, D, 10000.0f);
+    be->rope_backward(dinp.data(), dinp.data(), pos.data(), N, H, D, 10000.0f);
     c.ours = {{"out", out}, {"dinp", dinp}};
     cases.push_back(c);
   }

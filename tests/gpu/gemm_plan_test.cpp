@@ -27,7 +27,7 @@ namespace gm = maestro::gpu_math;
 namespace {
 
 using Vec = std::vector<float>;
-constexpr GradOut kNone = GradOut::None, kAdd = GradOut::Add;
+constexpr GradWrite kNone = GradWrite::None, kAdd = GradWrite::Add;
 
 // C_i[m,n] = alpha·op(A_i)·op(B_i) + beta·C_i, column-major, as cublasGemmStridedBatchedEx.
 void column_major_gemm(const ColumnMajorGemm& g, float* const* bufs) {
@@ -103,7 +103,7 @@ BOOST_AUTO_TEST_CASE(attention_reference_path_matches_the_cpu_backend) {
         dv = random_normal(v.size(), 12);
     if (overwrite)
       for (Vec* x : {&dq, &dk, &dv}) x->assign(x->size(), NAN);
-    const GradOut how = overwrite ? GradOut::Overwrite : GradOut::Add;
+    const GradWrite how = overwrite ? GradWrite::Overwrite : GradWrite::Add;
     Vec c_out = out, c_lse = lse, c_dq = dq, c_dk = dk, c_dv = dv;
     Vec S, dS;
     float* bufs[kAttnBuffers] = {const_cast<float*>(q.data()), const_cast<float*>(k.data()),

@@ -140,7 +140,7 @@ BOOST_AUTO_TEST_CASE(rotary_matches_the_cpu_backend_and_inverts) {
       }
     }
   Cpu cpu;
-  cpu.b->rope_forward(cpu_x.data(), pos.data(), N, H, D, 10000.0f);
+  cpu.b->rope_forward(cpu_x.data(), cpu_x.data(), pos.data(), N, H, D, 10000.0f);
   BOOST_TEST(x == cpu_x, boost::test_tools::per_element());  // the same operations, in the same precision
   for (int64_t n = 0; n < N; ++n)
     for (int64_t h = 0; h < H; ++h)
@@ -200,6 +200,41 @@ BOOST_AUTO_TEST_CASE(relu_and_overwritten_gradients_match_the_cpu_backend) {
   BOOST_TEST(y == cpu_y, boost::test_tools::per_element());
   BOOST_TEST(acc == cpu_acc, boost::test_tools::per_element());
   BOOST_TEST(over == cpu_over, boost::test_tools::per_element());
+}
+
+// The outputs' bf16 copies (nn/backend.h's Out, GradOut): the kernels'
+// put_out / put_grad_out, as the CPU backend's swiglu forward and backward
+// write them — each copy its own fp32 value rounded, with the fp32 values
+// beside and with the copy alone; a gradient added to takes no copy.
+BOOST_AUTO_TEST_CASE(bf16_copies_of_outputs_are_the_values_rounded) {
+  const size_t n = 1000;
+  const Vec gate = randn(n, 15), up = randn(n, 16), dout = randn(n, 17), start = randn(n, 18);
+  auto cpu = make_cpu_backend(1);
+  Vec cpu_y(n), cpu_dg = start;
+  std::vector<uint16_t> cpu_y16(n), cpu_dg16(n), cpu_alone16(n);
+  cpu->swiglu_forward({cpu_y.data(), cpu_y16.data()}, gate.data(), up.data(), n);
+  cpu->swiglu_backward(GradOut::overwrite(cpu_dg.data(), cpu_dg16.data()), nullptr, dout.data(), gate.data(),
+                       up.data(), n);
+  cpu->swiglu_backward(GradOut::overwrite(nullptr, cpu_alone16.data()), nullptr, dout.data(), gate.data(), up.data(),
+                       n);
+  Vec y(n), dg = start, acc = start;
+  std::vector<uint16_t> y16(n), dg16(n), alone16(n, 0x7fc0);
+  for (size_t i = 0; i < n; ++i) {
+    gm::put_out(y.data(), y16.data(), int64_t(i), gm::swiglu(gate[i], up[i]));
+    gm::put_grad_out(dg.data(), false, dg16.data(), int64_t(i), gm::swiglu_dgate(dout[i], gate[i], up[i]));
+    gm::put_grad_out(nullptr, false, alone16.data(), int64_t(i), gm::swiglu_dgate(dout[i], gate[i], up[i]));
+    gm::put_grad_out(acc.data(), true, nullptr, int64_t(i), gm::swiglu_dgate(dout[i], gate[i], up[i]));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    BOOST_TEST(y16[i] == float_to_bf16(y[i]));
+    BOOST_TEST(dg16[i] == float_to_bf16(dg[i]));
+    BOOST_TEST(acc[i] == start[i] + dg[i]);
+    BOOST_TEST(cpu_y16[i] == float_to_bf16(cpu_y[i]));
+    BOOST_TEST(cpu_dg16[i] == float_to_bf16(cpu_dg[i]));
+    BOOST_TEST(std::abs(y[i] - cpu_y[i]) <= 1e-6f * (1 + std::abs(cpu_y[i])));  // the same op
+  }
+  BOOST_TEST(alone16 == dg16, boost::test_tools::per_element());
+  BOOST_TEST(cpu_alone16 == cpu_dg16, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(softmax_state_merges_in_any_tree) {

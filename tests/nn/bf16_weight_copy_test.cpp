@@ -10,6 +10,8 @@
 // are compared bit for bit by gpu/backend_compare.cpp).
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -58,9 +60,12 @@ BOOST_AUTO_TEST_CASE(stays_current_through_steps_loads_and_writes) {
     m.adamw_step(train.optimizer, 1e-2);
   }
   // Copies checked current: (15 weights — 7 linears per layer × 2 layers
-  // and the head — and 14 inputs, 7 per layer) × (forward + backward) × 3 steps.
+  // and the head — and 15 inputs, 7 per layer and the head's) × (forward +
+  // backward); per layer in backward, the gate, up, q and k projections'
+  // dout (swiglu's gradients, GradOut; rope's, Out), and the attention's q,
+  // k, v forward and backward; × 3 steps.
   const int64_t uses = b.bf16_copy_uses();
-  BOOST_TEST(uses == (15 + 14) * 2 * 3);
+  BOOST_TEST(uses == ((15 + 15) * 2 + 2 * (4 + 6)) * 3);
 
   // A checkpoint load replaces every parameter: the next passes read the loaded ones.
   const std::string dir = temp_dir("bf16_copy");
@@ -86,9 +91,12 @@ BOOST_AUTO_TEST_CASE(refreshes_in_one_convert_when_every_tensor_is_a_multiple_of
   std::vector<SampleInput> in(1);
   in[0].tokens = tokens;
   m.forward(in);
-  // the parameters' refresh, then the layer's four inputs
-  BOOST_TEST(b.converts() - before == 1 + 4);
-  BOOST_TEST(b.bf16_copy_uses() == 7 + 7 + 1);  // the layer's inputs and weights, the head's weight
+  // the parameters' refresh, then the attention's v and output (the norms,
+  // rope and swiglu write their outputs' copies themselves, Out)
+  BOOST_TEST(b.converts() - before == 1 + 2);
+  // the layer's inputs and weights, the attention's q, k, v, the head's weight and input
+  BOOST_TEST(b.bf16_copy_uses() == 7 + 7 + 3 + 2);
+  BOOST_TEST(b.bf16_outputs() == 5 + 1);  // n1, q, k, n2, act; the final norm
 }
 
 BOOST_AUTO_TEST_CASE(an_optimizer_step_writes_the_copy_in_its_own_pass) {
@@ -146,6 +154,39 @@ BOOST_AUTO_TEST_CASE(a_write_the_model_cannot_see_is_caught) {
   BOOST_CHECK_EXCEPTION(train_pass(m, 2), std::logic_error, [](const std::logic_error& e) {
     return std::string(e.what()).find("the bf16 copy of 'w' is stale") != std::string::npos;
   });
+}
+
+// Where the copies suffice (Backend::bf16_operands_suffice: the CUDA
+// backend with bf16 GEMMs), the activations only linear ops read — the
+// norms' outputs, swiglu's and its gradients — are written in bf16 alone:
+// their fp32 buffers are never taken, and the linears read the copies
+// alone. Training then gives the bf16 GEMMs' results, within bf16 rounding
+// of the fp32 ones (CheckedBackend made with bf16_alone rounds every
+// linear operand, as bf16 GEMMs do).
+BOOST_AUTO_TEST_CASE(activations_only_linears_read_are_bf16_alone_where_copies_suffice) {
+  test_support::CheckedBackend beside(1), alone(1, true);
+  const Section sec = llm();
+  SectionModel with_fp32(sec, beside, 3), bf16(sec, alone, 3);
+  with_fp32.zero_grads();
+  bf16.zero_grads();
+  const double l32 = train_pass(with_fp32, 4), l16 = train_pass(bf16, 4);
+  BOOST_TEST(beside.bf16_alone_uses() == 0);
+  // per layer: n1 read by q, k, v, n2 by gate, up, act by down, forward and
+  // backward (dw), and the gate's, up's, q's and k's dout in backward
+  BOOST_TEST(alone.bf16_alone_uses() == 2 * (6 * 2 + 4));
+  // fp32 buffers not taken, 11 tokens: n1, n2 [11, 32] and act [11, 48] per
+  // layer, and the backward's dgate, dup [11, 48] — each one page of the
+  // pool (1,024 floats, nn/activation_pool.cpp)
+  BOOST_TEST(with_fp32.activation_pool_floats() - bf16.activation_pool_floats() == size_t(2 * 3 + 2) * 1024);
+  BOOST_TEST(std::abs(l16 - l32) <= 1e-2 * std::abs(l32));
+  const int64_t n = with_fp32.parameter_count();
+  double diff = 0, scale = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    diff = std::max(diff, std::abs(double(bf16.grads()[j]) - double(with_fp32.grads()[j])));
+    scale = std::max(scale, std::abs(double(with_fp32.grads()[j])));
+  }
+  BOOST_TEST(diff > 0.0);  // the bf16 path did run
+  BOOST_TEST(diff <= 3e-2 * scale, "gradients differ by " << diff / scale);
 }
 
 BOOST_AUTO_TEST_CASE(a_backend_without_bf16_gemms_gets_no_copy) {

@@ -14,7 +14,14 @@
 // as a backend with bf16 GEMMs does, and checks each one a linear op gets
 // against its fp32 values element by element — a stale copy (parameters or
 // an activation written after it was made) throws std::logic_error naming
-// the op and operand — then computes in fp32, like the CPU backend.
+// the op and operand — then computes in fp32, like the CPU backend. Made
+// with bf16_alone, it stands for bf16 GEMMs as the CUDA backend's are: its
+// linear ops compute from their operands rounded to bf16 (and widened back,
+// so results move by bf16 rounding), and it says that the copies suffice
+// (Backend::bf16_operands_suffice): an operand may then come as its copy
+// alone, and an activation op may be asked for its output in bf16 alone
+// (Out, GradOut); without bf16_alone, either is a std::logic_error. Every bf16 output is filled with bf16 NaN before the
+// op runs, so one left unwritten shows.
 // A gradient an op is to overwrite (nn/backend.h's Grad) is filled with NaN
 // before the op runs, so a read of its old contents shows in the results;
 // so is the bf16 copy AdamW is to write (Backend::adamw's p16).
@@ -54,7 +61,8 @@ namespace maestro::test_support {
 
 class CheckedBackend final : public Backend {
  public:
-  explicit CheckedBackend(int threads = 1) : Backend(Device::Cuda), b_(make_cpu_backend(threads)) {}
+  explicit CheckedBackend(int threads = 1, bool bf16_alone = false)
+      : Backend(Device::Cuda), b_(make_cpu_backend(threads)), bf16_alone_(bf16_alone) {}
   const char* name() const override { return "checked"; }
 
   // The memory of the GPU it stands for (1 GiB unless a test says).
@@ -130,28 +138,32 @@ class CheckedBackend final : public Backend {
     b_->embedding_backward(d, o, t, N, C);
   }
   bool wants_bf16_operands() const override { return true; }
+  bool bf16_operands_suffice() const override { return bf16_alone_; }
   void linear_forward(float* o, Operand i, Operand w, const float* b, int64_t N, int64_t C, int64_t OC) override {
-    f("linear_forward", "out", o, N * OC), f("linear_forward", "inp", i.f32, N * C);
-    f("linear_forward", "w", w.f32, OC * C), opt("linear_forward", "bias", b, OC);
-    copy16("linear_forward", "inp", i, N * C), copy16("linear_forward", "w", w, OC * C);
-    b_->linear_forward(o, i.f32, w.f32, b, N, C, OC);
+    f("linear_forward", "out", o, N * OC), opt("linear_forward", "bias", b, OC);
+    const float* in = operand("linear_forward", "inp", i, N * C, 0);
+    b_->linear_forward(o, in, operand("linear_forward", "w", w, OC * C, 1), b, N, C, OC);
   }
-  void linear_backward(Grad di, Grad dw, float* db, const float* d, Operand i, Operand w, int64_t N, int64_t C,
+  void linear_backward(Grad di, Grad dw, float* db, Operand d, Operand i, Operand w, int64_t N, int64_t C,
                        int64_t OC) override {
     grad("linear_backward", "dinp", di, N * C), grad("linear_backward", "dw", dw, OC * C);
-    opt("linear_backward", "dbias", db, OC), f("linear_backward", "dout", d, N * OC);
-    opt("linear_backward", "inp", i.f32, N * C), opt("linear_backward", "w", w.f32, OC * C);
-    if (dw.p) copy16("linear_backward", "inp", i, N * C);  // read by the dw GEMM only
-    if (di.p) copy16("linear_backward", "w", w, OC * C);  // read by the dinp GEMM only
-    b_->linear_backward(di, dw, db, d, i.f32, w.f32, N, C, OC);
+    opt("linear_backward", "dbias", db, OC);
+    if (db && !d.f32) throw std::logic_error("linear_backward: dbias with no fp32 dout");
+    const float* dy = operand("linear_backward", "dout", d, N * OC, 2);
+    // inp is read by the dw GEMM only, w by the dinp GEMM only
+    const float* in = dw.p ? operand("linear_backward", "inp", i, N * C, 0) : nullptr;
+    const float* wt = di.p ? operand("linear_backward", "w", w, OC * C, 1) : nullptr;
+    b_->linear_backward(di, dw, db, dy, in, wt, N, C, OC);
   }
   // Operands that linear ops got with a bf16 copy (each checked current).
   int64_t bf16_copy_uses() const { return bf16_copy_uses_; }
   int64_t converts() const { return converts_; }  // convert() calls
   int64_t overwrites() const { return overwrites_; }  // gradient outputs handed over to be overwritten
   int64_t adamw_copies() const { return adamw_copies_; }  // AdamW steps that wrote the parameters' bf16 copy
-  void rmsnorm_forward(float* o, float* r, const float* i, const float* w, int64_t N, int64_t C, float e) override {
-    f("rmsnorm_forward", "out", o, N * C), f("rmsnorm_forward", "rstd", r, N), f("rmsnorm_forward", "inp", i, N * C);
+  int64_t bf16_outputs() const { return bf16_outputs_; }  // activation outputs asked for with a bf16 copy (Out, GradOut)
+  int64_t bf16_alone_uses() const { return bf16_alone_uses_; }  // linear operands given as their bf16 copy alone
+  void rmsnorm_forward(Out o, float* r, const float* i, const float* w, int64_t N, int64_t C, float e) override {
+    out("rmsnorm_forward", "out", o, N * C), f("rmsnorm_forward", "rstd", r, N), f("rmsnorm_forward", "inp", i, N * C);
     f("rmsnorm_forward", "w", w, C);
     b_->rmsnorm_forward(o, r, i, w, N, C, e);
   }
@@ -161,9 +173,9 @@ class CheckedBackend final : public Backend {
     f("rmsnorm_backward", "inp", i, N * C), f("rmsnorm_backward", "w", w, C), f("rmsnorm_backward", "rstd", r, N);
     b_->rmsnorm_backward(di, dw, d, i, w, r, N, C);
   }
-  void layernorm_forward(float* o, float* m, float* r, const float* i, const float* w, const float* b, int64_t N,
+  void layernorm_forward(Out o, float* m, float* r, const float* i, const float* w, const float* b, int64_t N,
                          int64_t C, float e) override {
-    f("layernorm_forward", "out", o, N * C), f("layernorm_forward", "mean", m, N), f("layernorm_forward", "rstd", r, N);
+    out("layernorm_forward", "out", o, N * C), f("layernorm_forward", "mean", m, N), f("layernorm_forward", "rstd", r, N);
     f("layernorm_forward", "inp", i, N * C), f("layernorm_forward", "w", w, C), f("layernorm_forward", "b", b, C);
     b_->layernorm_forward(o, m, r, i, w, b, N, C, e);
   }
@@ -175,43 +187,44 @@ class CheckedBackend final : public Backend {
     f("layernorm_backward", "mean", m, N), f("layernorm_backward", "rstd", r, N);
     b_->layernorm_backward(di, dw, db, d, i, w, m, r, N, C);
   }
-  void rope_forward(float* x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
-    f("rope_forward", "x", x, N * H * D), host("rope_forward", "pos", p), b_->rope_forward(x, p, N, H, D, t);
+  void rope_forward(Out o, const float* x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
+    f("rope_forward", "x", x, N * H * D), host("rope_forward", "pos", p), out("rope_forward", "out", o, N * H * D);
+    b_->rope_forward(o, x, p, N, H, D, t);
   }
-  void rope_backward(float* x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
-    f("rope_backward", "dx", x, N * H * D), host("rope_backward", "pos", p), b_->rope_backward(x, p, N, H, D, t);
+  void rope_backward(Out o, const float* x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
+    f("rope_backward", "dx", x, N * H * D), host("rope_backward", "pos", p), out("rope_backward", "out", o, N * H * D);
+    b_->rope_backward(o, x, p, N, H, D, t);
   }
-  void attention_forward(float* o, float* l, const float* q, const float* k, const float* v, const int32_t* cu,
-                         int64_t ns, int64_t N, int64_t H, int64_t KV, int64_t D, bool c) override {
+  // q, k, v: fp32 always, each copy (when given) checked current; fp32 attention either way.
+  void attention_forward(float* o, float* l, Operand q, Operand k, Operand v, const int32_t* cu, int64_t ns, int64_t N,
+                         int64_t H, int64_t KV, int64_t D, bool c) override {
     f("attention_forward", "out", o, N * H * D), f("attention_forward", "lse", l, N * H);
-    f("attention_forward", "q", q, N * H * D), f("attention_forward", "k", k, N * KV * D);
-    f("attention_forward", "v", v, N * KV * D), host("attention_forward", "cu_seqlens", cu);
+    qkv("attention_forward", q, k, v, N * H * D, N * KV * D), host("attention_forward", "cu_seqlens", cu);
     b_->attention_forward(o, l, q, k, v, cu, ns, N, H, KV, D, c);
   }
-  void attention_backward(Grad dq, Grad dk, Grad dv, const float* d, const float* o, const float* l, const float* q,
-                          const float* k, const float* v, const int32_t* cu, int64_t ns, int64_t N, int64_t H,
-                          int64_t KV, int64_t D, bool c) override {
+  void attention_backward(Grad dq, Grad dk, Grad dv, const float* d, const float* o, const float* l, Operand q,
+                          Operand k, Operand v, const int32_t* cu, int64_t ns, int64_t N, int64_t H, int64_t KV,
+                          int64_t D, bool c) override {
     grad("attention_backward", "dq", dq, N * H * D), grad("attention_backward", "dk", dk, N * KV * D);
     grad("attention_backward", "dv", dv, N * KV * D), f("attention_backward", "dout", d, N * H * D);
     f("attention_backward", "out", o, N * H * D), f("attention_backward", "lse", l, N * H);
-    f("attention_backward", "q", q, N * H * D), f("attention_backward", "k", k, N * KV * D);
-    f("attention_backward", "v", v, N * KV * D), host("attention_backward", "cu_seqlens", cu);
+    qkv("attention_backward", q, k, v, N * H * D, N * KV * D), host("attention_backward", "cu_seqlens", cu);
     b_->attention_backward(dq, dk, dv, d, o, l, q, k, v, cu, ns, N, H, KV, D, c);
   }
-  void swiglu_forward(float* o, const float* g, const float* u, size_t n) override {
-    f("swiglu_forward", "out", o, n), f("swiglu_forward", "gate", g, n), f("swiglu_forward", "up", u, n);
+  void swiglu_forward(Out o, const float* g, const float* u, size_t n) override {
+    out("swiglu_forward", "out", o, int64_t(n)), f("swiglu_forward", "gate", g, n), f("swiglu_forward", "up", u, n);
     b_->swiglu_forward(o, g, u, n);
   }
-  void swiglu_backward(Grad dg, Grad du, const float* d, const float* g, const float* u, size_t n) override {
+  void swiglu_backward(GradOut dg, GradOut du, const float* d, const float* g, const float* u, size_t n) override {
     grad("swiglu_backward", "dgate", dg, int64_t(n)), grad("swiglu_backward", "dup", du, int64_t(n));
     f("swiglu_backward", "dout", d, n);
     f("swiglu_backward", "gate", g, n), f("swiglu_backward", "up", u, n);
     b_->swiglu_backward(dg, du, d, g, u, n);
   }
-  void gelu_forward(float* o, const float* i, size_t n) override {
-    f("gelu_forward", "out", o, n), f("gelu_forward", "inp", i, n), b_->gelu_forward(o, i, n);
+  void gelu_forward(Out o, const float* i, size_t n) override {
+    out("gelu_forward", "out", o, int64_t(n)), f("gelu_forward", "inp", i, n), b_->gelu_forward(o, i, n);
   }
-  void gelu_backward(Grad di, const float* d, const float* i, size_t n) override {
+  void gelu_backward(GradOut di, const float* d, const float* i, size_t n) override {
     grad("gelu_backward", "dinp", di, int64_t(n)), f("gelu_backward", "dout", d, n), f("gelu_backward", "inp", i, n);
     b_->gelu_backward(di, d, i, n);
   }
@@ -329,6 +342,52 @@ class CheckedBackend final : public Backend {
     std::fill_n(g.p, floats, std::numeric_limits<float>::quiet_NaN());
     ++overwrites_;
   }
+  // The same for an activation op's gradient, and its bf16 copy (GradOut):
+  // backend memory, filled with bf16 NaN first; alone only where copies suffice.
+  void grad(const char* op, const char* arg, GradOut g, int64_t floats) {
+    grad(op, arg, Grad(g), floats);
+    bf16_out(op, arg, g.p, g.bf16, floats);
+  }
+  // An activation output (Out): its fp32 values and/or its bf16 copy, as above.
+  void out(const char* op, const char* arg, Out o, int64_t floats) {
+    opt(op, arg, o.f32, floats);
+    if (!o.f32 && !o.bf16) throw std::logic_error(std::string(op) + ": '" + arg + "' has neither fp32 nor bf16");
+    bf16_out(op, arg, o.f32, o.bf16, floats);
+  }
+  void bf16_out(const char* op, const char* arg, const float* f32, void* b16, int64_t n) {
+    if (!b16) return;
+    if (!f32 && !bf16_alone_)
+      throw std::logic_error(std::string(op) + ": '" + arg + "' asked in bf16 alone of a backend whose copies do not suffice");
+    dev(op, (std::string(arg) + ".bf16").c_str(), b16, size_t(n) * 2);
+    std::fill_n(static_cast<uint16_t*>(b16), n, uint16_t(0x7fc0));
+    ++bf16_outputs_;
+  }
+  // A linear operand's values to compute from: its fp32 ones (its copy, when
+  // given, checked current) — or, made with bf16_alone, their bf16 rounding
+  // as a bf16 GEMM reads them (the copy, which may then come alone, or the
+  // fp32 values rounded), widened into wide_[slot].
+  const float* operand(const char* op, const char* arg, Operand x, int64_t n, int slot) {
+    if (x.f32) {
+      f(op, arg, x.f32, n);
+      copy16(op, arg, x, n);
+      if (!bf16_alone_) return x.f32;
+    } else {
+      if (!x.bf16) throw std::logic_error(std::string(op) + ": '" + arg + "' has neither fp32 nor bf16");
+      if (!bf16_alone_)
+        throw std::logic_error(std::string(op) + ": '" + arg +
+                               "' given in bf16 alone to a backend whose copies do not suffice");
+      dev(op, (std::string(arg) + ".bf16").c_str(), x.bf16, size_t(n) * 2);
+      ++bf16_alone_uses_;
+    }
+    wide_[slot].resize(size_t(n));
+    const auto* c = static_cast<const uint16_t*>(x.bf16);
+    for (int64_t k = 0; k < n; ++k) wide_[slot][size_t(k)] = bf16_to_float(c ? c[k] : float_to_bf16(x.f32[k]));
+    return wide_[slot].data();
+  }
+  void qkv(const char* op, Operand q, Operand k, Operand v, int64_t nq, int64_t nkv) {
+    f(op, "q", q.f32, nq), f(op, "k", k.f32, nkv), f(op, "v", v.f32, nkv);
+    copy16(op, "q", q, nq), copy16(op, "k", k, nkv), copy16(op, "v", v, nkv);
+  }
   // An operand's bf16 copy, when given: backend memory, each element x.f32 rounded.
   void copy16(const char* op, const char* arg, Operand x, int64_t n) {
     if (!x.bf16) return;
@@ -352,7 +411,10 @@ class CheckedBackend final : public Backend {
   size_t device_memory_ = size_t(1) << 30;
   mutable std::mutex mu_;  // the activation pool may release from another thread
   std::map<const char*, size_t> blocks_;  // base -> bytes
-  int64_t bf16_copy_uses_ = 0, converts_ = 0, overwrites_ = 0, adamw_copies_ = 0;
+  int64_t bf16_copy_uses_ = 0, converts_ = 0, overwrites_ = 0, adamw_copies_ = 0, bf16_outputs_ = 0,
+          bf16_alone_uses_ = 0;
+  bool bf16_alone_ = false;
+  std::vector<float> wide_[3];  // operand(): inp, w, dout widened from their copies
   // copy_from_host_held's pinned sources since the last sync: where, and their bytes then
   std::vector<std::pair<const char*, std::string>> held_;
   std::atomic<uint64_t> syncs_{0};

@@ -41,7 +41,7 @@ constexpr size_t kStagingBytes = size_t(64) << 20;    // pinned host ring for up
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt workspace, allocated once
 
 // What the attention's gradient products do with a gradient (gemm_plan.h).
-GradOut grad_out(const Grad& g) { return !g.p ? GradOut::None : g.add ? GradOut::Add : GradOut::Overwrite; }
+GradWrite grad_write(const Grad& g) { return !g.p ? GradWrite::None : g.add ? GradWrite::Add : GradWrite::Overwrite; }
 
 // Largest power of two (<= 256) that divides the address: cuBLASLt picks
 // kernels by operand alignment.
@@ -279,6 +279,7 @@ class CudaBackend final : public Backend {
   // ---- linear ------------------------------------------------------------------------
   // bf16 GEMMs read the operands' bf16 copies when the engine passes them (no rounding per call).
   bool wants_bf16_operands() const override { return opt_.bf16_gemm && opt_.bf16_operand_copies; }
+  bool bf16_operands_suffice() const override { return wants_bf16_operands(); }  // gemm() reads a16/b16 alone
   void linear_forward(float* out, Operand inp, Operand w, const float* bias, int64_t N, int64_t C,
                       int64_t OC) override {
     on_device();
@@ -287,64 +288,75 @@ class CudaBackend final : public Backend {
     const bool fused = gemm(false, true, N, OC, C, inp.f32, C, w.f32, C, false, out, OC, bias, inp.bf16, w.bf16);
     if (bias && !fused) launch_bias_add(out, bias, N, OC, stream_);
   }
-  void linear_backward(Grad dinp, Grad dw, float* dbias, const float* dout, Operand inp, Operand w, int64_t N,
-                       int64_t C, int64_t OC) override {
+  void linear_backward(Grad dinp, Grad dw, float* dbias, Operand dy, Operand inp, Operand w, int64_t N, int64_t C,
+                       int64_t OC) override {
     on_device();
     if (N == 0) {  // no rows: an overwritten dw is the empty sum
       if (dw.p && !dw.add) zero(dw.p, size_t(OC * C));
       return;
     }
-    // dout rounded to bf16 once for both GEMMs
-    const void* dout16 = opt_.bf16_gemm && dinp.p && dw.p ? rounded(kBf16Dout, dout, size_t(N * OC)) : nullptr;
+    // dout's bf16 copy: the caller's (an activation op wrote it), else rounded once for both GEMMs
+    const float* dout = dy.f32;
+    const void* dout16 = nullptr;
+    if (opt_.bf16_gemm) dout16 = dy.bf16 ? dy.bf16 : dinp.p && dw.p ? rounded(kBf16Dout, dout, size_t(N * OC)) : nullptr;
     if (dinp.p)  // dinp[N,C] += (or =) dout·w
       gemm(false, false, N, C, OC, dout, OC, w.f32, C, dinp.add, dinp.p, C, nullptr, dout16, w.bf16);
     if (dw.p)  // dw[OC,C] += (or =) doutᵀ·inp
       gemm(true, false, OC, C, N, dout, OC, inp.f32, C, dw.add, dw.p, C, nullptr, dout16, inp.bf16);
-    if (dbias) launch_column_sum(dbias, column_partials(N, OC), dout, N, OC, stream_);
+    if (dbias) {
+      if (!dout) throw std::logic_error("linear_backward: dbias needs dout in fp32");
+      launch_column_sum(dbias, column_partials(N, OC), dout, N, OC, stream_);
+    }
   }
 
   // ---- norms, rotary, activations, patches ---------------------------------------------
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+  void rmsnorm_forward(Out out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
                        float eps) override {
     on_device();
-    launch_rmsnorm_forward(out, rstd, inp, w, N, C, eps, stream_);
+    launch_rmsnorm_forward(out.f32, bf16_out(out.bf16), rstd, inp, w, N, C, eps, stream_);
   }
   void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                         int64_t N, int64_t C) override {
     on_device();
     launch_rmsnorm_backward(dinp, dw, column_partials(N, C), dout, inp, w, rstd, N, C, stream_);
   }
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+  void layernorm_forward(Out out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int64_t N, int64_t C, float eps) override {
     on_device();
-    launch_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps, stream_);
+    launch_layernorm_forward(out.f32, bf16_out(out.bf16), mean, rstd, inp, w, b, N, C, eps, stream_);
   }
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                           const float* mean, const float* rstd, int64_t N, int64_t C) override {
     on_device();
     launch_layernorm_backward(dinp, dw, db, column_partials(N, C), dout, inp, w, mean, rstd, N, C, stream_);
   }
-  void rope_forward(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta) override {
+  void rope_forward(Out out, const float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+                    float theta) override {
     on_device();
-    launch_rope(x, upload_indices(pos, N, 0), N, H, D, theta, 1.0f, stream_);
+    launch_rope(out.f32, bf16_out(out.bf16), x, upload_indices(pos, N, 0), N, H, D, theta, 1.0f, stream_);
   }
-  void rope_backward(float* dx, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta) override {
+  void rope_backward(Out out, const float* dx, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+                     float theta) override {
     on_device();
-    launch_rope(dx, upload_indices(pos, N, 0), N, H, D, theta, -1.0f, stream_);
+    launch_rope(out.f32, bf16_out(out.bf16), dx, upload_indices(pos, N, 0), N, H, D, theta, -1.0f, stream_);
   }
-  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
+  void swiglu_forward(Out out, const float* gate, const float* up, size_t n) override {
     on_device();
-    launch_swiglu_forward(out, gate, up, n, stream_);
+    launch_swiglu_forward(out.f32, bf16_out(out.bf16), gate, up, n, stream_);
   }
-  void swiglu_backward(Grad dgate, Grad dup, const float* dout, const float* gate, const float* up,
+  void swiglu_backward(GradOut dgate, GradOut dup, const float* dout, const float* gate, const float* up,
                        size_t n) override {
     on_device();
-    launch_swiglu_backward(dgate.p, dgate.add, dup.p, dup.add, dout, gate, up, n, stream_);
+    launch_swiglu_backward(dgate.p, dgate.add, bf16_out(dgate.bf16), dup.p, dup.add, bf16_out(dup.bf16), dout, gate,
+                           up, n, stream_);
   }
-  void gelu_forward(float* out, const float* inp, size_t n) override { on_device(); launch_gelu_forward(out, inp, n, stream_); }
-  void gelu_backward(Grad dinp, const float* dout, const float* inp, size_t n) override {
+  void gelu_forward(Out out, const float* inp, size_t n) override {
     on_device();
-    launch_gelu_backward(dinp.p, dinp.add, dout, inp, n, stream_);
+    launch_gelu_forward(out.f32, bf16_out(out.bf16), inp, n, stream_);
+  }
+  void gelu_backward(GradOut dinp, const float* dout, const float* inp, size_t n) override {
+    on_device();
+    if (dinp.wanted()) launch_gelu_backward(dinp.p, dinp.add, bf16_out(dinp.bf16), dout, inp, n, stream_);
   }
   void relu_forward(float* out, const float* inp, size_t n) override { on_device(); launch_relu_forward(out, inp, n, stream_); }
   void relu_backward(Grad dinp, const float* dout, const float* inp, size_t n) override {
@@ -365,10 +377,11 @@ class CudaBackend final : public Backend {
     if (!causal) return 0;
     return opt_.causal_block > 0 ? opt_.causal_block : causal_block(L);
   }
-  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* cu,
-                         int64_t n_seq, int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
+  void attention_forward(float* out, float* lse, Operand qo, Operand ko, Operand vo, const int32_t* cu, int64_t n_seq,
+                         int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
     on_device();
     if (N == 0) return;
+    const float *q = qo.f32, *k = ko.f32, *v = vo.f32;
     const AttentionKernel kernel = attention_kernel(cu, n_seq, H, D);
     if (kernel == AttentionKernel::Tiled) {
       const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, kFastRowsPerTile);
@@ -377,7 +390,7 @@ class CudaBackend final : public Backend {
     }
     if (kernel == AttentionKernel::Flash) {  // reads bf16 copies of q, k, v
       void* b16[kAttnBuffers] = {};
-      round_attention_inputs(b16, q, k, v, nullptr, N, H, KV, D);
+      attention_inputs16(b16, qo, ko, vo, nullptr, N, H, KV, D);
       const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, kFlashForwardRows);
       launch_flash_attention_forward(out, lse, bits(b16[kAttnQ]), bits(b16[kAttnK]), bits(b16[kAttnV]), tiles,
                                      n_tiles, H, KV, D, causal, stream_);
@@ -391,7 +404,7 @@ class CudaBackend final : public Backend {
     const float sc = 1.0f / std::sqrt(float(D));
     float* bufs[kAttnBuffers] = {const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v), out};
     void* bufs16[kAttnBuffers] = {};
-    if (b16) round_attention_inputs(bufs16, q, k, v, nullptr, N, H, KV, D);
+    if (b16) attention_inputs16(bufs16, qo, ko, vo, nullptr, N, H, KV, D);
     for (int64_t s = 0; s < n_seq; ++s) {
       const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
       if (L == 0) continue;
@@ -411,10 +424,11 @@ class CudaBackend final : public Backend {
     }
   }
   void attention_backward(Grad dq, Grad dk, Grad dv, const float* dout, const float* out, const float* lse,
-                          const float* q, const float* k, const float* v, const int32_t* cu, int64_t n_seq, int64_t N,
-                          int64_t H, int64_t KV, int64_t D, bool causal) override {
+                          Operand qo, Operand ko, Operand vo, const int32_t* cu, int64_t n_seq, int64_t N, int64_t H,
+                          int64_t KV, int64_t D, bool causal) override {
     on_device();
     if (N == 0 || (!dq.p && !dk.p && !dv.p)) return;
+    const float *q = qo.f32, *k = ko.f32, *v = vo.f32;
     float* delta = scratch(kDelta, size_t(N * H));  // [N, H] = Σ_d dout·out
     launch_attention_delta(delta, dout, out, N, H, D, stream_);
     const AttentionKernel kernel = attention_kernel(cu, n_seq, H, D);
@@ -426,7 +440,7 @@ class CudaBackend final : public Backend {
     }
     if (kernel == AttentionKernel::Flash) {  // reads bf16 copies of q, k, v, dout
       void* b16[kAttnBuffers] = {};
-      round_attention_inputs(b16, q, k, v, dout, N, H, KV, D);
+      attention_inputs16(b16, qo, ko, vo, dout, N, H, KV, D);
       const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, kFlashRows);
       launch_flash_attention_backward(dq.p, dq.add, dk.p, dk.add, dv.p, dv.add, bits(b16[kAttnDOut]), lse, delta,
                                       bits(b16[kAttnQ]), bits(b16[kAttnK]), bits(b16[kAttnV]), tiles, n_tiles, H, KV,
@@ -442,7 +456,7 @@ class CudaBackend final : public Backend {
     float* bufs[kAttnBuffers] = {const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v),
                                  const_cast<float*>(out), const_cast<float*>(dout), dq.p, dk.p, dv.p};
     void* bufs16[kAttnBuffers] = {};
-    if (b16) round_attention_inputs(bufs16, q, k, v, dout, N, H, KV, D);
+    if (b16) attention_inputs16(bufs16, qo, ko, vo, dout, N, H, KV, D);
     for (int64_t s = 0; s < n_seq; ++s) {
       const int64_t t0 = cu[s], L = cu[s + 1] - cu[s];
       if (L == 0) continue;
@@ -465,7 +479,7 @@ class CudaBackend final : public Backend {
         launch_attention_probs(bufs[kAttnScores], lse, t0, L, H, causal, stream_);
         launch_attention_dscores(bufs[kAttnDScores], bufs[kAttnScores], delta, t0, L, H, stream_);
       }
-      run(attention_gradients(t0, L, H, KV, D, grad_out(dq), grad_out(dk), grad_out(dv), blk), bufs,
+      run(attention_gradients(t0, L, H, KV, D, grad_write(dq), grad_write(dk), grad_write(dv), blk), bufs,
           b16 ? bufs16 : nullptr);
     }
   }
@@ -616,12 +630,17 @@ class CudaBackend final : public Backend {
   }
 
   static const uint16_t* bits(const void* p) { return static_cast<const uint16_t*>(p); }
-  // bf16 copies of q, k, v (and dout when given) for the tensor-core and flash paths.
-  void round_attention_inputs(void** bufs16, const float* q, const float* k, const float* v, const float* dout,
-                              int64_t N, int64_t H, int64_t KV, int64_t D) {
-    bufs16[kAttnQ] = rounded(kQ16, q, size_t(N * H * D));
-    bufs16[kAttnK] = rounded(kK16, k, size_t(N * KV * D));
-    bufs16[kAttnV] = rounded(kV16, v, size_t(N * KV * D));
+  static uint16_t* bf16_out(void* p) { return static_cast<uint16_t*>(p); }
+  // bf16 copies of q, k, v (and dout when given) for the tensor-core and
+  // flash paths: the caller's (Operand::bf16), else rounded into scratch.
+  void attention_inputs16(void** bufs16, Operand q, Operand k, Operand v, const float* dout, int64_t N, int64_t H,
+                          int64_t KV, int64_t D) {
+    auto copy = [&](ScratchSlot slot, Operand x, int64_t n) {
+      return x.bf16 ? const_cast<void*>(x.bf16) : rounded(slot, x.f32, size_t(n));
+    };
+    bufs16[kAttnQ] = copy(kQ16, q, N * H * D);
+    bufs16[kAttnK] = copy(kK16, k, N * KV * D);
+    bufs16[kAttnV] = copy(kV16, v, N * KV * D);
     if (dout) bufs16[kAttnDOut] = rounded(kDO16, dout, size_t(N * H * D));
   }
 

@@ -132,7 +132,8 @@ struct LayernormDw {
   }
 };
 
-__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* w, int64_t C, float eps) {
+__global__ void rmsnorm_forward_kernel(float* out, uint16_t* out16, float* rstd, const float* inp, const float* w,
+                                       int64_t C, float eps) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   const float* x = inp + row * C;
@@ -140,7 +141,8 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
   const float r = gm::rms_rstd(block_sum(ss, shared), C, eps);
   if (threadIdx.x == 0) rstd[row] = r;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[row * C + c] = gm::rmsnorm_out(x[c], r, w[c]);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    gm::put_out(out, out16, row * C + c, gm::rmsnorm_out(x[c], r, w[c]));
 }
 __global__ void rmsnorm_backward_kernel(float* dinp, const float* dout, const float* inp, const float* w,
                                         const float* rstd, int64_t C) {
@@ -153,8 +155,8 @@ __global__ void rmsnorm_backward_kernel(float* dinp, const float* dout, const fl
   const float k = gm::rmsnorm_row_k(r, block_sum(dot, shared), C);
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dinp[row * C + c] += gm::rmsnorm_dx(x[c], dy[c], w[c], r, k);
 }
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                                         const float* b, int64_t C, float eps) {
+__global__ void layernorm_forward_kernel(float* out, uint16_t* out16, float* mean, float* rstd, const float* inp,
+                                         const float* w, const float* b, int64_t C, float eps) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   const float* x = inp + row * C;
@@ -168,7 +170,8 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
     mean[row] = m;
     rstd[row] = r;
   }
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[row * C + c] = gm::layernorm_out(x[c], m, r, w[c], b[c]);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    gm::put_out(out, out16, row * C + c, gm::layernorm_out(x[c], m, r, w[c], b[c]));
 }
 __global__ void layernorm_backward_kernel(float* dinp, const float* dout, const float* inp, const float* w,
                                           const float* mean, const float* rstd, int64_t C) {
@@ -189,34 +192,41 @@ __global__ void layernorm_backward_kernel(float* dinp, const float* dout, const 
 
 // One thread per (token, pair i < D/2): the fp64 cos/sin once, applied to
 // every head (the CPU backend's order; a warp's pairs are adjacent in memory).
-__global__ void rope_kernel(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign) {
+// out = x rotated, out may be x (a thread reads its pair before writing it).
+__global__ void rope_kernel(float* out, uint16_t* out16, const float* x, const int32_t* pos, int64_t N, int64_t H,
+                            int64_t D, float theta, float sign) {
   const int64_t half = D / 2;
   MAESTRO_GRID_STRIDE(e, N * half) {
     const int64_t i = e % half, n = e / half;
     float c, s;
     gm::rope_cos_sin(pos[n], gm::rope_inv_freq(i, D, theta), sign, c, s);
     for (int64_t h = 0; h < H; ++h) {
-      float* r = x + (n * H + h) * D;
-      gm::rope_apply(r[i], r[i + half], c, s);
+      const int64_t row = (n * H + h) * D;
+      float x0 = x[row + i], x1 = x[row + i + half];
+      gm::rope_apply(x0, x1, c, s);
+      gm::put_out(out, out16, row + i, x0);
+      gm::put_out(out, out16, row + i + half, x1);
     }
   }
 }
 
-__global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up, size_t n) {
-  MAESTRO_GRID_STRIDE(i, n) out[i] = gm::swiglu(gate[i], up[i]);
+__global__ void swiglu_forward_kernel(float* out, uint16_t* out16, const float* gate, const float* up, size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) gm::put_out(out, out16, i, gm::swiglu(gate[i], up[i]));
 }
-__global__ void swiglu_backward_kernel(float* dgate, bool add_dgate, float* dup, bool add_dup, const float* dout,
-                                       const float* gate, const float* up, size_t n) {
+__global__ void swiglu_backward_kernel(float* dgate, bool add_dgate, uint16_t* dgate16, float* dup, bool add_dup,
+                                       uint16_t* dup16, const float* dout, const float* gate, const float* up,
+                                       size_t n) {
   MAESTRO_GRID_STRIDE(i, n) {
-    if (dgate) gm::put_grad(dgate[i], gm::swiglu_dgate(dout[i], gate[i], up[i]), add_dgate);
-    if (dup) gm::put_grad(dup[i], gm::swiglu_dup(dout[i], gate[i]), add_dup);
+    if (dgate || dgate16) gm::put_grad_out(dgate, add_dgate, dgate16, i, gm::swiglu_dgate(dout[i], gate[i], up[i]));
+    if (dup || dup16) gm::put_grad_out(dup, add_dup, dup16, i, gm::swiglu_dup(dout[i], gate[i]));
   }
 }
-__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
-  MAESTRO_GRID_STRIDE(i, n) out[i] = gm::gelu(inp[i]);
+__global__ void gelu_forward_kernel(float* out, uint16_t* out16, const float* inp, size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) gm::put_out(out, out16, i, gm::gelu(inp[i]));
 }
-__global__ void gelu_backward_kernel(float* dinp, bool add, const float* dout, const float* inp, size_t n) {
-  MAESTRO_GRID_STRIDE(i, n) gm::put_grad(dinp[i], gm::gelu_grad(dout[i], inp[i]), add);
+__global__ void gelu_backward_kernel(float* dinp, bool add, uint16_t* dinp16, const float* dout, const float* inp,
+                                     size_t n) {
+  MAESTRO_GRID_STRIDE(i, n) gm::put_grad_out(dinp, add, dinp16, i, gm::gelu_grad(dout[i], inp[i]));
 }
 __global__ void relu_forward_kernel(float* out, const float* inp, size_t n) {
   MAESTRO_GRID_STRIDE(i, n) out[i] = gm::relu(inp[i]);
@@ -375,10 +385,10 @@ void launch_column_sum(float* out, float* partial, const float* in, int64_t N, i
   column_sum(out, partial, N, C, Column{in, C}, st);
 }
 
-void launch_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps,
-                            cudaStream_t st) {
+void launch_rmsnorm_forward(float* out, uint16_t* out16, float* rstd, const float* inp, const float* w, int64_t N,
+                            int64_t C, float eps, cudaStream_t st) {
   if (N == 0) return;
-  rmsnorm_forward_kernel<<<unsigned(N), kRowThreads, 0, st>>>(out, rstd, inp, w, C, eps);
+  rmsnorm_forward_kernel<<<unsigned(N), kRowThreads, 0, st>>>(out, out16, rstd, inp, w, C, eps);
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
 void launch_rmsnorm_backward(float* dinp, float* dw, float* partial, const float* dout, const float* inp,
@@ -390,10 +400,10 @@ void launch_rmsnorm_backward(float* dinp, float* dw, float* partial, const float
   }
   if (dw) column_sum(dw, partial, N, C, RmsnormDw{inp, dout, rstd, C}, st);
 }
-void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
-                              int64_t N, int64_t C, float eps, cudaStream_t st) {
+void launch_layernorm_forward(float* out, uint16_t* out16, float* mean, float* rstd, const float* inp, const float* w,
+                              const float* b, int64_t N, int64_t C, float eps, cudaStream_t st) {
   if (N == 0) return;
-  layernorm_forward_kernel<<<unsigned(N), kRowThreads, 0, st>>>(out, mean, rstd, inp, w, b, C, eps);
+  layernorm_forward_kernel<<<unsigned(N), kRowThreads, 0, st>>>(out, out16, mean, rstd, inp, w, b, C, eps);
   MAESTRO_CUDA_LAUNCH_CHECK();
 }
 void launch_layernorm_backward(float* dinp, float* dw, float* db, float* partial, const float* dout, const float* inp,
@@ -408,22 +418,24 @@ void launch_layernorm_backward(float* dinp, float* dw, float* db, float* partial
   if (db) column_sum(db, partial, N, C, Column{dout, C}, st);  // after dw's pass 2 in stream order
 }
 
-void launch_rope(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign,
-                 cudaStream_t st) {
-  MAESTRO_LAUNCH(rope_kernel, N * (D / 2), x, pos, N, H, D, theta, sign);
+void launch_rope(float* out, uint16_t* out16, const float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+                 float theta, float sign, cudaStream_t st) {
+  MAESTRO_LAUNCH(rope_kernel, N * (D / 2), out, out16, x, pos, N, H, D, theta, sign);
 }
-void launch_swiglu_forward(float* out, const float* gate, const float* up, size_t n, cudaStream_t st) {
-  MAESTRO_LAUNCH(swiglu_forward_kernel, n, out, gate, up, n);
+void launch_swiglu_forward(float* out, uint16_t* out16, const float* gate, const float* up, size_t n,
+                           cudaStream_t st) {
+  MAESTRO_LAUNCH(swiglu_forward_kernel, n, out, out16, gate, up, n);
 }
-void launch_swiglu_backward(float* dgate, bool add_dgate, float* dup, bool add_dup, const float* dout,
-                            const float* gate, const float* up, size_t n, cudaStream_t st) {
-  MAESTRO_LAUNCH(swiglu_backward_kernel, n, dgate, add_dgate, dup, add_dup, dout, gate, up, n);
+void launch_swiglu_backward(float* dgate, bool add_dgate, uint16_t* dgate16, float* dup, bool add_dup, uint16_t* dup16,
+                            const float* dout, const float* gate, const float* up, size_t n, cudaStream_t st) {
+  MAESTRO_LAUNCH(swiglu_backward_kernel, n, dgate, add_dgate, dgate16, dup, add_dup, dup16, dout, gate, up, n);
 }
-void launch_gelu_forward(float* out, const float* inp, size_t n, cudaStream_t st) {
-  MAESTRO_LAUNCH(gelu_forward_kernel, n, out, inp, n);
+void launch_gelu_forward(float* out, uint16_t* out16, const float* inp, size_t n, cudaStream_t st) {
+  MAESTRO_LAUNCH(gelu_forward_kernel, n, out, out16, inp, n);
 }
-void launch_gelu_backward(float* dinp, bool add, const float* dout, const float* inp, size_t n, cudaStream_t st) {
-  MAESTRO_LAUNCH(gelu_backward_kernel, n, dinp, add, dout, inp, n);
+void launch_gelu_backward(float* dinp, bool add, uint16_t* dinp16, const float* dout, const float* inp, size_t n,
+                          cudaStream_t st) {
+  MAESTRO_LAUNCH(gelu_backward_kernel, n, dinp, add, dinp16, dout, inp, n);
 }
 void launch_relu_forward(float* out, const float* inp, size_t n, cudaStream_t st) {
   MAESTRO_LAUNCH(relu_forward_kernel, n, out, inp, n);

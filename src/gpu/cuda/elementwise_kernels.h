@@ -34,24 +34,30 @@ void launch_bias_add(float* out, const float* bias, int64_t N, int64_t OC, cudaS
 void launch_column_sum(float* out, float* partial, const float* in, int64_t N, int64_t C,
                        cudaStream_t st);  // out[C] += Σ_rows in
 
-void launch_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps,
+// Forward kernels write out (fp32) and/or out16 (bf16), either may be null
+// (nn/backend.h's Out).
+void launch_rmsnorm_forward(float* out, uint16_t* out16, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps,
                             cudaStream_t st);
 void launch_rmsnorm_backward(float* dinp, float* dw, float* partial, const float* dout, const float* inp,
                              const float* w, const float* rstd, int64_t N, int64_t C, cudaStream_t st);
-void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+void launch_layernorm_forward(float* out, uint16_t* out16, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                               int64_t N, int64_t C, float eps, cudaStream_t st);
 void launch_layernorm_backward(float* dinp, float* dw, float* db, float* partial, const float* dout, const float* inp,
                                const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
                                cudaStream_t st);
 
-void launch_rope(float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D, float theta, float sign,
-                 cudaStream_t st);
-void launch_swiglu_forward(float* out, const float* gate, const float* up, size_t n, cudaStream_t st);
-// Backward kernels: `add` false overwrites the gradient (nn/backend.h's Grad).
-void launch_swiglu_backward(float* dgate, bool add_dgate, float* dup, bool add_dup, const float* dout,
-                            const float* gate, const float* up, size_t n, cudaStream_t st);
-void launch_gelu_forward(float* out, const float* inp, size_t n, cudaStream_t st);
-void launch_gelu_backward(float* dinp, bool add, const float* dout, const float* inp, size_t n, cudaStream_t st);
+// out (and/or out16) = x rotated; out may be x
+void launch_rope(float* out, uint16_t* out16, const float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+                 float theta, float sign, cudaStream_t st);
+void launch_swiglu_forward(float* out, uint16_t* out16, const float* gate, const float* up, size_t n,
+                           cudaStream_t st);
+// Backward kernels: `add` false overwrites the gradient (nn/backend.h's
+// Grad); the swiglu and gelu ones also write a bf16 copy where given (GradOut).
+void launch_swiglu_backward(float* dgate, bool add_dgate, uint16_t* dgate16, float* dup, bool add_dup, uint16_t* dup16,
+                            const float* dout, const float* gate, const float* up, size_t n, cudaStream_t st);
+void launch_gelu_forward(float* out, uint16_t* out16, const float* inp, size_t n, cudaStream_t st);
+void launch_gelu_backward(float* dinp, bool add, uint16_t* dinp16, const float* dout, const float* inp, size_t n,
+                          cudaStream_t st);
 void launch_relu_forward(float* out, const float* inp, size_t n, cudaStream_t st);
 void launch_relu_backward(float* dinp, bool add, const float* dout, const float* inp, size_t n, cudaStream_t st);
 void launch_im2col_patches(float* patches, const float* pixels, int64_t I, int64_t Ch, int64_t S, int64_t p,
