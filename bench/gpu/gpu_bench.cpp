@@ -10,6 +10,9 @@
 //             (--attention picks the path)
 //   step      training steps (forward, loss, backward, AdamW) of a
 //             transformer section on the CUDA backend: tokens/s, model FLOP/s
+//             (--profile: each op's device time per step, from timing events
+//             around every op — CudaBackendOptions::profile_ops; the step
+//             rate of a profiled run is not the benchmark's)
 //   gemm      cuBLASLt bf16 GEMM rate (fp32 accumulate and output) at
 //             several sizes: the peak MFU is measured against
 //   copies    the backend's copies between the device and host memory
@@ -182,7 +185,7 @@ int run_model(const ModelArgs& a, bool fp32, AttentionPath attention, int device
 }
 
 int run_step(const ModelArgs& a, bool fp32, AttentionPath attention, int64_t causal_block, bool bf16_copies,
-             int device, int steps, int warmup) {
+             bool profile, int device, int steps, int warmup) {
   const Program program = load_transformer(a, fp32);
   const Section& section = program.sections[0];
   CudaBackendOptions o;
@@ -191,6 +194,7 @@ int run_step(const ModelArgs& a, bool fp32, AttentionPath attention, int64_t cau
   o.attention = attention;
   o.causal_block = causal_block;
   o.bf16_operand_copies = bf16_copies;
+  o.profile_ops = profile;
   const std::unique_ptr<Backend> gpu = make_cuda_backend(o);
   SectionModel model(section, *gpu, 1);
   const auto ids = token_ids(a);
@@ -198,6 +202,7 @@ int run_step(const ModelArgs& a, bool fp32, AttentionPath attention, int64_t cau
   const int64_t n_global = a.samples * (a.tokens - 1);
   std::vector<double> step_s, losses;
   for (int i = 0; i < warmup + steps; ++i) {
+    if (i == warmup) (void)cuda_backend_op_times(*gpu);  // the profile of the timed steps only
     const auto t = Clock::now();
     model.zero_grads();
     ForwardOutput out = model.forward(in);
@@ -227,6 +232,14 @@ int run_step(const ModelArgs& a, bool fp32, AttentionPath attention, int64_t cau
   j["flops_per_step"] = flops;
   j["tflops"] = flops / median / 1e12;
   j["losses"] = losses;
+  if (profile) {  // per step: each op's calls and device time, the most first
+    double total = 0;
+    for (const OpTime& t : cuda_backend_op_times(*gpu)) {
+      j["ops"].push_back({{"op", t.op}, {"calls", double(t.calls) / steps}, {"ms", t.ms / steps}});
+      total += t.ms / steps;
+    }
+    j["ops_ms"] = total;
+  }
   fmt::print("{}\n", j.dump());
   return 0;
 }
@@ -561,7 +574,7 @@ int main(int argc, char** argv) {
     sub->add_option("--samples", m.samples);
     sub->add_option("--tokens", m.tokens);
   }
-  step->add_option("--steps", steps);
+  step->add_option("--steps", steps)->check(CLI::PositiveNumber);
   step->add_option("--warmup", warmup);
   int64_t causal_block = 0;
   step->add_option("--causal-block", causal_block,
@@ -571,12 +584,14 @@ int main(int argc, char** argv) {
   bool no_bf16_copies = false;
   step->add_flag("--no-bf16-copies", no_bf16_copies,
                  "bf16 GEMMs round every operand on each call instead of reading the engine's bf16 copies");
+  bool profile = false;
+  step->add_flag("--profile", profile, "each op's device time per step (timing events around every op)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (*ops) return run_ops(fp32, attention, device);
     if (*self) return run_selfcheck(attention, device);
     if (*model) return run_model(m, fp32, attention, device);
-    if (*step) return run_step(m, fp32, attention, causal_block, !no_bf16_copies, device, steps, warmup);
+    if (*step) return run_step(m, fp32, attention, causal_block, !no_bf16_copies, profile, device, steps, warmup);
     if (*gemm) return run_gemm(device);
     if (*copies) return run_copies(device);
     if (*nccl) return run_nccl();

@@ -36,6 +36,7 @@ for a; do case "$a" in
   gemm) echo "{\"check\": \"gemm\", \"peak_tflops\": 700.0, \"device\": \"stand-in\"}"; exit 0;;
   copies) echo "{\"check\": \"copies\", \"sizes\": [{\"bytes\": 67108864, \"d2h_pageable_gbs\": 10.0, \"d2h_pinned_gbs\": 25.0, \"h2d_pageable_gbs\": 12.0, \"h2d_pinned_gbs\": 12.5, \"h2d_held_pinned_gbs\": 50.0, \"held_bytes_match\": true, \"pinned\": true}], \"rows\": {\"rows\": 2048, \"row_bytes\": 64000, \"pitch\": 128000, \"pinned\": true, \"per_row_gbs\": 2.0, \"strided_gbs\": 40.0, \"bytes_match\": true}, \"handoff\": {\"bytes\": 67108864, \"kept_gbs\": 500.0, \"host_gbs\": 10.0, \"pinned\": true, \"bytes_match\": true}, \"ok\": true}"; exit 0;;
   step) case " $* " in  # rounding every GEMM operand on each call: 19,000 tokens/s; the flash kernels 25,000
+    *" --profile "*) echo "{\"check\": \"step\", \"tokens_per_s\": 18000.0, \"tflops\": 190.0, \"attention\": 0, \"ops\": [{\"op\": \"linear_backward\", \"calls\": 15.0, \"ms\": 6.0}, {\"op\": \"attention_backward\", \"calls\": 2.0, \"ms\": 3.0}, {\"op\": \"adamw\", \"calls\": 1.0, \"ms\": 1.0}], \"ops_ms\": 10.0}";;
     *" --attention flash "*) echo "{\"check\": \"step\", \"tokens_per_s\": 25000.0, \"tflops\": 262.5, \"bf16_copies\": true}";;
     *" --no-bf16-copies "*) echo "{\"check\": \"step\", \"tokens_per_s\": 19000.0, \"tflops\": 199.5, \"bf16_copies\": false}";;
     *) echo "{\"check\": \"step\", \"tokens_per_s\": 20000.0, \"tflops\": 210.0, \"bf16_copies\": true}";; esac; exit 0;;
@@ -56,7 +57,8 @@ check 'grep -q "^## torch step: SKIP" "$fake/report.md" && grep -q "^## torch st
 check 'grep -q "MFU 21.2% of 989 TFLOP/s (H100 bf16), 30.0% of the measured cuBLASLt peak 700.0" "$fake/report.md"' "MFU against 989 and against the measured peak, in the report"
 check 'grep -q "without the engine.s bf16 copies of GEMM operands 19000 tokens/s: the copies. speed-up 1.053x" "$fake/report.md"' "the step without the bf16 copies of GEMM operands, and the copies' speed-up"
 check 'grep -q "loss 2.0000 -> 1.5000" "$fake/report.md"' "the falling loss, in the report"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 30 ]' "30 steps PASS (all but build, skipped, and torch)"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 31 ]' "31 steps PASS (all but build, skipped, and torch)"
+check 'grep -q "attention auto: 10.00 ms of ops per step; linear_backward 6.00 ms (60.0 %, 15 calls), attention_backward 3.00 ms (30.0 %, 2 calls)" "$fake/report.md"' "the step profile: each op's device time and share, the most first"
 check 'grep -q "^plan  planned on 1 GPU as the device table.s h200" "$fake/report.md"' "the run on cuda planned on the one GPU, in the report"
 check 'grep -q -- "--gpu-attention=tiled against reference: per-step loss rel err 0; 120.0 against 120.0 samples/s" "$fake/report.md"' "the attention paths against each other, in the report"
 check 'grep -q "two runs on cuda: all 2 per-step losses the same bits" "$fake/report.md"' "two runs on cuda with the same losses, in the report"
@@ -102,7 +104,7 @@ check 'grep -q "PyTorch (SDPA, fused AdamW) 40000 tokens/s, maestro 20000 tokens
 
 STALL=1 STEP_TIMEOUT=2 run; st=$?
 check '[ $st = 1 ] && grep -q "^## selfcheck: FAIL" "$fake/report.md" && grep -q "stopped after --step-timeout 2 s" "$fake/report.md"' "a step that hangs is stopped at --step-timeout and FAILs ($st)"
-check '[ $(grep -c ": PASS" "$fake/report.md") = 28 ]' "... and the steps after it still run (both self-checks stall)"
+check '[ $(grep -c ": PASS" "$fake/report.md") = 29 ]' "... and the steps after it still run (both self-checks stall)"
 
 ONLY=flash run; st=$?
 check '[ $st = 0 ] && [ $(grep -c "^## " "$fake/report.md") = 6 ] && [ $(grep -c ": PASS" "$fake/report.md") = 6 ]' "--only flash: the six flash steps, and only those ($st)"

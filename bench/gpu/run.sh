@@ -36,6 +36,9 @@
 #      $TORCH_PYTHON (default python3) has torch with CUDA, else SKIP: as
 #      our side (attention written out, plain AdamW), and at PyTorch's best
 #      (scaled_dot_product_attention, fused AdamW)
+#   7a. where a step's device time goes: 2 layers of the 1.3B section,
+#      each op of the engine timed by events around it (bench_gpu step
+#      --profile), with auto's attention and with the flash kernels
 #   8. compute-sanitizer (memcheck) on the op check and a 2-step run, and
 #      memcheck and racecheck (shared memory) on the flash kernels' op check
 #      (last: the slowest steps)
@@ -81,6 +84,8 @@ py=/usr/bin/python3  # the checks below need only json: any python3 where Debian
 torch_py=${TORCH_PYTHON:-python3}  # a python whose torch has CUDA, for the PyTorch peer (skipped without one)
 big="--layers 24 --hidden 2048 --heads 16 --ffn 5504 --vocab 32000 --samples 2 --tokens 2048"
 [ "$quick" = 1 ] && big="--layers 4 --hidden 1024 --heads 8 --ffn 2816 --vocab 32000 --samples 2 --tokens 2048"
+# the step profile: two of big's layers (the head and AdamW's share grow with fewer layers)
+prof="--layers 2 ${big#--layers [0-9]* }"
 small="--layers 2 --hidden 128 --heads 4 --ffn 384 --vocab 512 --samples 3 --tokens 40"
 # rows of 1,500 and 3,000 keys: the tensor-core attention (auto from 256 tokens in bf16) with its softmax
 # kernels for rows of up to 2,048 and 4,096 keys, which the self-check's short sequences do not reach
@@ -128,6 +133,7 @@ plan=(
   "host copies|$bench copies"
   "transformer step|$bench step $big --steps 5 --warmup 2 --no-bf16-copies && $bench step $big --steps 5 --warmup 2"
   "flash step|$bench --attention flash step $big --steps 5 --warmup 2"
+  "step profile|$bench step $prof --steps 3 --warmup 1 --profile && $bench --attention flash step $prof --steps 3 --warmup 1 --profile"
   "maestro-run 1.3B|$run bench/gpu/llm_1_3b.sect --steps 8 --json --quiet --log-level debug --config $cfg_dir/cuda.toml"
   "torch step|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --steps 5 --warmup 2"
   "torch step sdpa|$torch_py bench/engine_vs_torch/torch_step.py $big --device cuda --bf16 --sdpa --fused-adamw --steps 5 --warmup 2"
@@ -326,6 +332,18 @@ print("flash attention: tokens/s %.0f (%s), MFU %.1f%% of 989 TFLOP/s, %s"
       % (flash["tokens_per_s"], "%.3fx auto's %.0f" % (flash["tokens_per_s"] / auto["tokens_per_s"], auto["tokens_per_s"])
          if auto else "no 'transformer step' to compare", 100 * tf / 989,
          "%.1f%% of the cuBLASLt peak" % (100 * tf / gemm["peak_tflops"]) if gemm else "no 'gemm peak'"))
+PY
+      ;;
+    "step profile")
+      # each op's device time per step, the most first, with auto's attention and with the flash kernels
+      [ "$st" = 0 ] && { $py - "$log" <<'PY' || verdict=FAIL; }
+import json, sys
+for run in [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]:
+    ops, total = run["ops"], run["ops_ms"]
+    assert ops and total > 0, "no op profile"
+    print("attention %s: %.2f ms of ops per step; %s" % ("flash" if run.get("attention") == 4 else "auto", total,
+          ", ".join("%s %.2f ms (%.1f %%, %g calls)" % (o["op"], o["ms"], 100 * o["ms"] / total, o["calls"])
+                    for o in ops[:10])))
 PY
       ;;
     "maestro-run 1.3B")

@@ -12,6 +12,7 @@
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -53,6 +54,20 @@ std::unique_ptr<Backend> cuda(bool bf16, AttentionPath attention, int64_t causal
   o.causal_block = causal_block;
   o.min_segment_bytes = size_t(64) << 20;
   return make_cuda_backend(o);
+}
+
+// A 2-layer transformer section (hidden 128, GQA 4 heads over 2) in `precision`.
+Program program_of(const char* precision) {
+  Diagnostics diags;
+  std::optional<Program> p = load_program_text(
+      std::string("section llm { model = transformer(layers: 2, hidden: 128, heads: 4, kv_heads: 2, ffn: 256, "
+                  "vocab: 96, max_seq: 80); consumes = [text]; loss = cross_entropy; }\n"
+                  "data { source = synthetic(seed: 1); mix { text = 1.0; } text_tokens = 80; }\n"
+                  "train { global_batch = 2; steps = 1; optimizer = adamw(lr: 1e-3); precision = ") +
+          precision + "; }\n",
+      "model.sect", diags);
+  BOOST_TEST_REQUIRE(p.has_value());
+  return *p;
 }
 
 void expect_all_ok(const std::vector<OpCheck>& checks, const std::string& what) {
@@ -115,18 +130,6 @@ BOOST_AUTO_TEST_CASE(a_hand_off_between_two_devices_keeps_its_bytes) {
 // backward (bench/gpu's "model" check, here), and the loss after an AdamW
 // step.
 BOOST_AUTO_TEST_CASE(a_transformer_s_loss_and_gradients_match_the_cpu_engine) {
-  auto program_of = [](const char* precision) {
-    Diagnostics diags;
-    std::optional<Program> p = load_program_text(
-        std::string("section llm { model = transformer(layers: 2, hidden: 128, heads: 4, kv_heads: 2, ffn: 256, "
-                    "vocab: 96, max_seq: 80); consumes = [text]; loss = cross_entropy; }\n"
-                    "data { source = synthetic(seed: 1); mix { text = 1.0; } text_tokens = 80; }\n"
-                    "train { global_batch = 2; steps = 1; optimizer = adamw(lr: 1e-3); precision = ") +
-            precision + "; }\n",
-        "model.sect", diags);
-    BOOST_TEST_REQUIRE(p.has_value());
-    return *p;
-  };
   std::vector<std::vector<int32_t>> ids(2);  // two lengths: two tiles' ends
   for (int32_t t = 0; t < 80; ++t) ids[0].push_back((t * 37 + 5) % 96);
   for (int32_t t = 0; t < 45; ++t) ids[1].push_back((t * 11 + 3) % 96);
@@ -184,6 +187,63 @@ BOOST_AUTO_TEST_CASE(a_transformer_s_loss_and_gradients_match_the_cpu_engine) {
     // The step moved the loss by step_change; a stale bf16 copy of the
     // weights would leave the second forward that far off.
     BOOST_TEST(step_err <= (c.bf16 ? 0.02 : 1e-3) * step_change, c.name << ": after a step, off by " << step_err);
+  }
+}
+
+// The op profile (CudaBackendOptions::profile_ops): a training step of the
+// transformer above, each op of the engine timed once per call — the
+// calls counted as the engine makes them (an op inside another, none
+// twice), taken and reset by cuda_backend_op_times; none without it.
+BOOST_AUTO_TEST_CASE(the_op_profile_counts_each_op_of_a_step) {
+  const Program program = program_of("bf16");
+  std::vector<int32_t> ids;
+  for (int32_t t = 0; t < 60; ++t) ids.push_back((t * 37 + 5) % 96);
+  std::vector<SampleInput> in(1);
+  in[0].tokens = ids;
+  for (const bool profiled : {true, false}) {
+    CudaBackendOptions o;
+    o.min_segment_bytes = size_t(64) << 20;
+    o.profile_ops = profiled;
+    auto gpu = make_cuda_backend(o);
+    SectionModel model(program.sections[0], *gpu, 1);
+    model.zero_grads();
+    (void)model.grad_sq_norm();  // the parameters' bf16 copy refreshed: not part of the step below
+    (void)cuda_backend_op_times(*gpu);
+    model.zero_grads();
+    ForwardOutput out = model.forward(in);
+    (void)model.loss(*out.context, {}, 59);
+    model.backward(*out.context, {});
+    model.adamw_step(program.train.optimizer, 1e-3);
+    const std::vector<OpTime> times = cuda_backend_op_times(*gpu);
+    if (!profiled) {
+      BOOST_TEST(times.empty());
+      continue;
+    }
+    std::map<std::string, int64_t> calls;
+    double total = 0;
+    for (const OpTime& t : times) {
+      BOOST_TEST_MESSAGE(t.op << ": " << t.calls << " calls, " << t.ms << " ms");
+      BOOST_TEST(t.ms >= 0.0);
+      calls[t.op] = t.calls;
+      total += t.ms;
+    }
+    BOOST_TEST(total > 0.0);
+    for (size_t i = 1; i < times.size(); ++i) BOOST_TEST(times[i - 1].ms >= times[i].ms);  // the most first
+    // per layer: q, k, v, o, gate, up, down; and the head
+    BOOST_TEST(calls["linear_forward"] == 2 * 7 + 1);
+    BOOST_TEST(calls["linear_backward"] == 2 * 7 + 1);
+    BOOST_TEST(calls["rmsnorm_forward"] == 2 * 2 + 1);  // two a layer and the final norm
+    BOOST_TEST(calls["rope_forward"] == 2 * 2);
+    BOOST_TEST(calls["rope_backward"] == 2 * 2);
+    BOOST_TEST(calls["attention_forward"] == 2);
+    BOOST_TEST(calls["attention_backward"] == 2);
+    BOOST_TEST(calls["swiglu_forward"] == 2);
+    BOOST_TEST(calls["swiglu_backward"] == 2);
+    BOOST_TEST(calls["cross_entropy"] == 1);
+    BOOST_TEST(calls.count("zero_scalars") == 0u);  // the loss's own, inside cross_entropy: counted there
+    BOOST_TEST(calls["adamw"] >= 1);
+    BOOST_TEST(calls.count("copy_to_host") == 1u);  // the loss read back
+    BOOST_TEST(cuda_backend_op_times(*gpu).empty());  // taken: reset
   }
 }
 

@@ -117,6 +117,8 @@ class CudaBackend final : public Backend {
     }
     for (cudaEvent_t e : fences_.take_pending()) cudaEventDestroy(e);
     for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
+    for (const OpSpan& sp : spans_) cudaEventDestroy(sp.start), cudaEventDestroy(sp.end);
+    for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
     cublasLtDestroy(lt_);
     cublasDestroy(cublas_);
     for (void* s : segments_) cudaFree(s);
@@ -143,7 +145,7 @@ class CudaBackend final : public Backend {
   }
   void copy_from_host(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
-    on_device();
+    const OpScope op(*this, __func__);
     if (bytes > kStagingBytes) {  // rare and large: straight from pageable memory, synchronously
       MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
       MAESTRO_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -160,7 +162,7 @@ class CudaBackend final : public Backend {
   void copy_from_host_held(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
     if (const int from = device_of(src); from >= 0) {
-      on_device();
+      const OpScope op(*this, __func__);
       if (from == opt_.device)
         MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
       else
@@ -168,7 +170,7 @@ class CudaBackend final : public Backend {
       return;
     }
     if (!pinned_host_ranges().covers(src, bytes)) return copy_from_host(dst, src, bytes);
-    on_device();
+    const OpScope op(*this, __func__);
     MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
   }
   // A resident hand-off's marker: an event recorded after the work so far
@@ -192,21 +194,24 @@ class CudaBackend final : public Backend {
                                 size_t rows) override {
     if (rows == 0 || row_bytes == 0) return;
     if (device_of(src) == opt_.device) {  // a resident hand-off on this GPU
-      on_device();
+      const OpScope op(*this, __func__);
       MAESTRO_CUDA_CHECK(
           cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice, stream_));
       return;
     }
     if (device_of(src) >= 0 || !pinned_host_ranges().covers(src, (rows - 1) * src_pitch + row_bytes))
       return Backend::copy_rows_from_host_held(dst, dst_pitch, src, src_pitch, row_bytes, rows);
-    on_device();
+    const OpScope op(*this, __func__);
     MAESTRO_CUDA_CHECK(
         cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyHostToDevice, stream_));
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
-    on_device();
-    if (bytes > 0) MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    {
+      const OpScope op(*this, __func__);
+      if (bytes > 0) MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    }
     MAESTRO_CUDA_CHECK(cudaStreamSynchronize(stream_));  // also reports a fault of any queued kernel
+    if (opt_.profile_ops) resolve_spans();
   }
   // An event recorded after the work so far; passed: the stream reached it
   // (cudaEventQuery, no wait; a faulted stream throws). fence_ledger.h.
@@ -232,45 +237,54 @@ class CudaBackend final : public Backend {
         [this](cudaEvent_t e) { spare_events_.push_back(e); });
   }
   void convert(void* dst, DType dd, const void* src, DType sd, size_t n) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_convert(dst, dd, src, sd, n, stream_);
   }
   void zero(float* p, size_t n) override {
-    on_device();
+    const OpScope op(*this, __func__);
     if (n) MAESTRO_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), stream_));
   }
   void zero_scalars(double* p, size_t n) override {
-    on_device();
+    const OpScope op(*this, __func__);
     if (n) MAESTRO_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(double), stream_));
   }
   void copy_rows(float* dst, size_t dst_stride, const float* src, size_t src_stride, size_t width,
                  size_t rows) override {
-    on_device();
+    const OpScope op(*this, __func__);
     if (rows && width)
       MAESTRO_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_stride * sizeof(float), src, src_stride * sizeof(float),
                                            width * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream_));
   }
   void copy(float* dst, const float* src, size_t n) override {
-    on_device();
+    const OpScope op(*this, __func__);
     if (n && dst != src)
       MAESTRO_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
   }
-  void add(float* out, const float* a, const float* b, size_t n) override { on_device(); launch_add(out, a, b, n, stream_); }
-  void accumulate(float* dst, const float* src, size_t n) override { on_device(); launch_accumulate(dst, src, n, stream_); }
-  void scale(float* p, float s, size_t n) override { on_device(); launch_scale(p, s, n, stream_); }
+  void add(float* out, const float* a, const float* b, size_t n) override {
+    const OpScope op(*this, __func__);
+    launch_add(out, a, b, n, stream_);
+  }
+  void accumulate(float* dst, const float* src, size_t n) override {
+    const OpScope op(*this, __func__);
+    launch_accumulate(dst, src, n, stream_);
+  }
+  void scale(float* p, float s, size_t n) override {
+    const OpScope op(*this, __func__);
+    launch_scale(p, s, n, stream_);
+  }
   void sq_norm(double* out, const float* p, size_t n) override {
-    on_device();
+    const OpScope op(*this, __func__);
     auto* partial = reinterpret_cast<double*>(scratch(kNormPartials, size_t(2 * kSqNormMaxBlocks)));
     launch_sq_norm(out, partial, p, n, stream_);
   }
 
   // ---- embedding -------------------------------------------------------------------
   void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t N, int64_t C) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_embedding_forward(out, upload_indices(tokens, N, 0), table, N, C, stream_);
   }
   void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C) override {
-    on_device();
+    const OpScope op(*this, __func__);
     const TokenRows by_token = group_rows_by_token(tokens, N);  // no atomics: each token's rows in row order
     launch_embedding_backward(dtable, dout, upload_indices(by_token.packed.data(), int64_t(by_token.packed.size()), 0),
                               by_token.distinct, C, stream_);
@@ -282,7 +296,7 @@ class CudaBackend final : public Backend {
   bool bf16_operands_suffice() const override { return wants_bf16_operands(); }  // gemm() reads a16/b16 alone
   void linear_forward(float* out, Operand inp, Operand w, const float* bias, int64_t N, int64_t C,
                       int64_t OC) override {
-    on_device();
+    const OpScope op(*this, __func__);
     if (N == 0) return;
     // out[N,OC] = inp[N,C] · w[OC,C]ᵀ (+ bias, fused as an epilogue where cuBLASLt has one)
     const bool fused = gemm(false, true, N, OC, C, inp.f32, C, w.f32, C, false, out, OC, bias, inp.bf16, w.bf16);
@@ -290,7 +304,7 @@ class CudaBackend final : public Backend {
   }
   void linear_backward(Grad dinp, Grad dw, float* dbias, Operand dy, Operand inp, Operand w, int64_t N, int64_t C,
                        int64_t OC) override {
-    on_device();
+    const OpScope op(*this, __func__);
     if (N == 0) {  // no rows: an overwritten dw is the empty sum
       if (dw.p && !dw.add) zero(dw.p, size_t(OC * C));
       return;
@@ -312,59 +326,62 @@ class CudaBackend final : public Backend {
   // ---- norms, rotary, activations, patches ---------------------------------------------
   void rmsnorm_forward(Out out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
                        float eps) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_rmsnorm_forward(out.f32, bf16_out(out.bf16), rstd, inp, w, N, C, eps, stream_);
   }
   void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                         int64_t N, int64_t C) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_rmsnorm_backward(dinp, dw, column_partials(N, C), dout, inp, w, rstd, N, C, stream_);
   }
   void layernorm_forward(Out out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int64_t N, int64_t C, float eps) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_layernorm_forward(out.f32, bf16_out(out.bf16), mean, rstd, inp, w, b, N, C, eps, stream_);
   }
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                           const float* mean, const float* rstd, int64_t N, int64_t C) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_layernorm_backward(dinp, dw, db, column_partials(N, C), dout, inp, w, mean, rstd, N, C, stream_);
   }
   void rope_forward(Out out, const float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
                     float theta) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_rope(out.f32, bf16_out(out.bf16), x, upload_indices(pos, N, 0), N, H, D, theta, 1.0f, stream_);
   }
   void rope_backward(Out out, const float* dx, const int32_t* pos, int64_t N, int64_t H, int64_t D,
                      float theta) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_rope(out.f32, bf16_out(out.bf16), dx, upload_indices(pos, N, 0), N, H, D, theta, -1.0f, stream_);
   }
   void swiglu_forward(Out out, const float* gate, const float* up, size_t n) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_swiglu_forward(out.f32, bf16_out(out.bf16), gate, up, n, stream_);
   }
   void swiglu_backward(GradOut dgate, GradOut dup, const float* dout, const float* gate, const float* up,
                        size_t n) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_swiglu_backward(dgate.p, dgate.add, bf16_out(dgate.bf16), dup.p, dup.add, bf16_out(dup.bf16), dout, gate,
                            up, n, stream_);
   }
   void gelu_forward(Out out, const float* inp, size_t n) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_gelu_forward(out.f32, bf16_out(out.bf16), inp, n, stream_);
   }
   void gelu_backward(GradOut dinp, const float* dout, const float* inp, size_t n) override {
-    on_device();
+    const OpScope op(*this, __func__);
     if (dinp.wanted()) launch_gelu_backward(dinp.p, dinp.add, bf16_out(dinp.bf16), dout, inp, n, stream_);
   }
-  void relu_forward(float* out, const float* inp, size_t n) override { on_device(); launch_relu_forward(out, inp, n, stream_); }
+  void relu_forward(float* out, const float* inp, size_t n) override {
+    const OpScope op(*this, __func__);
+    launch_relu_forward(out, inp, n, stream_);
+  }
   void relu_backward(Grad dinp, const float* dout, const float* inp, size_t n) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_relu_backward(dinp.p, dinp.add, dout, inp, n, stream_);
   }
   void im2col_patches(float* patches, const float* pixels, int64_t I, int64_t Ch, int64_t S, int64_t p) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_im2col_patches(patches, pixels, I, Ch, S, p, stream_);
   }
 
@@ -379,7 +396,7 @@ class CudaBackend final : public Backend {
   }
   void attention_forward(float* out, float* lse, Operand qo, Operand ko, Operand vo, const int32_t* cu, int64_t n_seq,
                          int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
-    on_device();
+    const OpScope op(*this, __func__);
     if (N == 0) return;
     const float *q = qo.f32, *k = ko.f32, *v = vo.f32;
     const AttentionKernel kernel = attention_kernel(cu, n_seq, H, D);
@@ -426,7 +443,7 @@ class CudaBackend final : public Backend {
   void attention_backward(Grad dq, Grad dk, Grad dv, const float* dout, const float* out, const float* lse,
                           Operand qo, Operand ko, Operand vo, const int32_t* cu, int64_t n_seq, int64_t N, int64_t H,
                           int64_t KV, int64_t D, bool causal) override {
-    on_device();
+    const OpScope op(*this, __func__);
     if (N == 0 || (!dq.p && !dk.p && !dv.p)) return;
     const float *q = qo.f32, *k = ko.f32, *v = vo.f32;
     float* delta = scratch(kDelta, size_t(N * H));  // [N, H] = Σ_d dout·out
@@ -487,11 +504,13 @@ class CudaBackend final : public Backend {
   // ---- losses -------------------------------------------------------------------------------
   void cross_entropy(double* loss, float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
                      float scale) override {
+    const OpScope op(*this, __func__);
     zero_scalars(loss, 1);
     launch_cross_entropy(loss, row_terms(N), dlogits, logits, upload_indices(targets, N, 0), N, V, scale, stream_);
   }
   void kl_divergence(double* loss, float* dstudent, const float* student, const float* teacher, const int32_t* targets,
                      int64_t N, int64_t V, float T, float scale) override {
+    const OpScope op(*this, __func__);
     zero_scalars(loss, 1);
     launch_kl_divergence(loss, row_terms(N), dstudent, student, teacher, upload_indices(targets, N, 0), N, V, T, scale,
                          stream_);
@@ -499,41 +518,41 @@ class CudaBackend final : public Backend {
 
   // ---- vocabulary-parallel losses (vocab_parallel_kernels.h) ----------------------------------------
   void shard_row_max(float* mx, const float* x, int64_t N, int64_t V, int64_t valid, float inv_t) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_shard_row_max(mx, x, N, V, valid, inv_t, stream_);
   }
   void max_of_parts(float* mx, const float* parts, int64_t R, int64_t N) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_max_of_parts(mx, parts, R, N, stream_);
   }
   void shard_sumexp(float* se, float* tx, const float* x, const int32_t* targets, const float* mx, int64_t N,
                     int64_t V, int64_t valid, int64_t v0, float inv_t) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_shard_sumexp(se, tx, x, tx ? upload_indices(targets, N, 0) : nullptr, mx, N, V, valid, v0, inv_t, stream_);
   }
   void shard_cross_entropy(double* loss, float* dlogits, const float* x, const int32_t* targets, const float* mx,
                            const float* se, const float* tx, int64_t N, int64_t V, int64_t valid, int64_t v0,
                            float scale) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_shard_cross_entropy(loss, row_terms(N), dlogits, x, upload_indices(targets, N, 0), mx, se, tx, N, V, valid,
                                v0, scale, stream_);
   }
   void shard_kl(float* kl, float* dstudent, const float* student, const float* teacher, const int32_t* targets,
                 const float* mx_s, const float* se_s, const float* mx_t, const float* se_t, int64_t N, int64_t V,
                 int64_t valid, float T, float scale) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_shard_kl(kl, dstudent, student, teacher, upload_indices(targets, N, 0), mx_s, se_s, mx_t, se_t, N, V, valid,
                     T, scale, stream_);
   }
   void masked_row_sum(double* out, const float* rows, const int32_t* targets, int64_t N) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_masked_row_sum(out, rows, upload_indices(targets, N, 0), N, stream_);
   }
 
   // ---- optimizer --------------------------------------------------------------------------------
   void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
              float weight_decay, int64_t t, float grad_scale, void* p16) override {
-    on_device();
+    const OpScope op(*this, __func__);
     launch_adamw(p, g, m, v, static_cast<uint16_t*>(p16), n,
                  gpu_math::adamw_step(lr, beta1, beta2, eps, weight_decay, t, grad_scale), stream_);
   }
@@ -548,6 +567,91 @@ class CudaBackend final : public Backend {
   // The caller's thread may have another device current (several backends
   // per process): every entry point makes ours current first.
   void on_device() { MAESTRO_CUDA_CHECK(cudaSetDevice(opt_.device)); }
+
+  // ---- the op profile (CudaBackendOptions::profile_ops) -----------------------------------
+  // An op's entry: its device made current and, when profiling, the op's
+  // work on the stream bracketed by two timing events (an op that another
+  // op calls is counted in its caller's). Resolved after a sync.
+  class OpScope {
+   public:
+    OpScope(CudaBackend& b, const char* op) : b_(b), op_(op) {
+      b_.on_device();
+      if (!b_.opt_.profile_ops) return;
+      if (op_depth_ == 0) start_ = b_.timing_event();
+      ++op_depth_;
+    }
+    ~OpScope() {
+      if (!b_.opt_.profile_ops) return;
+      --op_depth_;
+      if (start_) b_.end_span(op_, start_);
+    }
+    OpScope(const OpScope&) = delete;
+    OpScope& operator=(const OpScope&) = delete;
+
+   private:
+    CudaBackend& b_;
+    const char* op_;
+    cudaEvent_t start_ = nullptr;
+  };
+  struct OpSpan {
+    const char* op;
+    cudaEvent_t start, end;
+  };
+  // A timing event recorded on the stream now.
+  cudaEvent_t timing_event() {
+    cudaEvent_t e = nullptr;
+    {
+      std::lock_guard lock(profile_mu_);
+      if (!timing_events_.empty()) e = timing_events_.back(), timing_events_.pop_back();
+    }
+    if (!e) MAESTRO_CUDA_CHECK(cudaEventCreate(&e));
+    MAESTRO_CUDA_CHECK(cudaEventRecord(e, stream_));
+    return e;
+  }
+  // Closes an op's span (a destructor: an error drops the span; a faulted
+  // stream is reported by the next sync anyway).
+  void end_span(const char* op, cudaEvent_t start) noexcept {
+    try {
+      const cudaEvent_t end = timing_event();
+      std::lock_guard lock(profile_mu_);
+      spans_.push_back({op, start, end});
+    } catch (...) {
+      std::lock_guard lock(profile_mu_);
+      timing_events_.push_back(start);
+    }
+  }
+  // After a sync of the stream (every span's events done): the spans' times
+  // added to their ops' totals, their events kept for reuse.
+  void resolve_spans() {
+    std::lock_guard lock(profile_mu_);
+    for (const OpSpan& sp : spans_) {
+      float ms = 0;
+      MAESTRO_CUDA_CHECK(cudaEventElapsedTime(&ms, sp.start, sp.end));
+      OpTime& t = op_totals_[sp.op];
+      t.op = sp.op;
+      ++t.calls;
+      t.ms += ms;
+      timing_events_.push_back(sp.start);
+      timing_events_.push_back(sp.end);
+    }
+    spans_.clear();
+  }
+
+ public:
+  // The ops' device time since the last call, most first (waits for the stream).
+  std::vector<OpTime> take_op_times() {
+    on_device();
+    MAESTRO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    resolve_spans();
+    std::lock_guard lock(profile_mu_);
+    std::vector<OpTime> r;
+    for (auto& [op, t] : op_totals_) r.push_back(t);
+    op_totals_.clear();
+    std::sort(r.begin(), r.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+    return r;
+  }
+
+ private:
 
   // The GPU whose memory p is in, or -1 for host memory (pinned, pageable
   // or unknown to CUDA).
@@ -768,12 +872,23 @@ class CudaBackend final : public Backend {
   std::unordered_map<void*, DeviceArena::Block> blocks_;
   std::pair<float*, size_t> scratch_[kSlots] = {};
   std::map<GemmKey, LtPlan> plans_;
+  // the op profile: spans recorded and not yet resolved, spare timing events, totals by op
+  std::mutex profile_mu_;
+  std::vector<OpSpan> spans_;
+  std::vector<cudaEvent_t> timing_events_;
+  std::map<std::string, OpTime> op_totals_;
+  static inline thread_local int op_depth_ = 0;  // OpScopes open on this thread
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
   return std::make_unique<CudaBackend>(options);
+}
+
+std::vector<OpTime> cuda_backend_op_times(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  return cuda ? cuda->take_op_times() : std::vector<OpTime>{};
 }
 
 void* cuda_backend_stream(Backend& backend) {

@@ -22,6 +22,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "gpu/launch_plan.h"  // AttentionPath
 #include "nn/backend.h"
@@ -46,7 +48,23 @@ struct CudaBackendOptions {
   // buffers may take (choose_attention, launch_plan.h); a longer sequence
   // takes the tiled kernel. 0 = an eighth of the device's memory.
   int64_t attention_scratch_budget = 0;
+  // Time every op's work on the device: two timing events on the stream
+  // around each op (cuda_backend_op_times; bench_gpu step --profile). Off:
+  // no events.
+  bool profile_ops = false;
 };
+
+// One op of nn/backend.h in a profile: its calls and their device time.
+struct OpTime {
+  std::string op;  // "linear_forward", ...
+  int64_t calls = 0;
+  double ms = 0;
+};
+
+// With CudaBackendOptions::profile_ops: each op's device time since the
+// last call, the most first (waits for the backend's queued work). Empty
+// for any other backend, or with profiling off.
+std::vector<OpTime> cuda_backend_op_times(Backend& backend);
 
 // Throws CudaError (gpu/cuda/cuda_check.h) when the device cannot be used.
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options);
