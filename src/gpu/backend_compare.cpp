@@ -363,16 +363,20 @@ void run_rope(Comparison& c) {
   c.check("rope_forward", x);
   c.both([&](Backend& be, bool is_t) { be.rope_backward(ON(x), ON(x), kPos.data(), N, H, D, 10000.0f); });
   c.check("rope_backward", x);
-  // out of place (x unchanged), and with the bf16 copy (Out), in place
-  Twin y(c.t_, c.r_, Vec(size_t(N * H * D)));
-  c.both([&](Backend& be, bool is_t) { be.rope_forward(ON(y), ON(x), kPos.data(), N, H, D, 10000.0f); });
-  c.check("rope_forward (out of place)", y);
-  Vec before(x.n), after(x.n);
-  c.t_.copy_to_host(before.data(), x.on_t, x.n * sizeof(float));
-  c.t_.rope_forward(y.on_t, x.on_t, kPos.data(), N, H, D, 10000.0f);
-  c.t_.copy_to_host(after.data(), x.on_t, x.n * sizeof(float));
-  c.results_.push_back({"rope_forward (out of place) leaves x", after == before ? 0.0 : 1.0, 0.0});
+  // Out of place on the tested side: x unchanged, y what rotating x in place gives, bit for bit.
   Backend& t = c.t_;
+  Twin y(c.t_, c.r_, Vec(size_t(N * H * D)));
+  Vec before(x.n), after(x.n), out_of_place(x.n), in_place(x.n);
+  t.copy_to_host(before.data(), x.on_t, x.n * sizeof(float));
+  t.rope_forward(y.on_t, x.on_t, kPos.data(), N, H, D, 10000.0f);
+  t.copy_to_host(after.data(), x.on_t, x.n * sizeof(float));
+  t.copy_to_host(out_of_place.data(), y.on_t, y.n * sizeof(float));
+  t.rope_forward(x.on_t, x.on_t, kPos.data(), N, H, D, 10000.0f);
+  t.copy_to_host(in_place.data(), x.on_t, x.n * sizeof(float));
+  t.copy_from_host(x.on_t, before.data(), x.n * sizeof(float));
+  c.results_.push_back(
+      {"rope_forward (out of place)", after == before && out_of_place == in_place ? 0.0 : 1.0, 0.0});
+  // and with the bf16 copy (Out), in place
   c.bf16_output("rope_forward", x, [&](float* o, void* o16) {
     t.rope_forward({o, o16}, x.on_t, kPos.data(), N, H, D, 10000.0f);
   });
