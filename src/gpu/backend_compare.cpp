@@ -153,7 +153,7 @@ const std::vector<int32_t> kPos = {0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2, 3, 4, 5, 
 const std::vector<int32_t> kTargets = {1, 2, -1, 4, 5, 6, 7, 8, 9, 10, 11, 12, -1, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 49};
 
 void run_elementwise(Comparison& c) {
-  const size_t n = 1000;
+  const size_t n = 1003;  // not a multiple of 4: kernels that take four elements at a time finish with a tail
   Twin a(c.t_, c.r_, c.randn(n, 2.0f)), b(c.t_, c.r_, c.randn(n)), out(c.t_, c.r_, Vec(n)), g(c.t_, c.r_, c.randn(n));
   c.both([&](Backend& be, bool is_t) { be.add(ON(out), ON(a), ON(b), n); });
   c.check("add", out);
@@ -231,6 +231,16 @@ void run_elementwise(Comparison& c) {
     t.copy_from_host(x->on_t, fresh.data(), n * sizeof(float));
     c.r_.copy_from_host(x->on_r, fresh.data(), n * sizeof(float));
   }
+  // From and to addresses one element past the buffers' starts (not 16-byte
+  // aligned): what kernels taking four elements at a time must do one by one.
+  c.both([&](Backend& be, bool is_t) {
+    be.add(ON(out) + 1, ON(a) + 1, ON(b) + 1, n - 1);
+    be.swiglu_forward(ON(out) + 1, ON(a) + 1, ON(b) + 1, n - 1);
+    be.swiglu_backward(ON(dg) + 1, ON(du) + 1, ON(g) + 1, ON(a) + 1, ON(b) + 1, n - 1);
+    be.accumulate(ON(out) + 1, ON(dg) + 1, n - 1);
+  });
+  c.check("add, swiglu, accumulate (unaligned)", out);
+  c.check("swiglu_backward.dup (unaligned)", du);
   c.bf16_output("swiglu_forward", out, [&](float* o, void* o16) { t.swiglu_forward({o, o16}, a.on_t, b.on_t, n); });
   c.bf16_output("gelu_forward", out, [&](float* o, void* o16) { t.gelu_forward({o, o16}, a.on_t, n); });
   c.bf16_output("swiglu_backward.dgate", dg, [&](float* d, void* d16) {

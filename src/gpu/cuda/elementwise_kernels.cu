@@ -6,6 +6,9 @@
 // uses atomics: a run's results are the same bits every time.
 #include "gpu/cuda/elementwise_kernels.h"
 
+#include <cstdint>
+#include <initializer_list>
+
 #include "gpu/cuda/cuda_check.h"
 #include "gpu/cuda/device_reduce.cuh"
 #include "gpu/launch_plan.h"
@@ -38,11 +41,58 @@ __global__ void to_bf16_x4_kernel(uint2* d, const float4* s, size_t n4) {
 __global__ void to_f32_kernel(float* d, const uint16_t* s, size_t n) {
   MAESTRO_GRID_STRIDE(i, n) d[i] = bf16_to_float(s[i]);
 }
+// Four elements a thread — 16-byte fp32 loads and stores, 8-byte bf16
+// stores — for the memory-bound element-wise ops of every layer (add,
+// accumulate, swiglu), as the rounding kernel above: scalar, it reached
+// 1.5 TB/s on the H200, four at a time 3.7–4.0 (docs/PERFORMANCE.md §6).
+// The launchers take this path where every pointer is aligned for it
+// (by_four) and finish the last n % 4 elements one at a time. The same
+// per-element math, so the same bits either way.
+struct V4 {
+  float v[4];
+};
+__device__ inline V4 load4(const float* p, int64_t q) {
+  const float4 f = reinterpret_cast<const float4*>(p)[q];
+  return {{f.x, f.y, f.z, f.w}};
+}
+__device__ inline void store4(float* p, int64_t q, const V4& x) {
+  reinterpret_cast<float4*>(p)[q] = make_float4(x.v[0], x.v[1], x.v[2], x.v[3]);
+}
+// put_out / put_grad_out (kernel_math.h), four at a time
+__device__ inline void put_out4(float* f32, uint16_t* b16, int64_t q, const V4& x) {
+  if (f32) store4(f32, q, x);
+  if (b16) reinterpret_cast<uint2*>(b16)[q] = make_uint2(gm::bf16x2(x.v[0], x.v[1]), gm::bf16x2(x.v[2], x.v[3]));
+}
+__device__ inline void put_grad_out4(float* g, bool add, uint16_t* g16, int64_t q, const V4& x) {
+  if (g) {
+    V4 y = add ? load4(g, q) : V4{};
+    for (int k = 0; k < 4; ++k) gm::put_grad(y.v[k], x.v[k], add);
+    store4(g, q, y);
+  }
+  put_out4(nullptr, g16, q, x);
+}
+
 __global__ void add_kernel(float* out, const float* a, const float* b, size_t n) {
   MAESTRO_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
 }
+__global__ void add_x4_kernel(float* out, const float* a, const float* b, size_t n4) {
+  MAESTRO_GRID_STRIDE(q, n4) {
+    const V4 x = load4(a, q), y = load4(b, q);
+    V4 r;
+    for (int k = 0; k < 4; ++k) r.v[k] = x.v[k] + y.v[k];
+    store4(out, q, r);
+  }
+}
 __global__ void accumulate_kernel(float* d, const float* s, size_t n) {
   MAESTRO_GRID_STRIDE(i, n) d[i] += s[i];
+}
+__global__ void accumulate_x4_kernel(float* d, const float* s, size_t n4) {
+  MAESTRO_GRID_STRIDE(q, n4) {
+    V4 x = load4(d, q);
+    const V4 y = load4(s, q);
+    for (int k = 0; k < 4; ++k) x.v[k] += y.v[k];
+    store4(d, q, x);
+  }
 }
 __global__ void scale_kernel(float* p, float s, size_t n) {
   MAESTRO_GRID_STRIDE(i, n) p[i] *= s;
@@ -213,12 +263,36 @@ __global__ void rope_kernel(float* out, uint16_t* out16, const float* x, const i
 __global__ void swiglu_forward_kernel(float* out, uint16_t* out16, const float* gate, const float* up, size_t n) {
   MAESTRO_GRID_STRIDE(i, n) gm::put_out(out, out16, i, gm::swiglu(gate[i], up[i]));
 }
+__global__ void swiglu_forward_x4_kernel(float* out, uint16_t* out16, const float* gate, const float* up, size_t n4) {
+  MAESTRO_GRID_STRIDE(q, n4) {
+    const V4 g = load4(gate, q), u = load4(up, q);
+    V4 r;
+    for (int k = 0; k < 4; ++k) r.v[k] = gm::swiglu(g.v[k], u.v[k]);
+    put_out4(out, out16, q, r);
+  }
+}
 __global__ void swiglu_backward_kernel(float* dgate, bool add_dgate, uint16_t* dgate16, float* dup, bool add_dup,
                                        uint16_t* dup16, const float* dout, const float* gate, const float* up,
                                        size_t n) {
   MAESTRO_GRID_STRIDE(i, n) {
     if (dgate || dgate16) gm::put_grad_out(dgate, add_dgate, dgate16, i, gm::swiglu_dgate(dout[i], gate[i], up[i]));
     if (dup || dup16) gm::put_grad_out(dup, add_dup, dup16, i, gm::swiglu_dup(dout[i], gate[i]));
+  }
+}
+__global__ void swiglu_backward_x4_kernel(float* dgate, bool add_dgate, uint16_t* dgate16, float* dup, bool add_dup,
+                                          uint16_t* dup16, const float* dout, const float* gate, const float* up,
+                                          size_t n4) {
+  MAESTRO_GRID_STRIDE(q, n4) {
+    const V4 d = load4(dout, q), g = load4(gate, q), u = load4(up, q);
+    V4 r;
+    if (dgate || dgate16) {
+      for (int k = 0; k < 4; ++k) r.v[k] = gm::swiglu_dgate(d.v[k], g.v[k], u.v[k]);
+      put_grad_out4(dgate, add_dgate, dgate16, q, r);
+    }
+    if (dup || dup16) {
+      for (int k = 0; k < 4; ++k) r.v[k] = gm::swiglu_dup(d.v[k], g.v[k]);
+      put_grad_out4(dup, add_dup, dup16, q, r);
+    }
   }
 }
 __global__ void gelu_forward_kernel(float* out, uint16_t* out16, const float* inp, size_t n) {
@@ -353,11 +427,32 @@ void launch_convert(void* dst, DType dd, const void* src, DType sd, size_t n, cu
     MAESTRO_LAUNCH(to_f32_kernel, n, static_cast<float*>(dst), static_cast<const uint16_t*>(src), n);
   }
 }
+// The elements [0, head) four at a time: n rounded down to a multiple of 4
+// when n >= 4 and every pointer given is aligned for it (fp32 16 bytes,
+// bf16 8; null ones are not written), else none.
+size_t by_four(size_t n, std::initializer_list<const void*> f32, std::initializer_list<const void*> b16 = {}) {
+  auto aligned = [](const void* p, uintptr_t to) { return reinterpret_cast<uintptr_t>(p) % to == 0; };
+  if (n < 4) return 0;
+  for (const void* p : f32)
+    if (!aligned(p, 16)) return 0;
+  for (const void* p : b16)
+    if (!aligned(p, 8)) return 0;
+  return n / 4 * 4;
+}
+template <class T>
+T* from(T* p, size_t k) {  // p + k, null staying null
+  return p ? p + k : nullptr;
+}
+
 void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t st) {
-  MAESTRO_LAUNCH(add_kernel, n, out, a, b, n);
+  const size_t head = by_four(n, {out, a, b});
+  if (head) MAESTRO_LAUNCH(add_x4_kernel, head / 4, out, a, b, head / 4);
+  if (head < n) MAESTRO_LAUNCH(add_kernel, n - head, out + head, a + head, b + head, n - head);
 }
 void launch_accumulate(float* dst, const float* src, size_t n, cudaStream_t st) {
-  MAESTRO_LAUNCH(accumulate_kernel, n, dst, src, n);
+  const size_t head = by_four(n, {dst, src});
+  if (head) MAESTRO_LAUNCH(accumulate_x4_kernel, head / 4, dst, src, head / 4);
+  if (head < n) MAESTRO_LAUNCH(accumulate_kernel, n - head, dst + head, src + head, n - head);
 }
 void launch_scale(float* p, float s, size_t n, cudaStream_t st) { MAESTRO_LAUNCH(scale_kernel, n, p, s, n); }
 void launch_sq_norm(double* out, double* partial, const float* p, size_t n, cudaStream_t st) {
@@ -424,11 +519,21 @@ void launch_rope(float* out, uint16_t* out16, const float* x, const int32_t* pos
 }
 void launch_swiglu_forward(float* out, uint16_t* out16, const float* gate, const float* up, size_t n,
                            cudaStream_t st) {
-  MAESTRO_LAUNCH(swiglu_forward_kernel, n, out, out16, gate, up, n);
+  const size_t head = by_four(n, {out, gate, up}, {out16});
+  if (head) MAESTRO_LAUNCH(swiglu_forward_x4_kernel, head / 4, out, out16, gate, up, head / 4);
+  if (head < n)
+    MAESTRO_LAUNCH(swiglu_forward_kernel, n - head, from(out, head), from(out16, head), gate + head, up + head,
+                   n - head);
 }
 void launch_swiglu_backward(float* dgate, bool add_dgate, uint16_t* dgate16, float* dup, bool add_dup, uint16_t* dup16,
                             const float* dout, const float* gate, const float* up, size_t n, cudaStream_t st) {
-  MAESTRO_LAUNCH(swiglu_backward_kernel, n, dgate, add_dgate, dgate16, dup, add_dup, dup16, dout, gate, up, n);
+  const size_t head = by_four(n, {dgate, dup, dout, gate, up}, {dgate16, dup16});
+  if (head)
+    MAESTRO_LAUNCH(swiglu_backward_x4_kernel, head / 4, dgate, add_dgate, dgate16, dup, add_dup, dup16, dout, gate, up,
+                   head / 4);
+  if (head < n)
+    MAESTRO_LAUNCH(swiglu_backward_kernel, n - head, from(dgate, head), add_dgate, from(dgate16, head), from(dup, head),
+                   add_dup, from(dup16, head), dout + head, gate + head, up + head, n - head);
 }
 void launch_gelu_forward(float* out, uint16_t* out16, const float* inp, size_t n, cudaStream_t st) {
   MAESTRO_LAUNCH(gelu_forward_kernel, n, out, out16, inp, n);
