@@ -36,6 +36,22 @@ inline void put(Out o, int64_t i, float x) {
   if (o.f32) o.f32[i] = x;
   if (o.bf16) static_cast<uint16_t*>(o.bf16)[i] = float_to_bf16(x);
 }
+// Runs f(store) with store(i, x) writing out[i] as `o` asks: an op's loop is
+// made once for fp32 alone — plain stores, vectorised as before the bf16
+// copies existed — and once for put() (a copy asked for).
+struct StoreF32 {
+  float* p;
+  void operator()(int64_t i, float x) const { p[i] = x; }
+};
+struct StoreOut {
+  Out o;
+  void operator()(int64_t i, float x) const { put(o, i, x); }
+};
+template <class F>
+void with_store(Out o, F&& f) {
+  if (o.bf16) f(StoreOut{o});
+  else f(StoreF32{o.f32});
+}
 
 // Rows per chunk so that a chunk holds about kElementGrain elements.
 int64_t row_grain(int64_t C) { return std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, C)); }
@@ -178,15 +194,17 @@ class CpuBackend final : public Backend {
   // ---- norms ------------------------------------------------------------------------
   void rmsnorm_forward(Out out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
                        float eps) override {
-    pool_.parallel_for(N, row_grain(C), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        const float* x = inp + i * C;
-        float ss = 0;
-        for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
-        const float r = 1.0f / std::sqrt(ss / float(C) + eps);
-        rstd[i] = r;
-        for (int64_t c = 0; c < C; ++c) put(out, i * C + c, x[c] * r * w[c]);
-      }
+    with_store(out, [&](auto store) {
+      pool_.parallel_for(N, row_grain(C), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const float* x = inp + i * C;
+          float ss = 0;
+          for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
+          const float r = 1.0f / std::sqrt(ss / float(C) + eps);
+          rstd[i] = r;
+          for (int64_t c = 0; c < C; ++c) store(i * C + c, x[c] * r * w[c]);
+        }
+      });
     });
   }
   void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
@@ -215,20 +233,22 @@ class CpuBackend final : public Backend {
   }
   void layernorm_forward(Out out, float* mean, float* rstd, const float* inp, const float* w, const float* b_,
                          int64_t N, int64_t C, float eps) override {
-    pool_.parallel_for(N, row_grain(C), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        const float* x = inp + i * C;
-        float m = 0;
-        for (int64_t c = 0; c < C; ++c) m += x[c];
-        m /= float(C);
-        float v = 0;
-        for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-        v /= float(C);
-        const float r = 1.0f / std::sqrt(v + eps);
-        mean[i] = m;
-        rstd[i] = r;
-        for (int64_t c = 0; c < C; ++c) put(out, i * C + c, (x[c] - m) * r * w[c] + b_[c]);
-      }
+    with_store(out, [&](auto store) {
+      pool_.parallel_for(N, row_grain(C), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const float* x = inp + i * C;
+          float m = 0;
+          for (int64_t c = 0; c < C; ++c) m += x[c];
+          m /= float(C);
+          float v = 0;
+          for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+          v /= float(C);
+          const float r = 1.0f / std::sqrt(v + eps);
+          mean[i] = m;
+          rstd[i] = r;
+          for (int64_t c = 0; c < C; ++c) store(i * C + c, (x[c] - m) * r * w[c] + b_[c]);
+        }
+      });
     });
   }
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
@@ -380,8 +400,10 @@ class CpuBackend final : public Backend {
 
   // ---- activations ------------------------------------------------------------------------
   void swiglu_forward(Out out, const float* gate, const float* up, size_t n) override {
-    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) put(out, i, gate[i] / (1.0f + std::exp(-gate[i])) * up[i]);
+    with_store(out, [&](auto store) {
+      pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) store(i, gate[i] / (1.0f + std::exp(-gate[i])) * up[i]);
+      });
     });
   }
   // silu'(g) = σ(g)·(1 + g·(1 − σ(g)))
@@ -396,11 +418,13 @@ class CpuBackend final : public Backend {
     });
   }
   void gelu_forward(Out out, const float* inp, size_t n) override {
-    pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        const float x = inp[i];
-        put(out, i, 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x))));
-      }
+    with_store(out, [&](auto store) {
+      pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const float x = inp[i];
+          store(i, 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x))));
+        }
+      });
     });
   }
   void gelu_backward(GradOut dinp, const float* dout, const float* inp, size_t n) override {
@@ -644,24 +668,26 @@ class CpuBackend final : public Backend {
     const int64_t half = D / 2;
     std::vector<double> inv_freq(static_cast<size_t>(half));
     for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(double(theta), -2.0 * double(i) / double(D));
-    pool_.parallel_for(N, row_grain(H * D), [&](int64_t b, int64_t e) {
-      std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
-      for (int64_t n = b; n < e; ++n) {
-        for (int64_t i = 0; i < half; ++i) {
-          const double a = double(pos[n]) * inv_freq[size_t(i)];
-          cs[size_t(i)] = float(std::cos(a));
-          sn[size_t(i)] = sign * float(std::sin(a));
-        }
-        for (int64_t h = 0; h < H; ++h) {
-          const int64_t row = (n * H + h) * D;
-          const float* r = x + row;
+    with_store(out, [&](auto store) {
+      pool_.parallel_for(N, row_grain(H * D), [&](int64_t b, int64_t e) {
+        std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+        for (int64_t n = b; n < e; ++n) {
           for (int64_t i = 0; i < half; ++i) {
-            const float x0 = r[i], x1 = r[i + half];
-            put(out, row + i, x0 * cs[size_t(i)] - x1 * sn[size_t(i)]);
-            put(out, row + i + half, x1 * cs[size_t(i)] + x0 * sn[size_t(i)]);
+            const double a = double(pos[n]) * inv_freq[size_t(i)];
+            cs[size_t(i)] = float(std::cos(a));
+            sn[size_t(i)] = sign * float(std::sin(a));
+          }
+          for (int64_t h = 0; h < H; ++h) {
+            const int64_t row = (n * H + h) * D;
+            const float* r = x + row;
+            for (int64_t i = 0; i < half; ++i) {
+              const float x0 = r[i], x1 = r[i + half];
+              store(row + i, x0 * cs[size_t(i)] - x1 * sn[size_t(i)]);
+              store(row + i + half, x1 * cs[size_t(i)] + x0 * sn[size_t(i)]);
+            }
           }
         }
-      }
+      });
     });
   }
 
