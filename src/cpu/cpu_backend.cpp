@@ -53,6 +53,20 @@ void with_store(Out o, F&& f) {
   else f(StoreF32{o.f32});
 }
 
+// An Operand's values (nn/backend.h): its fp32 ones, or its bf16 ones
+// widened into `keep` where it comes in bf16 alone (the CPU backend's
+// copies never suffice, but a wrapper standing for bf16 GEMMs passes them
+// on: tests/support/checked_backend.h). Read before any output is written,
+// so an op may work in place on the copy.
+const float* values(Operand x, size_t n, std::vector<float>& keep) {
+  if (x.f32) return x.f32;
+  if (!x.bf16) throw std::logic_error("an operand with neither fp32 nor bf16 values");
+  keep.resize(n);
+  const auto* b = static_cast<const uint16_t*>(x.bf16);
+  for (size_t i = 0; i < n; ++i) keep[i] = bf16_to_float(b[i]);
+  return keep.data();
+}
+
 // Rows per chunk so that a chunk holds about kElementGrain elements.
 int64_t row_grain(int64_t C) { return std::max<int64_t>(1, kElementGrain / std::max<int64_t>(1, C)); }
 
@@ -160,16 +174,20 @@ class CpuBackend final : public Backend {
   // ---- linear ---------------------------------------------------------------------
   // fp32 GEMMs: bf16 copies of the operands are never wanted (wants_bf16_operands),
   // so every Operand's f32 is here.
-  void linear_forward(float* out, Operand in, Operand lw, const float* bias, int64_t N, int64_t C,
+  void linear_forward(Out o, Operand in, Operand lw, const float* bias, int64_t N, int64_t C,
                       int64_t OC) override {
     const float *inp = in.f32, *w = lw.f32;
+    std::vector<float> sums;  // out in bf16 alone: the fp32 result first
+    float* out = o.f32;
+    if (!out) sums.resize(size_t(N * OC)), out = sums.data();
     // out[N,OC] = inp[N,C] · w[OC,C]ᵀ
     gemm(false, true, N, OC, C, inp, C, w, C, 0.0f, out, OC);
     if (bias)
       pool_.parallel_for(N, row_grain(OC), [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i)
-          for (int64_t o = 0; o < OC; ++o) out[i * OC + o] += bias[o];
+          for (int64_t c = 0; c < OC; ++c) out[i * OC + c] += bias[c];
       });
+    if (o.bf16) convert(o.bf16, DType::BF16, out, DType::F32, size_t(N * OC));
   }
   void linear_backward(Grad dinp, Grad dw, float* dbias, Operand dy, Operand in, Operand lw, int64_t N, int64_t C,
                        int64_t OC) override {
@@ -285,9 +303,10 @@ class CpuBackend final : public Backend {
   }
 
   // ---- rotary -------------------------------------------------------------------------
-  void rope_forward(Out out, const float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+  void rope_forward(Out out, Operand x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
                     float theta) override {
-    rotate(out, x, pos, N, H, D, theta, 1.0f);
+    std::vector<float> keep;
+    rotate(out, values(x, size_t(N * H * D), keep), pos, N, H, D, theta, 1.0f);
   }
   void rope_backward(Out out, const float* dx, const int32_t* pos, int64_t N, int64_t H, int64_t D,
                      float theta) override {
@@ -300,11 +319,13 @@ class CpuBackend final : public Backend {
   // masked softmax row by row, out = P·v by sgemm. Causal rows compute the
   // full S and zero P above the diagonal: one sgemm beats a triangle of
   // small ones at these sizes.
-  // fp32 throughout: q, k, v's bf16 copies (Operand) are not read.
+  // fp32 throughout: q, k, v's bf16 copies (Operand) are read only where
+  // they come alone, widened.
   void attention_forward(float* out, float* lse, Operand qo, Operand ko, Operand vo, const int32_t* cu, int64_t n_seq,
                          int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
-    (void)N;
-    const float *q = qo.f32, *k = ko.f32, *v = vo.f32;
+    std::vector<float> keep[3];  // q, k, v in bf16 alone: widened (values)
+    const float *q = values(qo, size_t(N * H * D), keep[0]), *k = values(ko, size_t(N * KV * D), keep[1]),
+                *v = values(vo, size_t(N * KV * D), keep[2]);
     const float sc = 1.0f / std::sqrt(float(D));
     const int64_t group = H / KV;
     pool_.parallel_for(n_seq * H, 1, [&](int64_t b, int64_t e) {
@@ -347,9 +368,10 @@ class CpuBackend final : public Backend {
   void attention_backward(Grad dq, Grad dk, Grad dv, const float* dout, const float* out, const float* lse,
                           Operand qo, Operand ko, Operand vo, const int32_t* cu, int64_t n_seq, int64_t N, int64_t H,
                           int64_t KV, int64_t D, bool causal) override {
-    (void)N;
-    const float *q = qo.f32, *k = ko.f32, *v = vo.f32;
     if (!dq.p && !dk.p && !dv.p) return;
+    std::vector<float> keep[3];  // as in the forward
+    const float *q = values(qo, size_t(N * H * D), keep[0]), *k = values(ko, size_t(N * KV * D), keep[1]),
+                *v = values(vo, size_t(N * KV * D), keep[2]);
     const float sc = 1.0f / std::sqrt(float(D));
     const int64_t group = H / KV;
     pool_.parallel_for(n_seq * KV, 1, [&](int64_t b, int64_t e) {
@@ -399,7 +421,9 @@ class CpuBackend final : public Backend {
   }
 
   // ---- activations ------------------------------------------------------------------------
-  void swiglu_forward(Out out, const float* gate, const float* up, size_t n) override {
+  void swiglu_forward(Out out, Operand gate_, Operand up_, size_t n) override {
+    std::vector<float> keep[2];
+    const float *gate = values(gate_, n, keep[0]), *up = values(up_, n, keep[1]);
     with_store(out, [&](auto store) {
       pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) store(i, gate[i] / (1.0f + std::exp(-gate[i])) * up[i]);
@@ -407,8 +431,10 @@ class CpuBackend final : public Backend {
     });
   }
   // silu'(g) = σ(g)·(1 + g·(1 − σ(g)))
-  void swiglu_backward(GradOut dgate, GradOut dup, const float* dout, const float* gate, const float* up,
+  void swiglu_backward(GradOut dgate, GradOut dup, const float* dout, Operand gate_, Operand up_,
                        size_t n) override {
+    std::vector<float> keep[2];
+    const float *gate = values(gate_, n, keep[0]), *up = values(up_, n, keep[1]);
     pool_.parallel_for(int64_t(n), kElementGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const float g = gate[i], sg = 1.0f / (1.0f + std::exp(-g));

@@ -99,8 +99,11 @@ class Comparison {
   // backend in the same pass (nn/backend.h's Out and GradOut; bf16 NaN
   // before each run): beside the fp32 values, each element must be its fp32
   // value rounded; alone (f32 null: only where the backend says its copies
-  // suffice), the same bits again. x is left as it was.
-  void bf16_output(const std::string& op, const Twin& x, const std::function<void(float*, void*)>& run) {
+  // suffice), the same bits again — or, for a GEMM (ulps 1), at most one
+  // bf16 step away: cuBLASLt may take another algorithm for a bf16 D, whose
+  // fp32 sums differ in their last bits. x is left as it was.
+  void bf16_output(const std::string& op, const Twin& x, const std::function<void(float*, void*)>& run,
+                   int ulps = 0) {
     Vec start(x.n), f32(x.n);
     t_.copy_to_host(start.data(), x.on_t, x.n * sizeof(float));
     void* b16 = t_.allocate(std::max<size_t>(x.n, 1), DType::BF16);
@@ -120,8 +123,52 @@ class Comparison {
     }
     t_.release(b16);
     size_t wrong = 0;
-    for (size_t i = 0; i < x.n; ++i) wrong += beside[i] != float_to_bf16(f32[i]) || alone[i] != beside[i];
+    for (size_t i = 0; i < x.n; ++i)
+      wrong += beside[i] != float_to_bf16(f32[i]) || std::abs(int(alone[i]) - int(beside[i])) > ulps;
     results_.push_back({op + " (bf16 out)", double(wrong) / double(std::max<size_t>(x.n, 1)), 0.0});
+  }
+  // An op's inputs in bf16 alone (Operand: only where the backend's copies
+  // suffice) must give, bit for bit, what their widened values give in fp32:
+  // run(operands) once with fp32 buffers holding each input rounded and
+  // widened, once with the bf16 roundings alone; outputs compared. Inputs
+  // and outputs are left as they were.
+  void bf16_inputs(const std::string& op, const std::vector<const Twin*>& inputs,
+                   const std::vector<const Twin*>& outputs, const std::function<void(const std::vector<Operand>&)>& run) {
+    if (!t_.bf16_operands_suffice()) return;
+    std::vector<Operand> wide, alone;
+    std::vector<void*> held;
+    for (const Twin* x : inputs) {
+      Vec v(x->n);
+      t_.copy_to_host(v.data(), x->on_t, x->n * sizeof(float));
+      std::vector<uint16_t> r(x->n);
+      for (size_t i = 0; i < x->n; ++i) r[i] = float_to_bf16(v[i]), v[i] = bf16_to_float(r[i]);
+      auto* w = static_cast<float*>(t_.allocate(std::max<size_t>(x->n, 1), DType::F32));
+      void* b = t_.allocate(std::max<size_t>(x->n, 1), DType::BF16);
+      t_.copy_from_host(w, v.data(), x->n * sizeof(float));
+      t_.copy_from_host(b, r.data(), x->n * 2);
+      wide.emplace_back(w), alone.emplace_back(nullptr, b), held.push_back(w), held.push_back(b);
+    }
+    std::vector<Vec> start, got[2];
+    for (const Twin* y : outputs) {
+      start.emplace_back(y->n);
+      t_.copy_to_host(start.back().data(), y->on_t, y->n * sizeof(float));
+    }
+    for (int k = 0; k < 2; ++k) {
+      for (size_t i = 0; i < outputs.size(); ++i)
+        t_.copy_from_host(outputs[i]->on_t, start[i].data(), start[i].size() * sizeof(float));
+      run(k == 0 ? wide : alone);
+      for (const Twin* y : outputs) {
+        got[k].emplace_back(y->n);
+        t_.copy_to_host(got[k].back().data(), y->on_t, y->n * sizeof(float));
+      }
+    }
+    double worst = 0;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      t_.copy_from_host(outputs[i]->on_t, start[i].data(), start[i].size() * sizeof(float));
+      if (got[1][i] != got[0][i]) worst = std::max(worst, std::max(rel_err(got[1][i], got[0][i]), 1e-300));
+    }
+    for (void* p : held) t_.release(p);
+    results_.push_back({op + " (bf16 in)", worst, 0.0});
   }
   // Fills a buffer with NaN on both sides: the output of an op that is to
   // overwrite it (nn/backend.h's Grad), so an op that reads it shows NaN.
@@ -251,6 +298,18 @@ void run_elementwise(Comparison& c) {
   });
   c.bf16_output("gelu_backward", dg,
                 [&](float* d, void* d16) { t.gelu_backward(GradOut::overwrite(d, d16), g.on_t, a.on_t, n); });
+  // gate and up in bf16 alone (the decoder's where the copies suffice), aligned and not
+  c.bf16_inputs("swiglu_forward", {&a, &b}, {&out}, [&](const std::vector<Operand>& x) {
+    t.swiglu_forward(out.on_t, x[0], x[1], n);
+  });
+  c.bf16_inputs("swiglu_backward", {&a, &b}, {&dg, &du}, [&](const std::vector<Operand>& x) {
+    t.swiglu_backward(dg.on_t, du.on_t, g.on_t, x[0], x[1], n);
+  });
+  auto skip1 = [](Operand x) { return x.f32 ? Operand(x.f32 + 1) : Operand(nullptr, static_cast<const uint16_t*>(x.bf16) + 1); };
+  c.bf16_inputs("swiglu_forward, swiglu_backward (unaligned)", {&a, &b}, {&out, &dg}, [&](const std::vector<Operand>& x) {
+    t.swiglu_forward(out.on_t + 1, skip1(x[0]), skip1(x[1]), n - 1);
+    t.swiglu_backward(Grad::overwrite(dg.on_t + 1), nullptr, g.on_t + 1, skip1(x[0]), skip1(x[1]), n - 1);
+  });
 }
 
 void run_embedding(Comparison& c) {
@@ -294,6 +353,12 @@ void run_linear(Comparison& c) {
     be.linear_backward(nullptr, Grad::overwrite(ON(dw)), nullptr, ON(dout), ON(inp), ON(w), 0, C, OC);
   });
   c.check("linear_backward.dw, no rows (overwrite)", dw);
+  // The output's bf16 rounding, beside the fp32 one and alone (Out): with a
+  // bias, and without (where a bf16 GEMM writes it, cuBLASLt's D in bf16).
+  for (const bool with_bias : {true, false})
+    c.bf16_output(with_bias ? "linear_forward" : "linear_forward(no bias)", out, [&](float* o, void* o16) {
+      c.t_.linear_forward({o, o16}, inp.on_t, w.on_t, with_bias ? bias.on_t : nullptr, N, C, OC);
+    }, 1);
   // A backend that reads the operands' bf16 copies (the engine's, nn/backend.h)
   // must give what it gives when it rounds them itself: bit for bit — and
   // with the copies alone, where it says they suffice (bf16_operands_suffice).
@@ -393,6 +458,29 @@ void run_rope(Comparison& c) {
   c.bf16_output("rope_backward", x, [&](float* o, void* o16) {
     t.rope_backward({o, o16}, x.on_t, kPos.data(), N, H, D, 10000.0f);
   });
+  // x in bf16 alone (q and k as their GEMMs wrote them): into fp32, and in
+  // place in bf16 — the decoder's — its rounded fp32 result.
+  c.bf16_inputs("rope_forward", {&x}, {&y}, [&](const std::vector<Operand>& in) {
+    t.rope_forward(y.on_t, in[0], kPos.data(), N, H, D, 10000.0f);
+  });
+  if (t.bf16_operands_suffice()) {
+    std::vector<uint16_t> x16(x.n), rotated(x.n);
+    for (size_t i = 0; i < x.n; ++i) x16[i] = float_to_bf16(before[i]);
+    Vec wide(x.n), y_wide(x.n);
+    for (size_t i = 0; i < x.n; ++i) wide[i] = bf16_to_float(x16[i]);
+    void* b16 = t.allocate(x.n, DType::BF16);
+    t.copy_from_host(b16, x16.data(), x.n * 2);
+    t.rope_forward({nullptr, b16}, {nullptr, b16}, kPos.data(), N, H, D, 10000.0f);
+    t.copy_to_host(rotated.data(), b16, x.n * 2);
+    t.copy_from_host(x.on_t, wide.data(), x.n * sizeof(float));
+    t.rope_forward(y.on_t, x.on_t, kPos.data(), N, H, D, 10000.0f);
+    t.copy_to_host(y_wide.data(), y.on_t, y.n * sizeof(float));
+    t.copy_from_host(x.on_t, before.data(), x.n * sizeof(float));
+    t.release(b16);
+    size_t wrong = 0;
+    for (size_t i = 0; i < x.n; ++i) wrong += rotated[i] != float_to_bf16(y_wide[i]);
+    c.results_.push_back({"rope_forward (bf16 in place)", double(wrong) / double(x.n), 0.0});
+  }
 }
 
 // Attention over two shapes: the short sequences above (9, 0 and 15
@@ -480,6 +568,21 @@ void attention_copies(Comparison& c, const std::string& tag, const Twin& q, cons
     c.results_.push_back({std::string(i < 2 ? "attention_forward" : "attention_backward") + tag + names[i] +
                               " (bf16 copies)",
                           rel_err(copies[i], rounding[i]), 0.0});
+  // q, k, v in bf16 alone (the decoder's where the copies suffice): what
+  // their values widened to fp32 give, bit for bit (an fp32 attention
+  // computes from them widened; a bf16 one rounds the widened values back).
+  if (t.bf16_operands_suffice()) {
+    float *wq = t.allocate(nq), *wk = t.allocate(nkv), *wv = t.allocate(nkv);
+    t.convert(wq, DType::F32, q16, DType::BF16, nq);
+    t.convert(wk, DType::F32, k16, DType::BF16, nkv);
+    t.convert(wv, DType::F32, v16, DType::BF16, nkv);
+    const std::vector<Vec> wide = run(wq, wk, wv), alone = run({nullptr, q16}, {nullptr, k16}, {nullptr, v16});
+    for (size_t i = 0; i < wide.size(); ++i)
+      c.results_.push_back({std::string(i < 2 ? "attention_forward" : "attention_backward") + tag + names[i] +
+                                " (bf16 alone)",
+                            rel_err(alone[i], wide[i]), 0.0});
+    for (float* p : {wq, wk, wv}) t.release(p);
+  }
   for (void* p : {q16, k16, v16}) t.release(p);
   for (float* p : {out, lse, dq, dk, dv}) t.release(p);
 }

@@ -68,6 +68,14 @@ MAESTRO_HD inline float relu(float x) { return x < 0.0f ? 0.0f : x; }
 MAESTRO_HD inline float relu_grad(float dout, float x) { return x > 0.0f ? dout : 0.0f; }
 // g += x, or g = x (never reading g) for an overwritten gradient (nn/backend.h's Grad)
 MAESTRO_HD inline void put_grad(float& g, float x, bool add) { g = add ? g + x : x; }
+// An element-wise op's input (nn/backend.h's Operand as rope and swiglu
+// read it): its fp32 values when given, else its bf16 values widened
+// (exact) — an activation kept in bf16 alone.
+struct In {
+  const float* f32;
+  const uint16_t* b16;
+  MAESTRO_HD float operator[](int64_t i) const { return f32 ? f32[i] : bf16_to_float(b16[i]); }
+};
 // out[i] = x in fp32 and/or bf16 (nn/backend.h's Out: either may be null).
 MAESTRO_HD inline void put_out(float* f32, uint16_t* b16, int64_t i, float x) {
   if (f32) f32[i] = x;

@@ -46,6 +46,12 @@ namespace maestro {
 // them; the op that writes an activation writes its copy in the same pass,
 // Out, or a layer rounds it once for all its uses); a backend that does not
 // want copies (wants_bf16_operands) never reads them.
+//
+// f32 may be null, the bf16 values given alone, only to a backend whose
+// copies suffice (bf16_operands_suffice): an activation the engine keeps
+// in bf16 alone. An element-wise op that takes an Operand (rope's x,
+// swiglu's gate and up) reads its fp32 values when given, else its bf16
+// values widened (exact) — so a given f32 decides the result, as on the CPU.
 struct Operand {
   Operand(const float* f32_, const void* bf16_ = nullptr) : f32(f32_), bf16(bf16_) {}  // NOLINT: implicit
   const float* f32;
@@ -57,8 +63,10 @@ struct Operand {
 // linear op reads next, so no rounding pass follows the op. Either may be
 // null, not both: the engine asks for bf16 only from a backend that
 // wants_bf16_operands, and for bf16 alone (f32 null) only from one whose
-// copies suffice (bf16_operands_suffice), where nothing else reads the
-// fp32 values (decoder_block.h). The CPU backend writes what it is asked.
+// copies suffice (bf16_operands_suffice), where nothing reads the fp32
+// values (decoder_block.h). The CPU backend writes what it is asked. A
+// linear op's output is an Out too: a GEMM that writes bf16 alone rounds
+// its fp32 sums once, on the way out (cuBLASLt's D in bf16).
 struct Out {
   Out(float* f32_) : f32(f32_) {}  // NOLINT: implicit; fp32 only
   Out(float* f32_, void* bf16_) : f32(f32_), bf16(bf16_) {}
@@ -201,8 +209,9 @@ class Backend {
   // that only linear ops read in bf16 alone (Out::f32, GradOut::p null) and
   // keeps no fp32 values of it (decoder_block.h). Implies wants_bf16_operands.
   virtual bool bf16_operands_suffice() const { return false; }
-  // out[N,OC], inp[N,C], w[OC,C] (PyTorch nn.Linear layout), bias[OC] or null
-  virtual void linear_forward(float* out, Operand inp, Operand w, const float* bias, int64_t N, int64_t C,
+  // out[N,OC], inp[N,C], w[OC,C] (PyTorch nn.Linear layout), bias[OC] or null;
+  // out's bf16 (Out), when given, is the result (bias included) rounded.
+  virtual void linear_forward(Out out, Operand inp, Operand w, const float* bias, int64_t N, int64_t C,
                               int64_t OC) = 0;
   // dinp[N,C] += dout·w, dw[OC,C] += doutᵀ·inp (each = when overwritten;
   // an overwritten dw is zeros when N = 0), dbias[OC] += Σ_rows dout;
@@ -229,9 +238,12 @@ class Backend {
   // ---- rotary position embedding ("rotate half", Llama) -----------------
   // out[N,H,D] = x[N,H,D] rotated: for i < D/2, angle = pos[n] * theta^(-2i/D),
   // (x_i, x_{i+D/2}) -> (x_i cos - x_{i+D/2} sin, x_{i+D/2} cos + x_i sin).
-  // pos[N] is each token's position inside its own sequence. out.f32 may be
-  // x (in place); out.bf16, when given, gets the rotated values rounded (Out).
-  virtual void rope_forward(Out out, const float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+  // pos[N] is each token's position inside its own sequence. out may be x
+  // (in place: out.f32 == x.f32, or out.bf16 == x.bf16 with x in bf16
+  // alone); out.bf16, when given, gets the rotated values rounded (Out).
+  // x is an Operand read as above: fp32, or bf16 alone (q and k as their
+  // GEMMs wrote them, decoder_block.cpp).
+  virtual void rope_forward(Out out, Operand x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
                             float theta) = 0;
   // out[N,H,D] = dx[N,H,D] rotated back (the gradient of a rotation), as above.
   virtual void rope_backward(Out out, const float* dx, const int32_t* pos, int64_t N, int64_t H, int64_t D,
@@ -240,11 +252,12 @@ class Backend {
   // ---- grouped-query attention over packed sequences ---------------------
   // q[N,H*D], k,v[N,KV*D] (H % KV == 0; query head h reads kv head h/(H/KV)),
   // out[N,H*D] = softmax(q·kᵀ/sqrt(D) [+ causal mask]) · v per sequence,
-  // lse[N,H] = the rows' log-sum-exp, saved for backward. q, k, v's fp32
-  // values are always given; their bf16 copies (Operand), when the caller
-  // keeps them, are what an attention with bf16 operands reads instead of
-  // rounding them on each call (the CUDA backend's tensor-core and flash
-  // paths), forward and backward.
+  // lse[N,H] = the rows' log-sum-exp, saved for backward. Their bf16
+  // copies (Operand), when the caller keeps them, are what an attention with
+  // bf16 operands reads instead of rounding them on each call (the CUDA
+  // backend's tensor-core and flash paths), forward and backward; q, k, v
+  // come in bf16 alone where the copies suffice (an fp32 attention then
+  // computes from them widened).
   virtual void attention_forward(float* out, float* lse, Operand q, Operand k, Operand v, const int32_t* cu_seqlens,
                                  int64_t n_seq, int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) = 0;
   // dq[N,H*D], dk,dv[N,KV*D] += (or =); recomputes the probabilities from
@@ -255,10 +268,10 @@ class Backend {
                                   int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) = 0;
 
   // ---- activations --------------------------------------------------------
-  // out[n] = silu(gate[n]) * up[n]
-  virtual void swiglu_forward(Out out, const float* gate, const float* up, size_t n) = 0;
+  // out[n] = silu(gate[n]) * up[n]; gate and up fp32, or bf16 alone (Operand)
+  virtual void swiglu_forward(Out out, Operand gate, Operand up, size_t n) = 0;
   // dgate[n], dup[n] += (or =) their gradients; either may be unwanted
-  virtual void swiglu_backward(GradOut dgate, GradOut dup, const float* dout, const float* gate, const float* up,
+  virtual void swiglu_backward(GradOut dgate, GradOut dup, const float* dout, Operand gate, Operand up,
                                size_t n) = 0;
   // out[n] = gelu_tanh(inp[n]) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))
   virtual void gelu_forward(Out out, const float* inp, size_t n) = 0;

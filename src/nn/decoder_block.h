@@ -27,7 +27,7 @@ struct DecoderWeights {
 // What backward needs of one layer's forward (all from the context's pool).
 struct DecoderActs {
   float* rstd1;  // [N]
-  float* n1;     // [N, C]       null where the bf16 copy suffices (take_linear_input), as n2 and act
+  float* n1;     // [N, C]       null where the bf16 copies suffice (take_operand), as q, k, v, n2, gate, up, act
   float* q;      // [N, H*D]     after rope
   float* k;      // [N, KV*D]    after rope
   float* v;      // [N, KV*D]
@@ -42,10 +42,13 @@ struct DecoderActs {
   // The linears' inputs n1, att, n2, act in bf16, for the forward's and the
   // backward's GEMMs (written by the norms and swiglu with their fp32
   // values, att rounded once), and the attention's q, k, v for its forward
-  // and backward (q, k written by rope, v rounded once); null unless the
-  // backend wants them.
+  // and backward (q, k written by rope, v by its GEMM); null unless the
+  // backend wants them. Where the copies suffice, q, k, v, gate and up are
+  // kept in bf16 alone: their GEMMs write them in bf16, rope rotates q and
+  // k in place there, swiglu reads gate and up from gate16, up16.
   void *n1_16, *att_16, *n2_16, *act_16;  // [N, C], [N, H*D], [N, C], [N, F]
   void *q16, *k16, *v16;                  // [N, H*D], [N, KV*D] ×2
+  void *gate16, *up16;                    // [N, F] ×2; null unless the copies suffice (take_bf16_alone)
   static DecoderActs take(ForwardContext& ctx, const DecoderDims& d, int64_t N);
 };
 

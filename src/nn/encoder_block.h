@@ -30,7 +30,7 @@ struct EncoderWeights {
 
 struct EncoderActs {
   float *mean1, *rstd1;  // [N]
-  float* ln1;            // [N, C]   null where the bf16 copy suffices (take_linear_input), as ln2 and g
+  float* ln1;            // [N, C]   null where the bf16 copy suffices (take_operand), as ln2 and g
   float *q, *k, *v;      // [N, H*D]
   float* att;            // [N, H*D]
   float* lse;            // [N, H]

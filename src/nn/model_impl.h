@@ -45,10 +45,16 @@ struct ForwardContext {
   // A pooled buffer for n bf16 values when the backend wants bf16 copies of
   // linear operands (Backend::wants_bf16_operands), else null.
   void* take_bf16(size_t n) { return backend.wants_bf16_operands() ? static_cast<void*>(take((n + 1) / 2)) : nullptr; }
-  // A buffer of n floats for an activation that only linear ops read (with
-  // its copy from take_bf16) — null where their bf16 copy suffices
-  // (Backend::bf16_operands_suffice): then it is written in bf16 alone.
-  float* take_linear_input(size_t n) { return backend.bf16_operands_suffice() ? nullptr : take(n); }
+  // A buffer of n floats for an activation that ops read only as an
+  // Operand (linear ops; rope, swiglu and the attention, nn/backend.h) —
+  // null where the backend's bf16 copies suffice
+  // (Backend::bf16_operands_suffice): then it is kept in bf16 alone, in its
+  // copy from take_bf16 or, where it has none, take_bf16_alone's buffer.
+  float* take_operand(size_t n) { return backend.bf16_operands_suffice() ? nullptr : take(n); }
+  // The bf16 buffer of an activation that take_operand keeps in bf16 alone
+  // and that has no bf16 copy otherwise (no GEMM reads it: gate, up) —
+  // null unless the copies suffice.
+  void* take_bf16_alone(size_t n) { return backend.bf16_operands_suffice() ? take_bf16(n) : nullptr; }
   float* take_zeroed(size_t n) {
     float* p = take(n);
     backend.zero(p, n);
@@ -96,6 +102,12 @@ inline Operand rounded_once(Backend& b, const float* x, void* x16, size_t n) {
   if (x16) b.convert(x16, DType::BF16, x, DType::F32, n);
   return {x, x16};
 }
+
+// An activation from take_operand as it is stored, to write or to read:
+// its fp32 values where it has them (its bf16 copy, if any, is written by
+// the op that reads it next), else its bf16 alone.
+inline Out stored_out(float* f32, void* b16) { return f32 ? Out(f32) : Out(nullptr, b16); }
+inline Operand stored(const float* f32, const void* b16) { return f32 ? Operand(f32) : Operand(nullptr, b16); }
 
 // A parameter, its bf16 copy (null unless the backend wants one:
 // Backend::wants_bf16_operands) and its gradient (none in frozen mode).

@@ -62,7 +62,7 @@ class Nudged final : public Backend {
     wobble(d);
   }
   bool wants_bf16_operands() const override { return nudge_ == Nudge::Bf16Copy; }
-  void linear_forward(float* o, Operand i, Operand w, const float* b, int64_t N, int64_t C, int64_t OC) override {
+  void linear_forward(Out o, Operand i, Operand w, const float* b, int64_t N, int64_t C, int64_t OC) override {
     b_->linear_forward(o, widened(i, N * C, 0), widened(w, OC * C, 1), b, N, C, OC);
   }
   void linear_backward(Grad di, Grad dw, float* db, Operand d, Operand i, Operand w, int64_t N, int64_t C,
@@ -85,7 +85,7 @@ class Nudged final : public Backend {
                           const float* m, const float* r, int64_t N, int64_t C) override {
     b_->layernorm_backward(di, dw, db, d, i, w, m, r, N, C);
   }
-  void rope_forward(Out o, const float* x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
+  void rope_forward(Out o, Operand x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
     b_->rope_forward(o, x, p, N, H, D, t);
   }
   void rope_backward(Out o, const float* x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
@@ -103,8 +103,8 @@ class Nudged final : public Backend {
                            widened(v, N * KV * D, 2), cu, ns, N, H, KV, D, c);
     wobble(dk.p);
   }
-  void swiglu_forward(Out o, const float* g, const float* u, size_t n) override { b_->swiglu_forward(o, g, u, n); }
-  void swiglu_backward(GradOut dg, GradOut du, const float* d, const float* g, const float* u, size_t n) override {
+  void swiglu_forward(Out o, Operand g, Operand u, size_t n) override { b_->swiglu_forward(o, g, u, n); }
+  void swiglu_backward(GradOut dg, GradOut du, const float* d, Operand g, Operand u, size_t n) override {
     b_->swiglu_backward(adds(dg), adds(du), d, g, u, n);
   }
   void gelu_forward(Out o, const float* i, size_t n) override {
@@ -203,9 +203,11 @@ BOOST_AUTO_TEST_CASE(a_bf16_copy_left_unwritten_is_named) {
   const std::vector<OpCheck> r = compare_backends(skips, *cpu, {});
   for (const OpCheck& c : r)
     BOOST_TEST(c.ok() == (c.op != "rmsnorm_forward (bf16 out)"), c.op << " rel err " << c.rel_err);
-  int outs = 0;  // swiglu, gelu, rmsnorm, layernorm, rope forward; swiglu dgate, dup, gelu, rope backward
+  // swiglu, gelu, rmsnorm, layernorm, rope forward; swiglu dgate, dup, gelu, rope backward;
+  // linear forward with and without a bias
+  int outs = 0;
   for (const OpCheck& c : r) outs += c.op.ends_with("(bf16 out)");
-  BOOST_TEST(outs == 9);
+  BOOST_TEST(outs == 11);
 }
 
 BOOST_AUTO_TEST_CASE(a_norm_that_varies_from_call_to_call_is_named) {

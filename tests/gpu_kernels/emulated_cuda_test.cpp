@@ -261,12 +261,18 @@ BOOST_AUTO_TEST_CASE(every_attention_path_and_bf16_match_the_cpu_backend) {
     int64_t block;
     bool every_family;  // every op family, in order; else the attention's
     const char* name;
+    bool reverse = true;  // also with the threads in reverse order
   } const paths[] = {{false, AttentionPath::Reference, 0, false, "fp32, batched attention"},
                      {true, AttentionPath::TensorCore, 0, true, "bf16, tensor-core attention"},
                      {true, AttentionPath::TensorCore, 32, false, "bf16, tensor cores in causal blocks of 32"},
-                     {true, AttentionPath::Flash, 0, false, "bf16, flash attention"}};
+                     {true, AttentionPath::Flash, 0, false, "bf16, flash attention"},
+                     // the fp32 kernels (run in both orders above and in fp32) at bf16: q, k, v in
+                     // bf16 alone widened for them
+                     {true, AttentionPath::Reference, 0, false, "bf16, fp32 batched attention", false},
+                     {true, AttentionPath::Fast, 0, false, "bf16, tiled attention", false}};
   for (const Path& p : paths)
     for (const auto& [schedule, name] : kSchedules) {
+      if (!p.reverse && schedule == emu::Schedule::Reverse) continue;
       ScheduleGuard guard(schedule);
       auto gpu = cuda(p.bf16, p.attention, p.block);
       auto cpu = make_cpu_backend(1);

@@ -91,12 +91,12 @@ BOOST_AUTO_TEST_CASE(refreshes_in_one_convert_when_every_tensor_is_a_multiple_of
   std::vector<SampleInput> in(1);
   in[0].tokens = tokens;
   m.forward(in);
-  // the parameters' refresh, then the attention's v and output (the norms,
-  // rope and swiglu write their outputs' copies themselves, Out)
-  BOOST_TEST(b.converts() - before == 1 + 2);
+  // the parameters' refresh, then the attention's output (the norms, rope,
+  // swiglu and v's GEMM write their outputs' copies themselves, Out)
+  BOOST_TEST(b.converts() - before == 1 + 1);
   // the layer's inputs and weights, the attention's q, k, v, the head's weight and input
   BOOST_TEST(b.bf16_copy_uses() == 7 + 7 + 3 + 2);
-  BOOST_TEST(b.bf16_outputs() == 5 + 1);  // n1, q, k, n2, act; the final norm
+  BOOST_TEST(b.bf16_outputs() == 6 + 1);  // n1, v, q, k, n2, act; the final norm
 }
 
 BOOST_AUTO_TEST_CASE(an_optimizer_step_writes_the_copy_in_its_own_pass) {
@@ -157,13 +157,16 @@ BOOST_AUTO_TEST_CASE(a_write_the_model_cannot_see_is_caught) {
 }
 
 // Where the copies suffice (Backend::bf16_operands_suffice: the CUDA
-// backend with bf16 GEMMs), the activations only linear ops read — the
-// norms' outputs, swiglu's and its gradients — are written in bf16 alone:
-// their fp32 buffers are never taken, and the linears read the copies
+// backend with bf16 GEMMs), the activations read only as Operands — the
+// norms' outputs, swiglu's and its gradients, which linear ops read; q, k
+// and v, which rope and the attention read; gate and up, which swiglu
+// reads — are kept in bf16 alone: their fp32 buffers are never taken, the
+// GEMMs write q, k, v, gate and up in bf16, and the ops read the copies
 // alone. Training then gives the bf16 GEMMs' results, within bf16 rounding
 // of the fp32 ones (CheckedBackend made with bf16_alone rounds every
-// linear operand, as bf16 GEMMs do).
-BOOST_AUTO_TEST_CASE(activations_only_linears_read_are_bf16_alone_where_copies_suffice) {
+// linear operand, as bf16 GEMMs do, and computes the rest from the bf16
+// values widened).
+BOOST_AUTO_TEST_CASE(activations_read_only_as_operands_are_bf16_alone_where_copies_suffice) {
   test_support::CheckedBackend beside(1), alone(1, true);
   const Section sec = llm();
   SectionModel with_fp32(sec, beside, 3), bf16(sec, alone, 3);
@@ -171,13 +174,19 @@ BOOST_AUTO_TEST_CASE(activations_only_linears_read_are_bf16_alone_where_copies_s
   bf16.zero_grads();
   const double l32 = train_pass(with_fp32, 4), l16 = train_pass(bf16, 4);
   BOOST_TEST(beside.bf16_alone_uses() == 0);
+  BOOST_TEST(beside.bf16_alone_inputs() == 0);
   // per layer: n1 read by q, k, v, n2 by gate, up, act by down, forward and
   // backward (dw), and the gate's, up's, q's and k's dout in backward
   BOOST_TEST(alone.bf16_alone_uses() == 2 * (6 * 2 + 4));
-  // fp32 buffers not taken, 11 tokens: n1, n2 [11, 32] and act [11, 48] per
-  // layer, and the backward's dgate, dup [11, 48] — each one page of the
-  // pool (1,024 floats, nn/activation_pool.cpp)
-  BOOST_TEST(with_fp32.activation_pool_floats() - bf16.activation_pool_floats() == size_t(2 * 3 + 2) * 1024);
+  // per layer: q, k by rope; q, k, v by the attention's forward and
+  // backward; gate, up by swiglu's forward and backward
+  BOOST_TEST(alone.bf16_alone_inputs() == 2 * (2 + 3 * 2 + 2 * 2));
+  // 11 tokens, each buffer one page of the pool (1,024 floats,
+  // nn/activation_pool.cpp). fp32 buffers not taken: n1, n2, act, q, k, v,
+  // gate and up per layer, and the backward's dgate and dup; bf16 buffers
+  // taken for gate and up per layer.
+  BOOST_TEST(with_fp32.activation_pool_floats() - bf16.activation_pool_floats() ==
+             size_t(2 * 8 + 2 - 2 * 2) * 1024);
   BOOST_TEST(std::abs(l16 - l32) <= 1e-2 * std::abs(l32));
   const int64_t n = with_fp32.parameter_count();
   double diff = 0, scale = 0;

@@ -19,8 +19,10 @@
 // linear ops compute from their operands rounded to bf16 (and widened back,
 // so results move by bf16 rounding), and it says that the copies suffice
 // (Backend::bf16_operands_suffice): an operand may then come as its copy
-// alone, and an activation op may be asked for its output in bf16 alone
-// (Out, GradOut); without bf16_alone, either is a std::logic_error. Every bf16 output is filled with bf16 NaN before the
+// alone (a linear op's, or the input of rope, swiglu or the attention,
+// which then compute from it widened), and an op may be asked for its
+// output in bf16 alone (Out, GradOut); without bf16_alone, either is a
+// std::logic_error. Every bf16 output is filled with bf16 NaN before the
 // op runs, so one left unwritten shows.
 // A gradient an op is to overwrite (nn/backend.h's Grad) is filled with NaN
 // before the op runs, so a read of its old contents shows in the results;
@@ -139,8 +141,8 @@ class CheckedBackend final : public Backend {
   }
   bool wants_bf16_operands() const override { return true; }
   bool bf16_operands_suffice() const override { return bf16_alone_; }
-  void linear_forward(float* o, Operand i, Operand w, const float* b, int64_t N, int64_t C, int64_t OC) override {
-    f("linear_forward", "out", o, N * OC), opt("linear_forward", "bias", b, OC);
+  void linear_forward(Out o, Operand i, Operand w, const float* b, int64_t N, int64_t C, int64_t OC) override {
+    out("linear_forward", "out", o, N * OC), opt("linear_forward", "bias", b, OC);
     const float* in = operand("linear_forward", "inp", i, N * C, 0);
     b_->linear_forward(o, in, operand("linear_forward", "w", w, OC * C, 1), b, N, C, OC);
   }
@@ -162,6 +164,7 @@ class CheckedBackend final : public Backend {
   int64_t adamw_copies() const { return adamw_copies_; }  // AdamW steps that wrote the parameters' bf16 copy
   int64_t bf16_outputs() const { return bf16_outputs_; }  // activation outputs asked for with a bf16 copy (Out, GradOut)
   int64_t bf16_alone_uses() const { return bf16_alone_uses_; }  // linear operands given as their bf16 copy alone
+  int64_t bf16_alone_inputs() const { return bf16_alone_inputs_; }  // rope's, swiglu's, the attention's, the same
   void rmsnorm_forward(Out o, float* r, const float* i, const float* w, int64_t N, int64_t C, float e) override {
     out("rmsnorm_forward", "out", o, N * C), f("rmsnorm_forward", "rstd", r, N), f("rmsnorm_forward", "inp", i, N * C);
     f("rmsnorm_forward", "w", w, C);
@@ -187,15 +190,22 @@ class CheckedBackend final : public Backend {
     f("layernorm_backward", "mean", m, N), f("layernorm_backward", "rstd", r, N);
     b_->layernorm_backward(di, dw, db, d, i, w, m, r, N, C);
   }
-  void rope_forward(Out o, const float* x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
-    f("rope_forward", "x", x, N * H * D), host("rope_forward", "pos", p), out("rope_forward", "out", o, N * H * D);
+  void rope_forward(Out o, Operand x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
+    input("rope_forward", "x", x, N * H * D), host("rope_forward", "pos", p);
+    std::vector<float> kept;  // x in bf16 alone, rotated in place: read before out is filled with NaN
+    if (!x.f32 && x.bf16 == o.bf16) {
+      const auto* c = static_cast<const uint16_t*>(x.bf16);
+      for (int64_t k = 0; k < N * H * D; ++k) kept.push_back(bf16_to_float(c[k]));
+      x = Operand(kept.data());
+    }
+    out("rope_forward", "out", o, N * H * D);
     b_->rope_forward(o, x, p, N, H, D, t);
   }
   void rope_backward(Out o, const float* x, const int32_t* p, int64_t N, int64_t H, int64_t D, float t) override {
     f("rope_backward", "dx", x, N * H * D), host("rope_backward", "pos", p), out("rope_backward", "out", o, N * H * D);
     b_->rope_backward(o, x, p, N, H, D, t);
   }
-  // q, k, v: fp32 always, each copy (when given) checked current; fp32 attention either way.
+  // q, k, v: fp32, each copy (when given) checked current, or in bf16 alone; fp32 attention either way.
   void attention_forward(float* o, float* l, Operand q, Operand k, Operand v, const int32_t* cu, int64_t ns, int64_t N,
                          int64_t H, int64_t KV, int64_t D, bool c) override {
     f("attention_forward", "out", o, N * H * D), f("attention_forward", "lse", l, N * H);
@@ -211,14 +221,15 @@ class CheckedBackend final : public Backend {
     qkv("attention_backward", q, k, v, N * H * D, N * KV * D), host("attention_backward", "cu_seqlens", cu);
     b_->attention_backward(dq, dk, dv, d, o, l, q, k, v, cu, ns, N, H, KV, D, c);
   }
-  void swiglu_forward(Out o, const float* g, const float* u, size_t n) override {
-    out("swiglu_forward", "out", o, int64_t(n)), f("swiglu_forward", "gate", g, n), f("swiglu_forward", "up", u, n);
+  void swiglu_forward(Out o, Operand g, Operand u, size_t n) override {
+    input("swiglu_forward", "gate", g, int64_t(n)), input("swiglu_forward", "up", u, int64_t(n));
+    out("swiglu_forward", "out", o, int64_t(n));
     b_->swiglu_forward(o, g, u, n);
   }
-  void swiglu_backward(GradOut dg, GradOut du, const float* d, const float* g, const float* u, size_t n) override {
+  void swiglu_backward(GradOut dg, GradOut du, const float* d, Operand g, Operand u, size_t n) override {
     grad("swiglu_backward", "dgate", dg, int64_t(n)), grad("swiglu_backward", "dup", du, int64_t(n));
     f("swiglu_backward", "dout", d, n);
-    f("swiglu_backward", "gate", g, n), f("swiglu_backward", "up", u, n);
+    input("swiglu_backward", "gate", g, int64_t(n)), input("swiglu_backward", "up", u, int64_t(n));
     b_->swiglu_backward(dg, du, d, g, u, n);
   }
   void gelu_forward(Out o, const float* i, size_t n) override {
@@ -385,8 +396,19 @@ class CheckedBackend final : public Backend {
     return wide_[slot].data();
   }
   void qkv(const char* op, Operand q, Operand k, Operand v, int64_t nq, int64_t nkv) {
-    f(op, "q", q.f32, nq), f(op, "k", k.f32, nkv), f(op, "v", v.f32, nkv);
-    copy16(op, "q", q, nq), copy16(op, "k", k, nkv), copy16(op, "v", v, nkv);
+    input(op, "q", q, nq), input(op, "k", k, nkv), input(op, "v", v, nkv);
+  }
+  // A non-linear op's Operand input: fp32 (its copy, when given, checked
+  // current), or — made with bf16_alone — its copy alone, passed on to the
+  // CPU backend, which computes from it widened.
+  void input(const char* op, const char* arg, Operand x, int64_t n) {
+    if (x.f32) return f(op, arg, x.f32, n), copy16(op, arg, x, n);
+    if (!x.bf16) throw std::logic_error(std::string(op) + ": '" + arg + "' has neither fp32 nor bf16");
+    if (!bf16_alone_)
+      throw std::logic_error(std::string(op) + ": '" + arg +
+                             "' given in bf16 alone to a backend whose copies do not suffice");
+    dev(op, (std::string(arg) + ".bf16").c_str(), x.bf16, size_t(n) * 2);
+    ++bf16_alone_inputs_;
   }
   // An operand's bf16 copy, when given: backend memory, each element x.f32 rounded.
   void copy16(const char* op, const char* arg, Operand x, int64_t n) {
@@ -412,7 +434,7 @@ class CheckedBackend final : public Backend {
   mutable std::mutex mu_;  // the activation pool may release from another thread
   std::map<const char*, size_t> blocks_;  // base -> bytes
   int64_t bf16_copy_uses_ = 0, converts_ = 0, overwrites_ = 0, adamw_copies_ = 0, bf16_outputs_ = 0,
-          bf16_alone_uses_ = 0;
+          bf16_alone_uses_ = 0, bf16_alone_inputs_ = 0;
   bool bf16_alone_ = false;
   std::vector<float> wide_[3];  // operand(): inp, w, dout widened from their copies
   // copy_from_host_held's pinned sources since the last sync: where, and their bytes then

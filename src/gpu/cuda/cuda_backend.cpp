@@ -57,10 +57,12 @@ uint32_t alignment_of(const void* p) {
 struct GemmKey {
   bool ta, tb;
   int64_t M, Nc, K, lda, ldb, ldc;
-  cudaDataType ab;
+  cudaDataType ab, cd;  // A and B's type; C and D's (bf16: a linear output in bf16 alone)
   bool bias, accumulate;
   uint32_t align_a, align_b, align_c;
-  auto tie() const { return std::tie(ta, tb, M, Nc, K, lda, ldb, ldc, ab, bias, accumulate, align_a, align_b, align_c); }
+  auto tie() const {
+    return std::tie(ta, tb, M, Nc, K, lda, ldb, ldc, ab, cd, bias, accumulate, align_a, align_b, align_c);
+  }
   bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
 };
 
@@ -294,13 +296,21 @@ class CudaBackend final : public Backend {
   // bf16 GEMMs read the operands' bf16 copies when the engine passes them (no rounding per call).
   bool wants_bf16_operands() const override { return opt_.bf16_gemm && opt_.bf16_operand_copies; }
   bool bf16_operands_suffice() const override { return wants_bf16_operands(); }  // gemm() reads a16/b16 alone
-  void linear_forward(float* out, Operand inp, Operand w, const float* bias, int64_t N, int64_t C,
+  void linear_forward(Out out, Operand inp, Operand w, const float* bias, int64_t N, int64_t C,
                       int64_t OC) override {
     const OpScope op(*this, __func__);
     if (N == 0) return;
-    // out[N,OC] = inp[N,C] · w[OC,C]ᵀ (+ bias, fused as an epilogue where cuBLASLt has one)
-    const bool fused = gemm(false, true, N, OC, C, inp.f32, C, w.f32, C, false, out, OC, bias, inp.bf16, w.bf16);
-    if (bias && !fused) launch_bias_add(out, bias, N, OC, stream_);
+    // out[N,OC] = inp[N,C] · w[OC,C]ᵀ (+ bias, fused as an epilogue where cuBLASLt has one).
+    // In bf16 alone from bf16 GEMMs, no bias: cuBLASLt rounds its fp32 sums into D, in bf16.
+    if (!out.f32 && opt_.bf16_gemm && !bias) {
+      gemm(false, true, N, OC, C, inp.f32, C, w.f32, C, false, nullptr, OC, nullptr, inp.bf16, w.bf16, out.bf16);
+      return;
+    }
+    // Else the fp32 result (in scratch when out is bf16 alone), rounded after where a copy is wanted.
+    float* o = out.f32 ? out.f32 : scratch(kLinearOut, size_t(N * OC));
+    const bool fused = gemm(false, true, N, OC, C, inp.f32, C, w.f32, C, false, o, OC, bias, inp.bf16, w.bf16);
+    if (bias && !fused) launch_bias_add(o, bias, N, OC, stream_);
+    if (out.bf16) launch_convert(out.bf16, DType::BF16, o, DType::F32, size_t(N * OC), stream_);
   }
   void linear_backward(Grad dinp, Grad dw, float* dbias, Operand dy, Operand inp, Operand w, int64_t N, int64_t C,
                        int64_t OC) override {
@@ -344,25 +354,26 @@ class CudaBackend final : public Backend {
     const OpScope op(*this, __func__);
     launch_layernorm_backward(dinp, dw, db, column_partials(N, C), dout, inp, w, mean, rstd, N, C, stream_);
   }
-  void rope_forward(Out out, const float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+  void rope_forward(Out out, Operand x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
                     float theta) override {
     const OpScope op(*this, __func__);
-    launch_rope(out.f32, bf16_out(out.bf16), x, upload_indices(pos, N, 0), N, H, D, theta, 1.0f, stream_);
+    launch_rope(out.f32, bf16_out(out.bf16), in(x), upload_indices(pos, N, 0), N, H, D, theta, 1.0f, stream_);
   }
   void rope_backward(Out out, const float* dx, const int32_t* pos, int64_t N, int64_t H, int64_t D,
                      float theta) override {
     const OpScope op(*this, __func__);
-    launch_rope(out.f32, bf16_out(out.bf16), dx, upload_indices(pos, N, 0), N, H, D, theta, -1.0f, stream_);
+    launch_rope(out.f32, bf16_out(out.bf16), {dx, nullptr}, upload_indices(pos, N, 0), N, H, D, theta, -1.0f,
+                stream_);
   }
-  void swiglu_forward(Out out, const float* gate, const float* up, size_t n) override {
+  void swiglu_forward(Out out, Operand gate, Operand up, size_t n) override {
     const OpScope op(*this, __func__);
-    launch_swiglu_forward(out.f32, bf16_out(out.bf16), gate, up, n, stream_);
+    launch_swiglu_forward(out.f32, bf16_out(out.bf16), in(gate), in(up), n, stream_);
   }
-  void swiglu_backward(GradOut dgate, GradOut dup, const float* dout, const float* gate, const float* up,
+  void swiglu_backward(GradOut dgate, GradOut dup, const float* dout, Operand gate, Operand up,
                        size_t n) override {
     const OpScope op(*this, __func__);
-    launch_swiglu_backward(dgate.p, dgate.add, bf16_out(dgate.bf16), dup.p, dup.add, bf16_out(dup.bf16), dout, gate,
-                           up, n, stream_);
+    launch_swiglu_backward(dgate.p, dgate.add, bf16_out(dgate.bf16), dup.p, dup.add, bf16_out(dup.bf16), dout,
+                           in(gate), in(up), n, stream_);
   }
   void gelu_forward(Out out, const float* inp, size_t n) override {
     const OpScope op(*this, __func__);
@@ -398,9 +409,9 @@ class CudaBackend final : public Backend {
                          int64_t N, int64_t H, int64_t KV, int64_t D, bool causal) override {
     const OpScope op(*this, __func__);
     if (N == 0) return;
-    const float *q = qo.f32, *k = ko.f32, *v = vo.f32;
     const AttentionKernel kernel = attention_kernel(cu, n_seq, H, D);
-    if (kernel == AttentionKernel::Tiled) {
+    if (kernel == AttentionKernel::Tiled) {  // fp32: q, k, v widened where they come in bf16 alone
+      const float *q = widened(kQ16, qo, N * H * D), *k = widened(kK16, ko, N * KV * D), *v = widened(kV16, vo, N * KV * D);
       const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, kFastRowsPerTile);
       launch_fast_attention_forward(out, lse, q, k, v, tiles, n_tiles, H, KV, D, causal, stream_);
       return;
@@ -419,7 +430,9 @@ class CudaBackend final : public Backend {
     // sequence in query blocks that skip the masked keys.
     const bool b16 = kernel == AttentionKernel::BatchedBf16;
     const float sc = 1.0f / std::sqrt(float(D));
-    float* bufs[kAttnBuffers] = {const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v), out};
+    float* bufs[kAttnBuffers] = {};  // fp32 q, k, v only for the fp32 GEMMs (widened where they come in bf16 alone)
+    if (!b16) fp32_qkv(bufs, qo, ko, vo, N, H, KV, D);
+    bufs[kAttnOut] = out;
     void* bufs16[kAttnBuffers] = {};
     if (b16) attention_inputs16(bufs16, qo, ko, vo, nullptr, N, H, KV, D);
     for (int64_t s = 0; s < n_seq; ++s) {
@@ -445,11 +458,11 @@ class CudaBackend final : public Backend {
                           int64_t KV, int64_t D, bool causal) override {
     const OpScope op(*this, __func__);
     if (N == 0 || (!dq.p && !dk.p && !dv.p)) return;
-    const float *q = qo.f32, *k = ko.f32, *v = vo.f32;
     float* delta = scratch(kDelta, size_t(N * H));  // [N, H] = Σ_d dout·out
     launch_attention_delta(delta, dout, out, N, H, D, stream_);
     const AttentionKernel kernel = attention_kernel(cu, n_seq, H, D);
-    if (kernel == AttentionKernel::Tiled) {
+    if (kernel == AttentionKernel::Tiled) {  // as in the forward
+      const float *q = widened(kQ16, qo, N * H * D), *k = widened(kK16, ko, N * KV * D), *v = widened(kV16, vo, N * KV * D);
       const auto [tiles, n_tiles] = upload_tiles(cu, n_seq, kFastRowsPerTile);
       launch_fast_attention_backward(dq.p, dq.add, dk.p, dk.add, dv.p, dv.add, dout, lse, delta, q, k, v, tiles, n_tiles,
                                      H, KV, D, causal, stream_);
@@ -470,8 +483,9 @@ class CudaBackend final : public Backend {
     // head in turn (stream order).
     const bool b16 = kernel == AttentionKernel::BatchedBf16;
     const float sc = 1.0f / std::sqrt(float(D));
-    float* bufs[kAttnBuffers] = {const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v),
-                                 const_cast<float*>(out), const_cast<float*>(dout), dq.p, dk.p, dv.p};
+    float* bufs[kAttnBuffers] = {nullptr, nullptr, nullptr, const_cast<float*>(out), const_cast<float*>(dout),
+                                 dq.p, dk.p, dv.p};
+    if (!b16) fp32_qkv(bufs, qo, ko, vo, N, H, KV, D);  // as in the forward
     void* bufs16[kAttnBuffers] = {};
     if (b16) attention_inputs16(bufs16, qo, ko, vo, dout, N, H, KV, D);
     for (int64_t s = 0; s < n_seq; ++s) {
@@ -562,7 +576,7 @@ class CudaBackend final : public Backend {
 
  private:
   enum ScratchSlot { kScores, kDScores, kDelta, kIndices, kTiles, kBf16A, kBf16B, kBf16Dout, kQ16, kK16, kV16, kDO16,
-                     kP16, kDS16, kNormPartials, kColumnPartials, kRowTerms, kSlots };
+                     kP16, kDS16, kNormPartials, kColumnPartials, kRowTerms, kLinearOut, kSlots };
 
   // The caller's thread may have another device current (several backends
   // per process): every entry point makes ours current first.
@@ -748,6 +762,22 @@ class CudaBackend final : public Backend {
     if (dout) bufs16[kAttnDOut] = rounded(kDO16, dout, size_t(N * H * D));
   }
 
+  // An element-wise op's Operand input (nn/backend.h): its fp32 values, else its bf16 alone.
+  static gpu_math::In in(Operand x) { return {x.f32, static_cast<const uint16_t*>(x.bf16)}; }
+  // An fp32 kernel's input: x's fp32 values, or its bf16 alone widened into a scratch slot.
+  const float* widened(ScratchSlot slot, Operand x, int64_t n) {
+    if (x.f32) return x.f32;
+    float* d = scratch(slot, size_t(n));
+    launch_convert(d, DType::F32, x.bf16, DType::BF16, size_t(n), stream_);
+    return d;
+  }
+  // q, k, v as the fp32 batched GEMMs read them (widened as above).
+  void fp32_qkv(float** bufs, Operand q, Operand k, Operand v, int64_t N, int64_t H, int64_t KV, int64_t D) {
+    bufs[kAttnQ] = const_cast<float*>(widened(kQ16, q, N * H * D));
+    bufs[kAttnK] = const_cast<float*>(widened(kK16, k, N * KV * D));
+    bufs[kAttnV] = const_cast<float*>(widened(kV16, v, N * KV * D));
+  }
+
   // src[n] rounded to bf16 into a grow-only scratch slot.
   void* rounded(ScratchSlot slot, const float* src, size_t n) {
     void* d = scratch(slot, (n + 1) / 2);
@@ -758,10 +788,15 @@ class CudaBackend final : public Backend {
   // Row-major C[M,Nc] = op(A)·op(B) (+ C when accumulate) (+ bias[Nc]) through
   // cuBLASLt, fp32 compute; bf16 operands (rounded into scratch, or the
   // caller's rounding a16 / b16 when it has one) when opt_.bf16_gemm.
-  // Returns whether the bias was fused.
+  // With c16 (bf16 operands, no accumulate, no bias): the result in bf16
+  // there instead of C — cuBLASLt's C and D in bf16, the fp32 sums rounded
+  // once on the way out. Returns whether the bias was fused.
   bool gemm(bool ta, bool tb, int64_t M, int64_t Nc, int64_t K, const float* A, int64_t lda, const float* B,
             int64_t ldb, bool accumulate, float* C, int64_t ldc, const float* bias, const void* a16 = nullptr,
-            const void* b16 = nullptr) {
+            const void* b16 = nullptr, void* c16 = nullptr) {
+    if (c16 && (!opt_.bf16_gemm || accumulate || bias))
+      throw std::logic_error("gemm: a bf16 result needs bf16 operands, no accumulation and no bias");
+    void* d = c16 ? c16 : static_cast<void*>(C);
     const void *a = A, *b = B;
     cudaDataType ab = CUDA_R_32F;
     if (opt_.bf16_gemm) {
@@ -770,14 +805,15 @@ class CudaBackend final : public Backend {
       b = b16 ? b16 : rounded(kBf16B, B, size_t(Nc * K));
       ab = CUDA_R_16BF;
     }
-    const GemmKey key{ta, tb, M, Nc, K, lda, ldb, ldc, ab, bias != nullptr, accumulate,
-                      alignment_of(a), alignment_of(b), alignment_of(C)};
+    const cudaDataType cd = c16 ? CUDA_R_16BF : CUDA_R_32F;
+    const GemmKey key{ta, tb, M, Nc, K, lda, ldb, ldc, ab, cd, bias != nullptr, accumulate,
+                      alignment_of(a), alignment_of(b), alignment_of(d)};
     LtPlan& plan = lt_plan(key);
     if (plan.bias_epilogue)
       MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                            sizeof(bias)));
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    MAESTRO_CUBLAS_CHECK(cublasLtMatmul(lt_, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, C, plan.c, C, plan.c,
+    MAESTRO_CUBLAS_CHECK(cublasLtMatmul(lt_, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, d, plan.c, d, plan.c,
                                         &plan.algo, workspace_, kWorkspaceBytes, stream_));
     return plan.bias_epilogue;
   }
@@ -804,7 +840,7 @@ class CudaBackend final : public Backend {
     MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
     MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, k.ab, c.a_rows, c.a_cols, c.a.ld));
     MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, k.ab, c.b_rows, c.b_cols, c.b.ld));
-    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, c.m, c.n, c.c.ld));
+    MAESTRO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, k.cd, c.m, c.n, c.c.ld));
     auto heuristic = [&](cublasLtEpilogue_t epi) {
       MAESTRO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
       cublasLtMatmulPreference_t pref;
@@ -829,8 +865,9 @@ class CudaBackend final : public Backend {
     if (k.bias && heuristic(CUBLASLT_EPILOGUE_BIAS)) {
       p.bias_epilogue = true;
     } else if (!heuristic(CUBLASLT_EPILOGUE_DEFAULT)) {
-      throw CudaError(fmt::format("cuBLASLt has no algorithm for a {}x{}x{} {} GEMM (ta {}, tb {})", k.M, k.Nc, k.K,
-                                  k.ab == CUDA_R_16BF ? "bf16" : "fp32", k.ta, k.tb));
+      throw CudaError(fmt::format("cuBLASLt has no algorithm for a {}x{}x{} {} GEMM with {} output (ta {}, tb {})", k.M,
+                                  k.Nc, k.K, k.ab == CUDA_R_16BF ? "bf16" : "fp32",
+                                  k.cd == CUDA_R_16BF ? "bf16" : "fp32", k.ta, k.tb));
     }
     return plans_.emplace(k, p).first->second;
   }

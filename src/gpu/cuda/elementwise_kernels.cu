@@ -55,6 +55,14 @@ __device__ inline V4 load4(const float* p, int64_t q) {
   const float4 f = reinterpret_cast<const float4*>(p)[q];
   return {{f.x, f.y, f.z, f.w}};
 }
+// An In's four elements q·4 .. q·4+3: one 16-byte fp32 load, or one 8-byte
+// bf16 load widened.
+__device__ inline V4 load4(gm::In x, int64_t q) {
+  if (x.f32) return load4(x.f32, q);
+  const uint2 b = reinterpret_cast<const uint2*>(x.b16)[q];
+  return {{bf16_to_float(uint16_t(b.x)), bf16_to_float(uint16_t(b.x >> 16)), bf16_to_float(uint16_t(b.y)),
+           bf16_to_float(uint16_t(b.y >> 16))}};
+}
 __device__ inline void store4(float* p, int64_t q, const V4& x) {
   reinterpret_cast<float4*>(p)[q] = make_float4(x.v[0], x.v[1], x.v[2], x.v[3]);
 }
@@ -243,7 +251,7 @@ __global__ void layernorm_backward_kernel(float* dinp, const float* dout, const 
 // One thread per (token, pair i < D/2): the fp64 cos/sin once, applied to
 // every head (the CPU backend's order; a warp's pairs are adjacent in memory).
 // out = x rotated, out may be x (a thread reads its pair before writing it).
-__global__ void rope_kernel(float* out, uint16_t* out16, const float* x, const int32_t* pos, int64_t N, int64_t H,
+__global__ void rope_kernel(float* out, uint16_t* out16, gm::In x, const int32_t* pos, int64_t N, int64_t H,
                             int64_t D, float theta, float sign) {
   const int64_t half = D / 2;
   MAESTRO_GRID_STRIDE(e, N * half) {
@@ -260,10 +268,10 @@ __global__ void rope_kernel(float* out, uint16_t* out16, const float* x, const i
   }
 }
 
-__global__ void swiglu_forward_kernel(float* out, uint16_t* out16, const float* gate, const float* up, size_t n) {
+__global__ void swiglu_forward_kernel(float* out, uint16_t* out16, gm::In gate, gm::In up, size_t n) {
   MAESTRO_GRID_STRIDE(i, n) gm::put_out(out, out16, i, gm::swiglu(gate[i], up[i]));
 }
-__global__ void swiglu_forward_x4_kernel(float* out, uint16_t* out16, const float* gate, const float* up, size_t n4) {
+__global__ void swiglu_forward_x4_kernel(float* out, uint16_t* out16, gm::In gate, gm::In up, size_t n4) {
   MAESTRO_GRID_STRIDE(q, n4) {
     const V4 g = load4(gate, q), u = load4(up, q);
     V4 r;
@@ -272,16 +280,14 @@ __global__ void swiglu_forward_x4_kernel(float* out, uint16_t* out16, const floa
   }
 }
 __global__ void swiglu_backward_kernel(float* dgate, bool add_dgate, uint16_t* dgate16, float* dup, bool add_dup,
-                                       uint16_t* dup16, const float* dout, const float* gate, const float* up,
-                                       size_t n) {
+                                       uint16_t* dup16, const float* dout, gm::In gate, gm::In up, size_t n) {
   MAESTRO_GRID_STRIDE(i, n) {
     if (dgate || dgate16) gm::put_grad_out(dgate, add_dgate, dgate16, i, gm::swiglu_dgate(dout[i], gate[i], up[i]));
     if (dup || dup16) gm::put_grad_out(dup, add_dup, dup16, i, gm::swiglu_dup(dout[i], gate[i]));
   }
 }
 __global__ void swiglu_backward_x4_kernel(float* dgate, bool add_dgate, uint16_t* dgate16, float* dup, bool add_dup,
-                                          uint16_t* dup16, const float* dout, const float* gate, const float* up,
-                                          size_t n4) {
+                                          uint16_t* dup16, const float* dout, gm::In gate, gm::In up, size_t n4) {
   MAESTRO_GRID_STRIDE(q, n4) {
     const V4 d = load4(dout, q), g = load4(gate, q), u = load4(up, q);
     V4 r;
@@ -443,6 +449,7 @@ template <class T>
 T* from(T* p, size_t k) {  // p + k, null staying null
   return p ? p + k : nullptr;
 }
+gm::In from(gm::In x, size_t k) { return {from(x.f32, k), from(x.b16, k)}; }
 
 void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t st) {
   const size_t head = by_four(n, {out, a, b});
@@ -513,27 +520,26 @@ void launch_layernorm_backward(float* dinp, float* dw, float* db, float* partial
   if (db) column_sum(db, partial, N, C, Column{dout, C}, st);  // after dw's pass 2 in stream order
 }
 
-void launch_rope(float* out, uint16_t* out16, const float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+void launch_rope(float* out, uint16_t* out16, gm::In x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
                  float theta, float sign, cudaStream_t st) {
   MAESTRO_LAUNCH(rope_kernel, N * (D / 2), out, out16, x, pos, N, H, D, theta, sign);
 }
-void launch_swiglu_forward(float* out, uint16_t* out16, const float* gate, const float* up, size_t n,
-                           cudaStream_t st) {
-  const size_t head = by_four(n, {out, gate, up}, {out16});
+void launch_swiglu_forward(float* out, uint16_t* out16, gm::In gate, gm::In up, size_t n, cudaStream_t st) {
+  const size_t head = by_four(n, {out, gate.f32, up.f32}, {out16, gate.b16, up.b16});
   if (head) MAESTRO_LAUNCH(swiglu_forward_x4_kernel, head / 4, out, out16, gate, up, head / 4);
   if (head < n)
-    MAESTRO_LAUNCH(swiglu_forward_kernel, n - head, from(out, head), from(out16, head), gate + head, up + head,
-                   n - head);
+    MAESTRO_LAUNCH(swiglu_forward_kernel, n - head, from(out, head), from(out16, head), from(gate, head),
+                   from(up, head), n - head);
 }
 void launch_swiglu_backward(float* dgate, bool add_dgate, uint16_t* dgate16, float* dup, bool add_dup, uint16_t* dup16,
-                            const float* dout, const float* gate, const float* up, size_t n, cudaStream_t st) {
-  const size_t head = by_four(n, {dgate, dup, dout, gate, up}, {dgate16, dup16});
+                            const float* dout, gm::In gate, gm::In up, size_t n, cudaStream_t st) {
+  const size_t head = by_four(n, {dgate, dup, dout, gate.f32, up.f32}, {dgate16, dup16, gate.b16, up.b16});
   if (head)
     MAESTRO_LAUNCH(swiglu_backward_x4_kernel, head / 4, dgate, add_dgate, dgate16, dup, add_dup, dup16, dout, gate, up,
                    head / 4);
   if (head < n)
     MAESTRO_LAUNCH(swiglu_backward_kernel, n - head, from(dgate, head), add_dgate, from(dgate16, head), from(dup, head),
-                   add_dup, from(dup16, head), dout + head, gate + head, up + head, n - head);
+                   add_dup, from(dup16, head), dout + head, from(gate, head), from(up, head), n - head);
 }
 void launch_gelu_forward(float* out, uint16_t* out16, const float* inp, size_t n, cudaStream_t st) {
   MAESTRO_LAUNCH(gelu_forward_kernel, n, out, out16, inp, n);

@@ -46,15 +46,16 @@ void launch_layernorm_backward(float* dinp, float* dw, float* db, float* partial
                                const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
                                cudaStream_t st);
 
-// out (and/or out16) = x rotated; out may be x
-void launch_rope(float* out, uint16_t* out16, const float* x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
+// Inputs that may be kept in bf16 alone are gpu_math::In (fp32, else bf16).
+// out (and/or out16) = x rotated; out may be x (x.f32 == out, or x.b16 == out16)
+void launch_rope(float* out, uint16_t* out16, gpu_math::In x, const int32_t* pos, int64_t N, int64_t H, int64_t D,
                  float theta, float sign, cudaStream_t st);
-void launch_swiglu_forward(float* out, uint16_t* out16, const float* gate, const float* up, size_t n,
+void launch_swiglu_forward(float* out, uint16_t* out16, gpu_math::In gate, gpu_math::In up, size_t n,
                            cudaStream_t st);
 // Backward kernels: `add` false overwrites the gradient (nn/backend.h's
 // Grad); the swiglu and gelu ones also write a bf16 copy where given (GradOut).
 void launch_swiglu_backward(float* dgate, bool add_dgate, uint16_t* dgate16, float* dup, bool add_dup, uint16_t* dup16,
-                            const float* dout, const float* gate, const float* up, size_t n, cudaStream_t st);
+                            const float* dout, gpu_math::In gate, gpu_math::In up, size_t n, cudaStream_t st);
 void launch_gelu_forward(float* out, uint16_t* out16, const float* inp, size_t n, cudaStream_t st);
 void launch_gelu_backward(float* dinp, bool add, uint16_t* dinp16, const float* dout, const float* inp, size_t n,
                           cudaStream_t st);

@@ -48,20 +48,22 @@ uint32_t alignment_of(const void* p) {
   return align;
 }
 
-// D[m,n] = alpha·op(A)·op(B) + beta·C (+ bias[m]), column-major; C is not
-// read when beta is 0.
+// D[m,n] = alpha·op(A)·op(B) + beta·C (+ bias[m]), column-major, in fp32;
+// C is not read when beta is 0. C and D are of type cd: a bf16 D gets the
+// fp32 result rounded to nearest even, as cuBLASLt's epilogue writes it.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* A, cudaDataType at, int64_t lda,
-          const void* B, cudaDataType bt, int64_t ldb, float beta, const float* C, int64_t ldc, float* D, int64_t ldd,
-          const float* bias) {
+          const void* B, cudaDataType bt, int64_t ldb, float beta, const void* C, int64_t ldc, void* D, int64_t ldd,
+          const float* bias, cudaDataType cd = CUDA_R_32F) {
   for (int64_t j = 0; j < n; ++j)
     for (int64_t i = 0; i < m; ++i) {
       float s = 0;
       for (int64_t p = 0; p < k; ++p)
         s += element(A, at, ta ? p + i * lda : i + p * lda) * element(B, bt, tb ? j + p * ldb : p + j * ldb);
       float d = alpha * s;
-      if (beta != 0.0f) d += beta * C[i + j * ldc];
+      if (beta != 0.0f) d += beta * element(C, cd, i + j * ldc);
       if (bias) d += bias[i];
-      D[i + j * ldd] = d;
+      if (cd == CUDA_R_16BF) static_cast<uint16_t*>(D)[i + j * ldd] = maestro::float_to_bf16(d);
+      else static_cast<float*>(D)[i + j * ldd] = d;
     }
 }
 
@@ -173,13 +175,19 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
 
 namespace {
 // The product's shape from D and op(A): m×k times k×n; NOT_SUPPORTED for a
-// layout that does not fit it.
+// layout that does not fit it. The types the backend uses, as the library
+// takes them with fp32 compute: A and B alike, C and D alike, fp32 C/D
+// from either, bf16 C/D only from bf16 A/B, and no bias epilogue into a
+// bf16 D (whose bias type the backend never sets).
 bool shapes_fit(const cublasLtMatmulDescOpaque& d, const cublasLtMatrixLayoutOpaque& a,
-                const cublasLtMatrixLayoutOpaque& b, const cublasLtMatrixLayoutOpaque& c, uint64_t* k) {
+                const cublasLtMatrixLayoutOpaque& b, const cublasLtMatrixLayoutOpaque& c,
+                const cublasLtMatrixLayoutOpaque& dl, uint64_t* k) {
   const uint64_t am = d.ta == CUBLAS_OP_N ? a.rows : a.cols, ak = d.ta == CUBLAS_OP_N ? a.cols : a.rows;
   const uint64_t bk = d.tb == CUBLAS_OP_N ? b.rows : b.cols, bn = d.tb == CUBLAS_OP_N ? b.cols : b.rows;
   *k = ak;
-  return am == c.rows && bn == c.cols && ak == bk && a.type == b.type && c.type == CUDA_R_32F;
+  const bool types = a.type == b.type && c.type == dl.type &&
+                     (c.type == CUDA_R_32F || (a.type == CUDA_R_16BF && d.epilogue == CUBLASLT_EPILOGUE_DEFAULT));
+  return am == c.rows && bn == c.cols && ak == bk && types && c.rows == dl.rows && c.cols == dl.cols;
 }
 }  // namespace
 
@@ -191,8 +199,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatmulHeuristicResult_t* results, int* found) {
   *found = 0;
   uint64_t k = 0;
-  if (!h || requested < 1 || !shapes_fit(*d, *a, *b, *c, &k) || c->rows != dl->rows || c->cols != dl->cols)
-    return CUBLAS_STATUS_INVALID_VALUE;
+  if (!h || requested < 1 || !shapes_fit(*d, *a, *b, *c, *dl, &k)) return CUBLAS_STATUS_INVALID_VALUE;
   results[0] = {};
   for (int i = 0; i < 4; ++i) results[0].algo.data[i] = p->align[i];
   results[0].algo.data[4] = uint64_t(d->epilogue);
@@ -204,8 +211,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t dl,
                               const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
   uint64_t k = 0;
-  if (!h || !algo || !shapes_fit(*d, *a, *b, *c, &k) || c->rows != dl->rows || c->cols != dl->cols)
-    return CUBLAS_STATUS_INVALID_VALUE;
+  if (!h || !algo || !shapes_fit(*d, *a, *b, *c, *dl, &k)) return CUBLAS_STATUS_INVALID_VALUE;
   // The algorithm must have been chosen for this epilogue and for alignments these pointers have.
   if (algo->data[4] != uint64_t(d->epilogue) || (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !d->bias))
     return CUBLAS_STATUS_INVALID_VALUE;
@@ -213,8 +219,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   for (int i = 0; i < 4; ++i)
     if (alignment_of(ptr[i]) < algo->data[i]) return CUBLAS_STATUS_INVALID_VALUE;
   gemm(d->ta == CUBLAS_OP_T, d->tb == CUBLAS_OP_T, int64_t(c->rows), int64_t(c->cols), int64_t(k),
-       *static_cast<const float*>(alpha), A, a->type, a->ld, B, b->type, b->ld, *static_cast<const float*>(beta),
-       static_cast<const float*>(C), c->ld, static_cast<float*>(D), dl->ld,
-       d->epilogue == CUBLASLT_EPILOGUE_BIAS ? static_cast<const float*>(d->bias) : nullptr);
+       *static_cast<const float*>(alpha), A, a->type, a->ld, B, b->type, b->ld, *static_cast<const float*>(beta), C,
+       c->ld, D, dl->ld, d->epilogue == CUBLASLT_EPILOGUE_BIAS ? static_cast<const float*>(d->bias) : nullptr, dl->type);
   return CUBLAS_STATUS_SUCCESS;
 }
