@@ -383,11 +383,7 @@ class CheckedBackend final : public Backend {
       copy16(op, arg, x, n);
       if (!bf16_alone_) return x.f32;
     } else {
-      if (!x.bf16) throw std::logic_error(std::string(op) + ": '" + arg + "' has neither fp32 nor bf16");
-      if (!bf16_alone_)
-        throw std::logic_error(std::string(op) + ": '" + arg +
-                               "' given in bf16 alone to a backend whose copies do not suffice");
-      dev(op, (std::string(arg) + ".bf16").c_str(), x.bf16, size_t(n) * 2);
+      alone(op, arg, x, n);
       ++bf16_alone_uses_;
     }
     wide_[slot].resize(size_t(n));
@@ -403,12 +399,17 @@ class CheckedBackend final : public Backend {
   // CPU backend, which computes from it widened.
   void input(const char* op, const char* arg, Operand x, int64_t n) {
     if (x.f32) return f(op, arg, x.f32, n), copy16(op, arg, x, n);
+    alone(op, arg, x, n);
+    ++bf16_alone_inputs_;
+  }
+  // An operand with no fp32 values: its copy alone, only where the copies
+  // suffice (bf16_alone), in backend memory.
+  void alone(const char* op, const char* arg, Operand x, int64_t n) {
     if (!x.bf16) throw std::logic_error(std::string(op) + ": '" + arg + "' has neither fp32 nor bf16");
     if (!bf16_alone_)
       throw std::logic_error(std::string(op) + ": '" + arg +
                              "' given in bf16 alone to a backend whose copies do not suffice");
     dev(op, (std::string(arg) + ".bf16").c_str(), x.bf16, size_t(n) * 2);
-    ++bf16_alone_inputs_;
   }
   // An operand's bf16 copy, when given: backend memory, each element x.f32 rounded.
   void copy16(const char* op, const char* arg, Operand x, int64_t n) {
